@@ -1,0 +1,100 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// PoolConfig bounds the connection pool of each database.
+type PoolConfig struct {
+	ConnsMax          int32         `yaml:"conns_max"`
+	ConnsMin          int32         `yaml:"conns_min"`
+	ConnectTimeout    time.Duration `yaml:"connect_timeout"`
+	ConnLifetimeMax   time.Duration `yaml:"conn_lifetime_max"`
+	ConnIdleMax       time.Duration `yaml:"conn_idle_max"`
+	HealthCheckPeriod time.Duration `yaml:"health_check_period"`
+}
+
+// DefaultPoolConfig suits one service instance on a small server: enough
+// connections to keep two cores of PostgreSQL busy per database, and
+// timeouts short enough that a dead database fails requests fast.
+func DefaultPoolConfig() PoolConfig {
+	return PoolConfig{
+		ConnsMax:          16,
+		ConnsMin:          0,
+		ConnectTimeout:    3 * time.Second,
+		ConnLifetimeMax:   30 * time.Minute,
+		ConnIdleMax:       5 * time.Minute,
+		HealthCheckPeriod: 10 * time.Second,
+	}
+}
+
+// Router holds one pool per database of a Map and routes players to them.
+// It is safe for concurrent use. Pools connect lazily, so a database that is
+// down at start fails only its own shards' requests.
+type Router struct {
+	m     *Map
+	pools []*pgxpool.Pool
+}
+
+// Open creates the pools. It does not connect; Ping does.
+func Open(m *Map, pc PoolConfig) (*Router, error) {
+	r := &Router{m: m}
+	for _, db := range m.Databases() {
+		cfg, err := pgxpool.ParseConfig(db.Config.ConnString(int(max(1, pc.ConnectTimeout/time.Second))))
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("%s: %w", db.Label(), err)
+		}
+		cfg.MaxConns = pc.ConnsMax
+		cfg.MinConns = pc.ConnsMin
+		cfg.MaxConnLifetime = pc.ConnLifetimeMax
+		cfg.MaxConnIdleTime = pc.ConnIdleMax
+		cfg.HealthCheckPeriod = pc.HealthCheckPeriod
+		cfg.ConnConfig.ConnectTimeout = pc.ConnectTimeout
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("%s: %w", db.Label(), err)
+		}
+		r.pools = append(r.pools, pool)
+	}
+	return r, nil
+}
+
+// Map is the shard map the router routes by.
+func (r *Router) Map() *Map { return r.m }
+
+// Player returns the player's shard and the pool of the database holding it.
+func (r *Router) Player(p coffer.PlayerID) (coffer.ShardID, *pgxpool.Pool) {
+	s := r.m.ShardOf(p)
+	return s, r.Shard(s)
+}
+
+// Shard returns the pool of the database holding shard s.
+func (r *Router) Shard(s coffer.ShardID) *pgxpool.Pool { return r.pools[r.m.dbOfShard[s]] }
+
+// Database returns the pool of the database at index i of the map.
+func (r *Router) Database(i int) *pgxpool.Pool { return r.pools[i] }
+
+// Ping checks every database, in order, and returns the first failure,
+// naming the database.
+func (r *Router) Ping(ctx context.Context) error {
+	for i, pool := range r.pools {
+		if err := pool.Ping(ctx); err != nil {
+			return fmt.Errorf("%s: %w", r.m.databases[i].Label(), err)
+		}
+	}
+	return nil
+}
+
+// Close closes every pool.
+func (r *Router) Close() {
+	for _, p := range r.pools {
+		p.Close()
+	}
+}
