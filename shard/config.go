@@ -32,14 +32,14 @@ type DatabaseConfig struct {
 	Password string `yaml:"password"`
 	// Hosts lists several "host:port" servers (a primary and its standbys);
 	// connections go to whichever accepts writes. Replaces host and port.
-	Hosts []string `yaml:"hosts"`
+	Hosts []string `yaml:"hosts,omitempty"`
 	// TargetSessionAttrs is libpq's target_session_attrs; it defaults to
 	// read-write when Hosts has more than one entry.
-	TargetSessionAttrs string `yaml:"target_session_attrs"`
+	TargetSessionAttrs string `yaml:"target_session_attrs,omitempty"`
 	// SSLMode is libpq's sslmode; empty means prefer.
-	SSLMode string `yaml:"sslmode"`
+	SSLMode string `yaml:"sslmode,omitempty"`
 	// Shards lists the ranges held, in manual mode.
-	Shards []Range `yaml:"shards"`
+	Shards []Range `yaml:"shards,omitempty"`
 }
 
 // Range is an inclusive range of shard ids.

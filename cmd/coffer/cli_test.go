@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cofferhq/coffer/internal/pgserver"
+	"github.com/cofferhq/coffer/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m, 1) }
+
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = dispatch(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestShardCommand(t *testing.T) {
+	code, out, _ := run(t, "shard", "--count", "16", "0", "42", "9223372036854775807")
+	want, err := os.ReadFile("testdata/shard_count16.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 || out != string(want) {
+		t.Fatalf("code %d, output:\n%s\nwant:\n%s", code, out, want)
+	}
+	if code, _, errOut := run(t, "shard", "--count", "16", "--", "-5"); code == 0 || !strings.Contains(errOut, "not a player id") {
+		t.Fatalf("negative id: code %d, %s", code, errOut)
+	}
+}
+
+// dbConfig is a config for two databases on the test server, shards split
+// in auto mode.
+func dbConfig(t *testing.T, extra string) string {
+	t.Helper()
+	a, b := pgtest.NewDB(t, 0), pgtest.NewDB(t, 0)
+	body := fmt.Sprintf(`shard_count: 4
+shard_distribution_mode: auto
+shard_on_db: 2
+databases:
+  - {name: %s, host: 127.0.0.1, port: %d, type: postgres, user: %s, password: %s}
+  - {name: %s, host: 127.0.0.1, port: %d, type: postgres, user: %s, password: %s}
+%s`, a.Name, a.Server.Port(), pgserver.Superuser, pgserver.Password, b.Name, b.Server.Port(), pgserver.Superuser, pgserver.Password, extra)
+	return writeFile(t, t.TempDir(), "coffer.yaml", body)
+}
+
+func TestMigrateEmbeddedSchemaAndShardDatabase(t *testing.T) {
+	cfg := dbConfig(t, "")
+	code, out, errOut := run(t, "migrate", "-c", cfg)
+	if code != 0 || strings.Count(out, "V0001__TRX_SHARD__ledger.sql applied") != 2 {
+		t.Fatalf("code %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = run(t, "migrate", "--config-file", cfg, "--action", "status")
+	if code != 0 || strings.Count(out, "version 1, 1 applied, 0 pending") != 2 {
+		t.Fatalf("status: code %d\n%s", code, out)
+	}
+	code, out, _ = run(t, "shard", "-c", cfg, "42")
+	if code != 0 || !strings.HasPrefix(out, "42 2 ") {
+		t.Fatalf("shard -c: code %d %q", code, out)
+	}
+}
+
+func TestMigrateBadInput(t *testing.T) {
+	dir := t.TempDir()
+	good := dbConfig(t, "")
+	migrations := filepath.Join(dir, "m")
+	_ = os.Mkdir(migrations, 0o755)
+	writeFile(t, migrations, "V0001__TRX_PLAIN__a.sql", "SELECT 1;")
+	writeFile(t, migrations, "V0001__TRX_PLAIN__b.sql", "SELECT 2;")
+	badName := filepath.Join(dir, "bad")
+	_ = os.Mkdir(badName, 0o755)
+	writeFile(t, badName, "001_init.sql", "SELECT 1;")
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"malformed yaml", []string{"-c", writeFile(t, dir, "bad.yaml", "shard_count: [1\n")}, "config "},
+		{"unknown key", []string{"-c", writeFile(t, dir, "unknown.yaml", "shard_count: 1\nshard_cuont: 2\n")}, "unknown key shard_cuont"},
+		{"empty", []string{"-c", writeFile(t, dir, "empty.yaml", "")}, "the file is empty"},
+		{"missing config", []string{"-c", filepath.Join(dir, "nope.yaml")}, "no such file"},
+		{"mysql", []string{"-c", writeFile(t, dir, "mysql.yaml", "shard_count: 1\nshard_distribution_mode: auto\nshard_on_db: 1\ndatabases:\n  - {name: a, host: h, port: 3306, type: mysql, user: u, password: p}\n")}, "mysql is not supported"},
+		{"missing dir", []string{"-c", good, "-d", filepath.Join(dir, "nodir")}, "migrations dir"},
+		{"duplicate versions", []string{"-c", good, "-d", migrations}, "have the same version 1"},
+		{"bad file name", []string{"-c", good, "-d", badName}, "001_init.sql: file name does not match"},
+		{"bad action", []string{"-c", good, "-a", "explode"}, "must be apply, status or generate"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, errOut := run(t, append([]string{"migrate"}, c.args...)...)
+			if code == 0 || !strings.Contains(errOut, c.want) {
+				t.Fatalf("code %d, stderr %q, want it to contain %q", code, errOut, c.want)
+			}
+			if strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+				t.Errorf("error is not one line: %q", errOut)
+			}
+		})
+	}
+}
+
+func TestMigrateMissingDatabase(t *testing.T) {
+	cfg := dbConfig(t, "")
+	raw, _ := os.ReadFile(cfg)
+	broken := strings.Replace(string(raw), "name: t", "name: missing_t", 1)
+	_ = os.WriteFile(cfg, []byte(broken), 0o644)
+	code, _, errOut := run(t, "migrate", "-c", cfg)
+	if code == 0 || !strings.Contains(errOut, `database #0 "missing_t`) || !strings.Contains(errOut, "cannot connect") {
+		t.Fatalf("code %d: %s", code, errOut)
+	}
+}

@@ -1,0 +1,50 @@
+// Command coffer is the coffer service and its tools, one binary with
+// subcommands. main only dispatches; each subcommand lives in its own file.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// command is one subcommand: it parses its own flags and returns the exit
+// code.
+type command struct {
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+var commands = map[string]command{
+	"dev":     {"start a local stack: PostgreSQL, schema, (later) the API", runDev},
+	"migrate": {"apply, check or generate schema migrations (sdbmigrate-compatible)", runMigrate},
+	"shard":   {"print the shard (and database) of player ids", runShard},
+}
+
+var commandOrder = []string{"dev", "migrate", "shard"}
+
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout)
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "coffer: unknown command %q\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	return cmd.run(args[1:], stdout, stderr)
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "coffer stores in-game currency. Usage: coffer COMMAND [flags]; coffer COMMAND -h for its flags.")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, name := range commandOrder {
+		fmt.Fprintf(w, "  %-8s %s\n", name, commands[name].summary)
+	}
+}

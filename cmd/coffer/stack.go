@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/cofferhq/coffer/internal/pgserver"
+	"github.com/cofferhq/coffer/migrate"
+	"github.com/cofferhq/coffer/shard"
+	"github.com/jackc/pgx/v5"
+	"gopkg.in/yaml.v3"
+)
+
+// localStack is one local PostgreSQL server holding several coffer
+// databases, migrated, with the config that describes it written to disk.
+// `coffer dev` runs one; so can the benchmark.
+type localStack struct {
+	server     *pgserver.Server
+	config     *Config
+	configPath string
+}
+
+// startLocalStack starts (or, if dir holds one, restarts) the server under
+// dir/pg, creates databases coffer_0 … coffer_{databases-1}, writes
+// dir/coffer.yaml and applies coffer's schema. Progress goes to out.
+func startLocalStack(ctx context.Context, dir string, databases, shardCount int, durable bool, out io.Writer) (*localStack, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	server, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(dir, "pg"), Durable: durable})
+	if err != nil {
+		return nil, err
+	}
+	st := &localStack{server: server, configPath: filepath.Join(dir, "coffer.yaml")}
+	st.config = &Config{
+		Config: shard.Config{ShardCount: shardCount, DistributionMode: "auto", ShardOnDB: shardCount / databases},
+		Pool:   shard.DefaultPoolConfig(),
+	}
+	for i := 0; i < databases; i++ {
+		name := fmt.Sprintf("coffer_%d", i)
+		if err := createDatabase(ctx, server, name); err != nil {
+			server.Stop()
+			return nil, err
+		}
+		st.config.Databases = append(st.config.Databases, shard.DatabaseConfig{
+			Name: name, Host: "127.0.0.1", Port: server.Port(), Type: "postgres",
+			User: pgserver.Superuser, Password: pgserver.Password,
+		})
+	}
+	if err := st.writeConfig(); err != nil {
+		server.Stop()
+		return nil, err
+	}
+	if err := st.migrate(ctx, out); err != nil {
+		server.Stop()
+		return nil, err
+	}
+	return st, nil
+}
+
+func createDatabase(ctx context.Context, server *pgserver.Server, name string) error {
+	conn, err := pgx.Connect(ctx, server.DSN("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		return nil
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	return err
+}
+
+func (st *localStack) writeConfig() error {
+	raw, err := yaml.Marshal(st.config)
+	if err != nil {
+		return err
+	}
+	header := "# Written by coffer for its local stack; rewritten at every start.\n"
+	return os.WriteFile(st.configPath, append([]byte(header), raw...), 0o600)
+}
+
+func (st *localStack) migrate(ctx context.Context, out io.Writer) error {
+	ms, err := migrate.Load(migrate.Schema(), "(coffer's schema)")
+	if err != nil {
+		return err
+	}
+	m, err := shard.NewMap(st.config.Config)
+	if err != nil {
+		return err
+	}
+	e := &migrate.Engine{Map: m, Env: st.config.Env.With(migrate.SchemaEnv), Migrations: ms, Out: out}
+	return e.Apply(ctx, migrate.Options{TargetVersion: -1})
+}
+
+// stop shuts the server down cleanly.
+func (st *localStack) stop() error { return st.server.Stop() }
