@@ -15,7 +15,7 @@ deps:
 	@scripts/ensure-postgres.sh
 
 lint:
-	@out=$$("$$(dirname "$$(command -v $(GO))")/gofmt" -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$("$$(dirname "$$(command -v $(GO))")/gofmt" -l $$(git ls-files --cached --others --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 

@@ -3,9 +3,144 @@
 // http, grpc) implements or calls. It imports nothing of ours.
 package coffer
 
+import (
+	"encoding/json"
+	"time"
+)
+
 // PlayerID identifies a player, the owner of balances and the shard key.
 // Valid ids are > 0.
 type PlayerID int64
 
 // ShardID is the number of a shard: the suffix of its tables (trx_7, op_7).
 type ShardID int
+
+// Namespace is a balance-sharing domain; games bound to one namespace see the
+// same balances. Valid ids are > 0.
+type Namespace int32
+
+// CurrencyID is the numeric id of a configured currency.
+type CurrencyID int32
+
+// Emitter scopes a client's idempotency keys.
+type Emitter int32
+
+// Amount is a quantity of currency in minor units.
+type Amount int64
+
+// Limits of amounts and keys.
+const (
+	// OpAmountMax is the largest amount of one op.
+	OpAmountMax Amount = 1_000_000_000_000_000
+	// IdempotencyKeyLenMax is the longest idempotency key, in bytes.
+	IdempotencyKeyLenMax = 128
+	// OpsMax bounds the ops of one request.
+	OpsMax = 64
+	// ReasonLenMax bounds the reason of a request, in bytes.
+	ReasonLenMax = 128
+	// MetaLenMax bounds the JSON meta of a request, in bytes.
+	MetaLenMax = 4096
+)
+
+// OpKind is the kind of an op.
+type OpKind string
+
+// Op kinds: grant adds to a lot, consume and expire take from it.
+const (
+	OpGrant   OpKind = "grant"
+	OpConsume OpKind = "consume"
+	OpExpire  OpKind = "expire"
+)
+
+// TrxKind is the kind of a trx.
+type TrxKind string
+
+// Trx kinds. Expire is written by the lot-expiry sweeper, not by clients.
+const (
+	TrxChange   TrxKind = "change"
+	TrxHold     TrxKind = "hold"
+	TrxExchange TrxKind = "exchange"
+	TrxExpire   TrxKind = "expire"
+)
+
+// TrxStatus is the state of a trx; only holds are ever pending.
+type TrxStatus string
+
+// Trx statuses.
+const (
+	StatusCommitted  TrxStatus = "committed"
+	StatusPending    TrxStatus = "pending"
+	StatusRolledBack TrxStatus = "rolled_back"
+	StatusExpired    TrxStatus = "expired"
+)
+
+// Purchase is the record of real money behind a paid grant.
+type Purchase struct {
+	Store   string `json:"store"`
+	OrderID string `json:"order_id"`
+	// Price in minor units of Fiat, an ISO 4217 code.
+	Price int64  `json:"price"`
+	Fiat  string `json:"fiat"`
+}
+
+// Lot is one balance row. A player's balance in a currency is the sum of the
+// amounts of its live (unexpired) lots.
+type Lot struct {
+	ID        int64      `json:"id"`
+	Currency  string     `json:"currency"`
+	Paid      bool       `json:"paid"`
+	Amount    Amount     `json:"amount"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Priority  int32      `json:"priority"`
+	CreatedAt time.Time  `json:"created_at"`
+}
+
+// Balance is a player's balance in one currency.
+type Balance struct {
+	Currency string `json:"currency"`
+	Total    Amount `json:"total"`
+	Paid     Amount `json:"paid"`
+	Free     Amount `json:"free"`
+	Lots     []Lot  `json:"lots,omitempty"`
+}
+
+// Balances is a player's balances in a namespace. Version increases with
+// every change of the player's balances in the namespace.
+type Balances struct {
+	Namespace Namespace  `json:"namespace"`
+	PlayerID  PlayerID   `json:"player_id"`
+	Version   int64      `json:"version"`
+	At        *time.Time `json:"at,omitempty"`
+	Balances  []Balance  `json:"balances"`
+}
+
+// Op is one movement on one lot inside a trx.
+type Op struct {
+	Currency string `json:"currency"`
+	// Amount is signed: + for grant, − for consume and expire.
+	Amount Amount `json:"amount"`
+	Kind   OpKind `json:"kind"`
+	Paid   bool   `json:"paid"`
+	// LotID and BalanceAfter are zero for a pending hold's grants.
+	LotID        int64     `json:"lot_id,omitempty"`
+	BalanceAfter Amount    `json:"balance_after"`
+	Pending      bool      `json:"pending,omitempty"`
+	Purchase     *Purchase `json:"purchase,omitempty"`
+}
+
+// Trx is one accepted request, the unit of idempotency.
+type Trx struct {
+	ID             int64           `json:"id"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	Kind           TrxKind         `json:"kind"`
+	Status         TrxStatus       `json:"status"`
+	Reason         string          `json:"reason,omitempty"`
+	Meta           json.RawMessage `json:"meta,omitempty"`
+	Ops            []Op            `json:"ops"`
+	CreatedAt      time.Time       `json:"created_at"`
+	HoldExpiresAt  *time.Time      `json:"hold_expires_at,omitempty"`
+	// Version and Balances are the player's, right after the trx (or its
+	// commit or rollback), for the currencies it touched.
+	Version  int64     `json:"version"`
+	Balances []Balance `json:"balances,omitempty"`
+}

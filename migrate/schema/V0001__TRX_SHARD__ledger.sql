@@ -61,8 +61,8 @@ CREATE TABLE trx_<shard_id> (
 CREATE UNIQUE INDEX trx_<shard_id>_idempotency ON trx_<shard_id> (ns, player_id, emitter, idempotency_key);
 CREATE INDEX trx_<shard_id>_pending_holds ON trx_<shard_id> (hold_expires_at) WHERE status = 'pending';
 
--- Movements on lots. amount is signed; balance_after is the player's total in
--- the currency after the op.
+-- Movements on lots. amount is signed; balance_after and paid_after are the
+-- player's total and paid part in the currency after the op.
 CREATE TABLE op_<shard_id> (
     trx_id        bigint      NOT NULL,
     seq           smallint    NOT NULL,
@@ -77,10 +77,11 @@ CREATE TABLE op_<shard_id> (
     amount        bigint      NOT NULL CHECK (amount <> 0),
     paid          boolean     NOT NULL,
     balance_after bigint      NOT NULL,
+    paid_after    bigint      NOT NULL,
     created_at    timestamptz NOT NULL,
     purchase      jsonb,
     PRIMARY KEY (trx_id, seq)
 ) USING <access_method> WITH (<storage_params>);
 
 -- Balance at a past time: one lookup per currency.
-CREATE INDEX op_<shard_id>_at ON op_<shard_id> (ns, player_id, currency, created_at, trx_id, seq) INCLUDE (balance_after);
+CREATE INDEX op_<shard_id>_at ON op_<shard_id> (ns, player_id, currency, created_at, trx_id, seq) INCLUDE (balance_after, paid_after);

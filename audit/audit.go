@@ -1,0 +1,162 @@
+// Package audit checks the ledger's invariants on every shard, from the
+// rows alone: it is the second, independent check of what the store
+// enforces before commit. The CLI, the tests and the fault suite use it.
+package audit
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/shard"
+)
+
+// Violation is one broken invariant.
+type Violation struct {
+	Shard  coffer.ShardID `json:"shard"`
+	Check  string         `json:"check"`
+	Detail string         `json:"detail"`
+}
+
+// Report is the result of a check of all shards.
+type Report struct {
+	Shards     int         `json:"shards"`
+	Violations []Violation `json:"violations"`
+	// Totals is the sum of all lots per namespace and currency id
+	// ("ns/currency"), across shards.
+	Totals map[string]coffer.Amount `json:"totals"`
+	// Reserved is the amount held by pending holds, per "ns/currency".
+	Reserved map[string]coffer.Amount `json:"reserved"`
+}
+
+// Clean tells whether no invariant is broken.
+func (r Report) Clean() bool { return len(r.Violations) == 0 }
+
+// Checker checks the shards of a router.
+type Checker struct {
+	Router *shard.Router
+	// HoldGrace is how long past its TTL a pending hold may stay before it
+	// is a violation (the sweeper's interval and then some).
+	HoldGrace time.Duration
+	// Progress, if set, gets one line per shard.
+	Progress io.Writer
+}
+
+// check is one invariant: a query per shard whose every row is a violation,
+// described by its columns.
+type check struct {
+	name, sql string
+}
+
+var checks = []check{
+	{"negative lot", `SELECT ns, player_id, lot_id, amount FROM lot_N WHERE amount < 0`},
+	{"lot differs from its ops", `SELECT COALESCE(l.ns, o.ns), COALESCE(l.player_id, o.player_id), COALESCE(l.lot_id, o.lot_id),
+			l.amount, o.total
+		FROM lot_N l FULL JOIN (SELECT ns, player_id, lot_id, sum(amount) AS total FROM op_N GROUP BY 1, 2, 3) o
+			ON o.ns = l.ns AND o.player_id = l.player_id AND o.lot_id = l.lot_id
+		WHERE l.amount IS DISTINCT FROM o.total`},
+	{"balance differs from its ops", `SELECT COALESCE(l.ns, o.ns), COALESCE(l.player_id, o.player_id), COALESCE(l.currency, o.currency), l.total, o.total
+		FROM (SELECT ns, player_id, currency, sum(amount) AS total FROM lot_N GROUP BY 1, 2, 3) l
+		FULL JOIN (SELECT ns, player_id, currency, sum(amount) AS total FROM op_N GROUP BY 1, 2, 3) o
+			ON o.ns = l.ns AND o.player_id = l.player_id AND o.currency = l.currency
+		WHERE l.total IS DISTINCT FROM o.total`},
+	{"balance_after chain broken", `SELECT ns, player_id, currency, trx_id, seq, prev, amount, balance_after FROM (
+			SELECT ns, player_id, currency, trx_id, seq, amount, paid, balance_after, paid_after,
+				lag(balance_after, 1, 0::bigint) OVER w AS prev, lag(paid_after, 1, 0::bigint) OVER w AS prev_paid
+			FROM op_N WINDOW w AS (PARTITION BY ns, player_id, currency ORDER BY created_at, trx_id, seq)) x
+		WHERE balance_after <> prev + amount OR paid_after <> prev_paid + CASE WHEN paid THEN amount ELSE 0 END
+			OR balance_after < 0 OR paid_after < 0 OR paid_after > balance_after`},
+	{"version went back", `SELECT t.ns, t.player_id, t.trx_id, t.version, b.version FROM trx_N t
+		LEFT JOIN balance_N b ON b.ns = t.ns AND b.player_id = t.player_id
+		WHERE b.version IS NULL OR t.version > b.version OR t.version < 1`},
+	{"op of no trx", `SELECT o.trx_id, o.seq FROM op_N o
+		WHERE NOT EXISTS (SELECT 1 FROM trx_N t WHERE t.trx_id = o.trx_id AND t.ns = o.ns AND t.player_id = o.player_id)`},
+}
+
+const staleHolds = `SELECT ns, player_id, idempotency_key, hold_expires_at FROM trx_N
+	WHERE status = 'pending' AND hold_expires_at < now() - make_interval(secs => $1)`
+
+const totals = `SELECT ns, currency, sum(amount) FROM lot_N GROUP BY 1, 2`
+
+const reserved = `SELECT o.ns, o.currency, -sum(o.amount) FROM op_N o JOIN trx_N t ON t.trx_id = o.trx_id
+	WHERE t.status = 'pending' AND o.kind = 'consume' GROUP BY 1, 2`
+
+// violationsMax bounds the rows reported per check and shard.
+const violationsMax = 100
+
+// Check runs every check on every shard. An error means a shard could not
+// be checked; violations are in the report.
+func (c *Checker) Check(ctx context.Context) (Report, error) {
+	r := Report{Shards: c.Router.Map().ShardCount(), Violations: []Violation{},
+		Totals: map[string]coffer.Amount{}, Reserved: map[string]coffer.Amount{}}
+	for sh := 0; sh < r.Shards; sh++ {
+		id := coffer.ShardID(sh)
+		before := len(r.Violations)
+		if err := c.checkShard(ctx, id, &r); err != nil {
+			return r, fmt.Errorf("shard %d: %w", id, err)
+		}
+		if c.Progress != nil {
+			fmt.Fprintf(c.Progress, "shard %d: %d violations\n", id, len(r.Violations)-before)
+		}
+	}
+	return r, nil
+}
+
+func (c *Checker) checkShard(ctx context.Context, id coffer.ShardID, r *Report) error {
+	pool := c.Router.Shard(id)
+	sfx := fmt.Sprintf("_%d", id)
+	all := append([]check{}, checks...)
+	for _, ch := range all {
+		if err := c.collect(ctx, id, ch.name, strings.ReplaceAll(ch.sql, "_N", sfx), r); err != nil {
+			return err
+		}
+	}
+	if err := c.collect(ctx, id, "pending hold past its TTL", strings.ReplaceAll(staleHolds, "_N", sfx), r, c.HoldGrace.Seconds()); err != nil {
+		return err
+	}
+	for _, agg := range []struct {
+		sql string
+		m   map[string]coffer.Amount
+	}{{totals, r.Totals}, {reserved, r.Reserved}} {
+		rows, err := pool.Query(ctx, strings.ReplaceAll(agg.sql, "_N", sfx))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var ns, cur int64
+			var sum coffer.Amount
+			if err := rows.Scan(&ns, &cur, &sum); err != nil {
+				rows.Close()
+				return err
+			}
+			agg.m[fmt.Sprintf("%d/%d", ns, cur)] += sum
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Checker) collect(ctx context.Context, id coffer.ShardID, name, sql string, r *Report, args ...any) error {
+	rows, err := c.Router.Shard(id).Query(ctx, sql+fmt.Sprintf(" LIMIT %d", violationsMax), args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return err
+		}
+		parts := make([]string, len(vals))
+		for i, v := range vals {
+			parts[i] = fmt.Sprint(v)
+		}
+		r.Violations = append(r.Violations, Violation{Shard: id, Check: name, Detail: strings.Join(parts, " ")})
+	}
+	return rows.Err()
+}

@@ -1,0 +1,153 @@
+package coffer
+
+import (
+	"fmt"
+	"math/big"
+	"sort"
+	"time"
+)
+
+// SpendKey is one criterion of a currency's spend order.
+type SpendKey string
+
+// Spend order criteria, applied in the order listed; ties fall through to
+// the next criterion and finally to the lot id (oldest first).
+const (
+	SpendPriority SpendKey = "priority" // higher priority first
+	SpendExpiring SpendKey = "expiring" // soonest-expiring first, non-expiring last
+	SpendFree     SpendKey = "free"     // free before paid
+	SpendPaid     SpendKey = "paid"     // paid before free
+	SpendOldest   SpendKey = "oldest"   // oldest first
+	SpendNewest   SpendKey = "newest"   // newest first
+)
+
+// DefaultSpendOrder: soonest-expiring first, then free, then paid, oldest
+// first; a lot's priority comes before all of them.
+var DefaultSpendOrder = []SpendKey{SpendPriority, SpendExpiring, SpendFree, SpendOldest}
+
+// Currency is a configured currency.
+type Currency struct {
+	ID   CurrencyID
+	Code string
+	// Paid tells whether the currency can be bought: only then may a grant
+	// be paid.
+	Paid       bool
+	SpendOrder []SpendKey
+}
+
+// Rate is the exchange rate of a pair: to = floor(from × Num / Den).
+type Rate struct{ Num, Den int64 }
+
+// Catalog is a deployment's currencies, exchange rates and hold limits. It
+// is read-only once built and safe for concurrent use.
+type Catalog struct {
+	byCode map[string]*Currency
+	byID   map[CurrencyID]*Currency
+	rates  map[rateKey]Rate
+	// HoldTTLDefault and HoldTTLMax bound a hold's life.
+	HoldTTLDefault, HoldTTLMax time.Duration
+}
+
+type rateKey struct {
+	ns       Namespace
+	from, to CurrencyID
+}
+
+// NewCatalog checks and indexes currencies. Codes and ids must be unique.
+func NewCatalog(currencies []Currency, holdTTLDefault, holdTTLMax time.Duration) (*Catalog, error) {
+	c := &Catalog{byCode: map[string]*Currency{}, byID: map[CurrencyID]*Currency{}, rates: map[rateKey]Rate{},
+		HoldTTLDefault: holdTTLDefault, HoldTTLMax: holdTTLMax}
+	for i := range currencies {
+		cur := currencies[i]
+		if cur.ID <= 0 || cur.Code == "" {
+			return nil, fmt.Errorf("currencies[%d]: id must be > 0 and code non-empty", i)
+		}
+		if c.byCode[cur.Code] != nil || c.byID[cur.ID] != nil {
+			return nil, fmt.Errorf("currencies[%d]: duplicate code %q or id %d", i, cur.Code, cur.ID)
+		}
+		if len(cur.SpendOrder) == 0 {
+			cur.SpendOrder = DefaultSpendOrder
+		}
+		for _, k := range cur.SpendOrder {
+			switch k {
+			case SpendPriority, SpendExpiring, SpendFree, SpendPaid, SpendOldest, SpendNewest:
+			default:
+				return nil, fmt.Errorf("currencies[%d].spend_order: unknown criterion %q", i, k)
+			}
+		}
+		c.byCode[cur.Code], c.byID[cur.ID] = &cur, &cur
+	}
+	if holdTTLDefault <= 0 || holdTTLMax < holdTTLDefault {
+		return nil, fmt.Errorf("hold ttl: default must be > 0 and ≤ max")
+	}
+	return c, nil
+}
+
+// AddRate configures the exchange of from into to in namespace ns.
+func (c *Catalog) AddRate(ns Namespace, from, to string, r Rate) error {
+	a, b := c.byCode[from], c.byCode[to]
+	switch {
+	case a == nil || b == nil:
+		return fmt.Errorf("exchange %s→%s: unknown currency", from, to)
+	case a == b:
+		return fmt.Errorf("exchange %s→%s: same currency", from, to)
+	case r.Num <= 0 || r.Den <= 0:
+		return fmt.Errorf("exchange %s→%s: rate must be positive integers", from, to)
+	}
+	c.rates[rateKey{ns, a.ID, b.ID}] = r
+	return nil
+}
+
+// Currency looks a currency up by code.
+func (c *Catalog) Currency(code string) (*Currency, bool) {
+	cur, ok := c.byCode[code]
+	return cur, ok
+}
+
+// CurrencyByID looks a currency up by id.
+func (c *Catalog) CurrencyByID(id CurrencyID) (*Currency, bool) {
+	cur, ok := c.byID[id]
+	return cur, ok
+}
+
+// Currencies lists all currencies by id.
+func (c *Catalog) Currencies() []*Currency {
+	out := make([]*Currency, 0, len(c.byID))
+	for _, cur := range c.byID {
+		out = append(out, cur)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Rate is the exchange rate of from into to in ns.
+func (c *Catalog) Rate(ns Namespace, from, to CurrencyID) (Rate, bool) {
+	r, ok := c.rates[rateKey{ns, from, to}]
+	return r, ok
+}
+
+// Exchange computes what an exchange yields. consumedPaid of consumed units
+// of A were paid. It returns the total of B and its paid part:
+//
+//	total = floor(consumed × Num / Den)
+//	paid  = floor(consumedPaid × Num / Den) if B can be paid, else 0
+//	free  = total − paid
+//
+// Rounding down each part and giving the remainder to free means the paid
+// part never exceeds what was paid for, and total never exceeds the rate.
+// ok is false when the result does not fit an Amount.
+func (r Rate) Exchange(consumed, consumedPaid Amount, toPaid bool) (total, paid Amount, ok bool) {
+	mul := func(a Amount) (Amount, bool) {
+		v := new(big.Int).Mul(big.NewInt(int64(a)), big.NewInt(r.Num))
+		v.Quo(v, big.NewInt(r.Den))
+		return Amount(v.Int64()), v.IsInt64()
+	}
+	total, ok = mul(consumed)
+	if !ok {
+		return 0, 0, false
+	}
+	if toPaid {
+		paid, _ = mul(consumedPaid)
+	}
+	return total, paid, true
+}

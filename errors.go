@@ -1,0 +1,60 @@
+package coffer
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a stable, machine-readable error code. Transports map each code
+// to one HTTP and gRPC status, in one table.
+type Code string
+
+// The error codes of the API contract (DESIGN.md §8).
+const (
+	CodeInvalid             Code = "invalid_argument"
+	CodeUnauthenticated     Code = "unauthenticated"
+	CodePermissionDenied    Code = "permission_denied"
+	CodeNotFound            Code = "not_found"
+	CodeInsufficientFunds   Code = "insufficient_funds"
+	CodeIdempotencyConflict Code = "idempotency_conflict"
+	CodeHoldNotPending      Code = "hold_not_pending"
+	CodeHoldExpired         Code = "hold_expired"
+	CodePayloadTooLarge     Code = "payload_too_large"
+	CodeUnavailable         Code = "shard_unavailable"
+	CodeInternal            Code = "internal"
+)
+
+// Error is the one domain error type: a code, a message for people, and
+// optionally the cause.
+type Error struct {
+	Code    Code
+	Message string
+	Err     error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf makes an *Error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode is the code of err: the code of the first *Error in its chain,
+// internal for any other error, "" for nil.
+func ErrorCode(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}

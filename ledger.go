@@ -1,0 +1,172 @@
+package coffer
+
+import (
+	"context"
+	"sort"
+	"time"
+)
+
+// BalanceQuery selects balances to read.
+type BalanceQuery struct {
+	Namespace Namespace
+	PlayerID  PlayerID
+	// Currency limits the answer to one currency code; empty means all.
+	Currency string
+	// At asks for the balances as they were at that time.
+	At *time.Time
+	// Lots asks for the lots behind each current balance.
+	Lots bool
+}
+
+// FinlogQuery selects a page of a player's finlog.
+type FinlogQuery struct {
+	Namespace Namespace
+	PlayerID  PlayerID
+	From, To  *time.Time // [From, To)
+	Currency  string
+	Reason    string
+	Limit     int
+	Cursor    string
+	Desc      bool
+}
+
+// FinlogPage is one page of trx, oldest first (or newest first with Desc).
+// NextCursor is empty on the last page.
+type FinlogPage struct {
+	Items      []Trx  `json:"items"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// FinlogLimitMax bounds a finlog page.
+const FinlogLimitMax = 500
+
+// RevenueQuery selects a revenue report: paid currency movements of a
+// namespace in [From, To).
+type RevenueQuery struct {
+	Namespace Namespace
+	From, To  time.Time
+	Currency  string
+}
+
+// RevenueLine is the report of one currency, in its minor units.
+type RevenueLine struct {
+	Currency string `json:"currency"`
+	// Deposited is paid currency granted by purchases in the period.
+	Deposited Amount `json:"deposited"`
+	// Recognised is paid currency consumed in the period, net of hold
+	// reservations returned: revenue recognised.
+	Recognised Amount `json:"recognised"`
+	// ConvertedIn and ConvertedOut are paid currency carried over by
+	// exchanges (paid A into paid B): not revenue.
+	ConvertedIn  Amount `json:"converted_in"`
+	ConvertedOut Amount `json:"converted_out"`
+	// Expired is paid currency that expired in the period.
+	Expired Amount `json:"expired"`
+	// Deferred is the paid currency outstanding at the end of the period.
+	Deferred Amount `json:"deferred"`
+}
+
+// Ledger is the money service. Implementations are safe for concurrent use.
+// Every method's ctx bounds all its database work. Writes are idempotent per
+// Scope: replay reports whether the answer is the original result of an
+// earlier request with the same key and payload.
+type Ledger interface {
+	// Balances reads a player's balances. Errors: invalid_argument,
+	// shard_unavailable, internal.
+	Balances(ctx context.Context, q BalanceQuery) (Balances, error)
+	// Change applies ops atomically, or with Hold begins a hold. Errors:
+	// invalid_argument, insufficient_funds, idempotency_conflict,
+	// shard_unavailable, internal.
+	Change(ctx context.Context, req ChangeRequest) (trx Trx, replay bool, err error)
+	// Commit applies a pending hold's grants. Committing a committed hold
+	// is a replay. Errors: not_found, hold_not_pending (rolled back, or not
+	// a hold), hold_expired, shard_unavailable, internal.
+	Commit(ctx context.Context, s Scope) (trx Trx, replay bool, err error)
+	// Rollback returns a pending hold's reservations to their lots.
+	// Rolling back a rolled-back or expired hold is a replay. Errors:
+	// not_found, hold_not_pending (committed, or not a hold),
+	// shard_unavailable, internal.
+	Rollback(ctx context.Context, s Scope) (trx Trx, replay bool, err error)
+	// Trx reads one trx by its scope. Errors: not_found, shard_unavailable,
+	// internal.
+	Trx(ctx context.Context, s Scope) (Trx, error)
+	// Exchange consumes one currency and grants another at the configured
+	// rate. Errors: invalid_argument, insufficient_funds,
+	// idempotency_conflict, shard_unavailable, internal.
+	Exchange(ctx context.Context, req ExchangeRequest) (trx Trx, replay bool, err error)
+	// Finlog reads a page of a player's trx with their ops. Errors:
+	// invalid_argument, shard_unavailable, internal.
+	Finlog(ctx context.Context, q FinlogQuery) (FinlogPage, error)
+	// Revenue reports paid currency movements of a namespace over every
+	// shard. Errors: invalid_argument, shard_unavailable, internal.
+	Revenue(ctx context.Context, q RevenueQuery) ([]RevenueLine, error)
+}
+
+// SpendLot is what the spend order needs to know of a lot.
+type SpendLot struct {
+	ID        int64
+	Paid      bool
+	ExpiresAt *time.Time
+	Priority  int32
+}
+
+// SortForSpend orders lots in which a consume takes them, by the currency's
+// spend order; ties go to the lowest (oldest) lot id.
+func SortForSpend(lots []SpendLot, order []SpendKey) {
+	sort.SliceStable(lots, func(i, j int) bool {
+		a, b := lots[i], lots[j]
+		for _, k := range order {
+			if c := compareSpend(k, a, b); c != 0 {
+				return c < 0
+			}
+		}
+		return a.ID < b.ID
+	})
+}
+
+func compareSpend(k SpendKey, a, b SpendLot) int {
+	switch k {
+	case SpendPriority:
+		return cmpInt(int64(b.Priority), int64(a.Priority))
+	case SpendExpiring:
+		switch {
+		case a.ExpiresAt == nil && b.ExpiresAt == nil:
+			return 0
+		case a.ExpiresAt == nil:
+			return 1
+		case b.ExpiresAt == nil:
+			return -1
+		}
+		return a.ExpiresAt.Compare(*b.ExpiresAt)
+	case SpendFree:
+		return cmpBool(a.Paid, b.Paid)
+	case SpendPaid:
+		return cmpBool(b.Paid, a.Paid)
+	case SpendOldest:
+		return cmpInt(a.ID, b.ID)
+	case SpendNewest:
+		return cmpInt(b.ID, a.ID)
+	}
+	return 0
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
+}

@@ -1,0 +1,119 @@
+package postgres
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cofferhq/coffer"
+)
+
+// queries are the statements of one shard. Table names carry the shard
+// number, so each shard has its own text (and prepared statements).
+type queries struct {
+	lockPlayer, nextIDs                    string
+	lots, lotsByID, trxByKey, insertTrx    string
+	finishHold, insertOps, insertLots      string
+	updateLots, balancesNow, balancesAt    string
+	finlogAsc, finlogDesc                  string
+	expiredPlayers, pendingHolds           string
+	lockPlayerSkip, revenue, trxOpsColumns string
+}
+
+// trxColumns are read by scanTrx, in this order; ops come as a JSON array.
+const trxColumns = `t.trx_id, t.idempotency_key, t.kind, t.status, t.reason, t.meta, t.created_at,
+	t.hold_expires_at, t.pending_grants, t.request_hash, t.version, t.balances,
+	COALESCE((SELECT json_agg(json_build_object('c', o.currency, 'a', o.amount, 'k', o.kind, 'p', o.paid,
+		'l', o.lot_id, 'b', o.balance_after, 'u', o.purchase, 'z', o.cause) ORDER BY o.seq)
+		FROM op_N o WHERE o.trx_id = t.trx_id), '[]')`
+
+func newQueries(id coffer.ShardID) *queries {
+	n := func(sql string) string { return strings.ReplaceAll(sql, "_N", fmt.Sprintf("_%d", id)) }
+	return &queries{
+		// Every write locks the player first and bumps the version; the
+		// timestamp never goes back for a player, so the finlog and the
+		// balance_after chains are in time order.
+		lockPlayer: n(`INSERT INTO balance_N AS b (ns, player_id, version, updated_at)
+			VALUES ($1, $2, 1, clock_timestamp())
+			ON CONFLICT (ns, player_id) DO UPDATE
+			SET version = b.version + 1, updated_at = greatest(clock_timestamp(), b.updated_at + interval '1 microsecond')
+			RETURNING version, updated_at`),
+		lockPlayerSkip: n(`SELECT 1 FROM balance_N WHERE ns = $1 AND player_id = $2 FOR UPDATE SKIP LOCKED`),
+		nextIDs:        n(`SELECT nextval('id_seq_N') FROM generate_series(1, $1)`),
+		lots: n(`SELECT lot_id, currency, paid, amount, expires_at, priority FROM lot_N
+			WHERE ns = $1 AND player_id = $2 AND amount > 0`),
+		lotsByID: n(`SELECT lot_id, currency, paid, amount, expires_at, priority FROM lot_N
+			WHERE ns = $1 AND player_id = $2 AND lot_id = ANY($3)`),
+		trxByKey: n(`SELECT ` + trxColumns + ` FROM trx_N t
+			WHERE t.ns = $1 AND t.player_id = $2 AND t.emitter = $3 AND t.idempotency_key = $4`),
+		trxOpsColumns: n(trxColumns),
+		insertTrx: n(`INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
+			kind, status, reason, meta, hold_expires_at, pending_grants, version, balances)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`),
+		finishHold: n(`UPDATE trx_N SET status = $5, version = $6, balances = $7, finished_at = $8
+			WHERE ns = $1 AND player_id = $2 AND created_at = $3 AND trx_id = $4`),
+		insertOps: n(`INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
+			balance_after, paid_after, created_at, purchase)
+			SELECT u.trx_id, u.seq, $1, $2, u.currency, u.lot_id, u.kind, u.cause, u.amount, u.paid,
+				u.balance_after, u.paid_after, $3, u.purchase
+			FROM unnest($4::bigint[], $5::smallint[], $6::int[], $7::bigint[], $8::text[], $9::text[],
+				$10::bigint[], $11::bool[], $12::bigint[], $13::bigint[], $14::jsonb[])
+				AS u(trx_id, seq, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, purchase)`),
+		insertLots: n(`INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, expires_at, priority, created_at, trx_id)
+			SELECT $1, $2, u.lot_id, u.currency, u.paid, u.amount, u.expires_at, u.priority, $3, $4
+			FROM unnest($5::bigint[], $6::int[], $7::bool[], $8::bigint[], $9::timestamptz[], $10::int[])
+				AS u(lot_id, currency, paid, amount, expires_at, priority)`),
+		updateLots: n(`UPDATE lot_N l SET amount = u.amount
+			FROM unnest($3::bigint[], $4::bigint[]) AS u(lot_id, amount)
+			WHERE l.ns = $1 AND l.player_id = $2 AND l.lot_id = u.lot_id`),
+		// One snapshot for the version and the lots: a cached balance is
+		// never paired with another version.
+		balancesNow: n(`SELECT b.version, l.lot_id, l.currency, l.paid, l.amount, l.expires_at, l.priority, l.created_at
+			FROM balance_N b LEFT JOIN lot_N l ON l.ns = b.ns AND l.player_id = b.player_id
+				AND l.amount > 0 AND (l.expires_at IS NULL OR l.expires_at > now())
+			WHERE b.ns = $1 AND b.player_id = $2`),
+		// One index lookup per currency in op_N_at; expiries not yet
+		// recorded by the sweeper are subtracted from lots (they are not
+		// in the op chain yet, and their lots still hold the amount).
+		balancesAt: n(`SELECT c.currency, COALESCE(o.balance_after, 0) - COALESCE(x.total, 0), COALESCE(o.paid_after, 0) - COALESCE(x.paid, 0),
+				(SELECT t.version FROM trx_N t WHERE t.ns = $1 AND t.player_id = $2 AND t.created_at <= $3
+					ORDER BY t.created_at DESC, t.trx_id DESC LIMIT 1)
+			FROM unnest($4::int[]) AS c(currency)
+			LEFT JOIN LATERAL (SELECT balance_after, paid_after FROM op_N
+				WHERE ns = $1 AND player_id = $2 AND currency = c.currency AND created_at <= $3
+				ORDER BY created_at DESC, trx_id DESC, seq DESC LIMIT 1) o ON true
+			LEFT JOIN LATERAL (SELECT sum(amount) AS total, sum(amount) FILTER (WHERE paid) AS paid FROM lot_N
+				WHERE ns = $1 AND player_id = $2 AND currency = c.currency AND amount > 0 AND expires_at <= $3) x ON true`),
+		finlogAsc:  n(finlogSQL(false)),
+		finlogDesc: n(finlogSQL(true)),
+		expiredPlayers: n(`SELECT DISTINCT ns, player_id FROM lot_N
+			WHERE expires_at <= now() AND amount > 0 LIMIT $1`),
+		pendingHolds: n(`SELECT ns, player_id, emitter, idempotency_key FROM trx_N
+			WHERE status = 'pending' AND hold_expires_at <= now() ORDER BY hold_expires_at LIMIT $1`),
+		revenue: n(`SELECT currency,
+				COALESCE(sum(amount) FILTER (WHERE kind = 'grant' AND cause = 'change' AND created_at >= $2), 0),
+				COALESCE(sum(-amount) FILTER (WHERE kind = 'consume' AND cause = 'change' AND created_at >= $2), 0)
+					- COALESCE(sum(amount) FILTER (WHERE kind = 'grant' AND cause = 'release' AND created_at >= $2), 0),
+				COALESCE(sum(amount) FILTER (WHERE kind = 'grant' AND cause = 'exchange' AND created_at >= $2), 0),
+				COALESCE(sum(-amount) FILTER (WHERE kind = 'consume' AND cause = 'exchange' AND created_at >= $2), 0),
+				COALESCE(sum(-amount) FILTER (WHERE kind = 'expire' AND created_at >= $2), 0),
+				COALESCE(sum(amount), 0)
+			FROM op_N WHERE ns = $1 AND paid AND created_at < $3 GROUP BY currency`),
+	}
+}
+
+// finlogSQL pages a player's trx in the order of the trx primary key, so
+// that each page is one index range scan.
+func finlogSQL(desc bool) string {
+	cmp, dir := ">", "ASC"
+	if desc {
+		cmp, dir = "<", "DESC"
+	}
+	return `SELECT ` + trxColumns + ` FROM trx_N t
+		WHERE t.ns = $1 AND t.player_id = $2
+		AND t.created_at >= $3 AND t.created_at < $4
+		AND ($5::text IS NULL OR t.reason = $5)
+		AND ($6::int IS NULL OR EXISTS (SELECT 1 FROM op_N o WHERE o.trx_id = t.trx_id AND o.currency = $6))
+		AND ($7::timestamptz IS NULL OR (t.created_at, t.trx_id) ` + cmp + ` ($7, $8))
+		ORDER BY t.created_at ` + dir + `, t.trx_id ` + dir + `
+		LIMIT $9`
+}

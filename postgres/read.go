@@ -1,0 +1,278 @@
+package postgres
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/jackc/pgx/v5"
+)
+
+// Balances reads current balances in one statement (one round trip, one
+// snapshot), or with At the balances of that time, one index lookup per
+// currency.
+func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Balances, error) {
+	if q.Namespace <= 0 || q.PlayerID <= 0 {
+		return coffer.Balances{}, coffer.Errorf(coffer.CodeInvalid, "namespace and player_id must be > 0")
+	}
+	currencies := s.catalog.Currencies()
+	if q.Currency != "" {
+		cur, ok := s.catalog.Currency(q.Currency)
+		if !ok {
+			return coffer.Balances{}, coffer.Errorf(coffer.CodeInvalid, "currency: unknown currency %q", q.Currency)
+		}
+		currencies = []*coffer.Currency{cur}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	id, pool := s.router.Player(q.PlayerID)
+	out := coffer.Balances{Namespace: q.Namespace, PlayerID: q.PlayerID, Balances: []coffer.Balance{}}
+	if q.At != nil {
+		err := s.balancesAt(ctx, pool, s.q(id), q, currencies, &out)
+		return out, mapError(id, err)
+	}
+	rows, err := pool.Query(ctx, s.q(id).balancesNow, q.Namespace, q.PlayerID)
+	if err != nil {
+		return out, mapError(id, err)
+	}
+	byCur := map[coffer.CurrencyID]*coffer.Balance{}
+	for _, c := range currencies {
+		out.Balances = append(out.Balances, coffer.Balance{Currency: c.Code})
+	}
+	for i, c := range currencies {
+		byCur[c.ID] = &out.Balances[i]
+	}
+	for rows.Next() {
+		var l coffer.Lot
+		var lotID *int64
+		var cur *coffer.CurrencyID
+		var paid *bool
+		var amount *coffer.Amount
+		var prio *int32
+		var created *time.Time
+		if err := rows.Scan(&out.Version, &lotID, &cur, &paid, &amount, &l.ExpiresAt, &prio, &created); err != nil {
+			rows.Close()
+			return out, mapError(id, err)
+		}
+		if lotID == nil {
+			continue
+		}
+		bal := byCur[*cur]
+		if bal == nil {
+			continue
+		}
+		l.ID, l.Currency, l.Paid, l.Amount, l.Priority, l.CreatedAt = *lotID, bal.Currency, *paid, *amount, *prio, created.UTC()
+		bal.Total += l.Amount
+		if l.Paid {
+			bal.Paid += l.Amount
+		} else {
+			bal.Free += l.Amount
+		}
+		if q.Lots {
+			bal.Lots = append(bal.Lots, l)
+		}
+	}
+	return out, mapError(id, rows.Err())
+}
+
+func (s *Store) balancesAt(ctx context.Context, pool interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, qs *queries, q coffer.BalanceQuery, currencies []*coffer.Currency, out *coffer.Balances) error {
+	ids := make([]int32, len(currencies))
+	for i, c := range currencies {
+		ids[i] = int32(c.ID)
+	}
+	at := q.At.UTC()
+	out.At = &at
+	rows, err := pool.Query(ctx, qs.balancesAt, q.Namespace, q.PlayerID, at, ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var cur coffer.CurrencyID
+		var b coffer.Balance
+		var version *int64
+		if err := rows.Scan(&cur, &b.Total, &b.Paid, &version); err != nil {
+			return err
+		}
+		b.Currency, b.Free = s.code(cur), b.Total-b.Paid
+		if version != nil {
+			out.Version = *version
+		}
+		out.Balances = append(out.Balances, b)
+	}
+	return rows.Err()
+}
+
+// Trx reads one trx by its scope.
+func (s *Store) Trx(ctx context.Context, sc coffer.Scope) (coffer.Trx, error) {
+	if err := checkHoldScope(sc); err != nil {
+		return coffer.Trx{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	id, pool := s.router.Player(sc.PlayerID)
+	st, err := s.scanTrx(pool.QueryRow(ctx, s.q(id).trxByKey, sc.Namespace, sc.PlayerID, sc.Emitter, sc.IdempotencyKey))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return coffer.Trx{}, coffer.Errorf(coffer.CodeNotFound, "no trx with idempotency_key %q", sc.IdempotencyKey)
+	}
+	if err != nil {
+		return coffer.Trx{}, mapError(id, err)
+	}
+	return st.Trx, nil
+}
+
+// Finlog reads a page of a player's trx, with their ops, in one statement.
+func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.FinlogPage, error) {
+	if q.Namespace <= 0 || q.PlayerID <= 0 {
+		return coffer.FinlogPage{}, coffer.Errorf(coffer.CodeInvalid, "namespace and player_id must be > 0")
+	}
+	if q.Limit == 0 {
+		q.Limit = 100
+	}
+	if q.Limit < 1 || q.Limit > coffer.FinlogLimitMax {
+		return coffer.FinlogPage{}, coffer.Errorf(coffer.CodeInvalid, "limit must be 1–%d", coffer.FinlogLimitMax)
+	}
+	from, to := time.Unix(0, 0).UTC(), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	if q.From != nil {
+		from = *q.From
+	}
+	if q.To != nil {
+		to = *q.To
+	}
+	var reason *string
+	if q.Reason != "" {
+		reason = &q.Reason
+	}
+	var currency *int32
+	if q.Currency != "" {
+		cur, ok := s.catalog.Currency(q.Currency)
+		if !ok {
+			return coffer.FinlogPage{}, coffer.Errorf(coffer.CodeInvalid, "currency: unknown currency %q", q.Currency)
+		}
+		c := int32(cur.ID)
+		currency = &c
+	}
+	var afterTime *time.Time
+	var afterID int64
+	if q.Cursor != "" {
+		t, id, err := decodeCursor(q.Cursor)
+		if err != nil {
+			return coffer.FinlogPage{}, err
+		}
+		afterTime, afterID = &t, id
+	}
+	shardID, pool := s.router.Player(q.PlayerID)
+	sql := s.q(shardID).finlogAsc
+	if q.Desc {
+		sql = s.q(shardID).finlogDesc
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	rows, err := pool.Query(ctx, sql, q.Namespace, q.PlayerID, from, to, reason, currency, afterTime, afterID, q.Limit+1)
+	if err != nil {
+		return coffer.FinlogPage{}, mapError(shardID, err)
+	}
+	defer rows.Close()
+	page := coffer.FinlogPage{Items: []coffer.Trx{}}
+	for rows.Next() {
+		st, err := s.scanTrx(rows)
+		if err != nil {
+			return coffer.FinlogPage{}, mapError(shardID, err)
+		}
+		page.Items = append(page.Items, st.Trx)
+	}
+	if err := rows.Err(); err != nil {
+		return coffer.FinlogPage{}, mapError(shardID, err)
+	}
+	if len(page.Items) > q.Limit {
+		page.Items = page.Items[:q.Limit]
+		last := page.Items[q.Limit-1]
+		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
+	}
+	return page, nil
+}
+
+// A cursor is the (created_at, trx_id) of the last trx of a page.
+func encodeCursor(t time.Time, id int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(t.UnixMicro(), 10) + "." + strconv.FormatInt(id, 10)))
+}
+
+func decodeCursor(c string) (time.Time, int64, error) {
+	bad := coffer.Errorf(coffer.CodeInvalid, "cursor: not a cursor from a previous page")
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, 0, bad
+	}
+	micro, id, ok := strings.Cut(string(raw), ".")
+	if !ok {
+		return time.Time{}, 0, bad
+	}
+	m, err1 := strconv.ParseInt(micro, 10, 64)
+	n, err2 := strconv.ParseInt(id, 10, 64)
+	if err1 != nil || err2 != nil {
+		return time.Time{}, 0, bad
+	}
+	return time.UnixMicro(m).UTC(), n, nil
+}
+
+// Revenue sums paid ops of the namespace over every shard, one statement
+// per shard.
+func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.RevenueLine, error) {
+	if q.Namespace <= 0 || !q.From.Before(q.To) {
+		return nil, coffer.Errorf(coffer.CodeInvalid, "namespace must be > 0 and from before to")
+	}
+	var only *coffer.Currency
+	if q.Currency != "" {
+		cur, ok := s.catalog.Currency(q.Currency)
+		if !ok {
+			return nil, coffer.Errorf(coffer.CodeInvalid, "currency: unknown currency %q", q.Currency)
+		}
+		only = cur
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*s.opts.Timeout)
+	defer cancel()
+	lines := map[coffer.CurrencyID]*coffer.RevenueLine{}
+	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
+		id := coffer.ShardID(sh)
+		rows, err := s.router.Shard(id).Query(ctx, s.q(id).revenue, q.Namespace, q.From, q.To)
+		if err != nil {
+			return nil, mapError(id, err)
+		}
+		for rows.Next() {
+			var cur coffer.CurrencyID
+			var r coffer.RevenueLine
+			if err := rows.Scan(&cur, &r.Deposited, &r.Recognised, &r.ConvertedIn, &r.ConvertedOut, &r.Expired, &r.Deferred); err != nil {
+				rows.Close()
+				return nil, mapError(id, err)
+			}
+			l := lines[cur]
+			if l == nil {
+				l = &coffer.RevenueLine{Currency: s.code(cur)}
+				lines[cur] = l
+			}
+			l.Deposited += r.Deposited
+			l.Recognised += r.Recognised
+			l.ConvertedIn += r.ConvertedIn
+			l.ConvertedOut += r.ConvertedOut
+			l.Expired += r.Expired
+			l.Deferred += r.Deferred
+		}
+		if err := rows.Err(); err != nil {
+			return nil, mapError(id, fmt.Errorf("revenue: %w", err))
+		}
+	}
+	var out []coffer.RevenueLine
+	for _, c := range s.catalog.Currencies() {
+		if l := lines[c.ID]; l != nil && (only == nil || only.ID == c.ID) {
+			out = append(out, *l)
+		}
+	}
+	return out, nil
+}

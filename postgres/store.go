@@ -1,0 +1,198 @@
+// Package postgres is the only package with ledger SQL: the coffer.Ledger
+// over the shard tables, the sweepers, and the mapping of PostgreSQL errors
+// to domain codes.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/shard"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Options tune a Store.
+type Options struct {
+	// Timeout bounds each call's database work; zero means 5 seconds.
+	Timeout time.Duration
+	// RetriesMax bounds retries after a serialization failure or deadlock.
+	RetriesMax int
+}
+
+// Store implements coffer.Ledger on the shards of a Router. It is safe for
+// concurrent use.
+type Store struct {
+	router  *shard.Router
+	catalog *coffer.Catalog
+	opts    Options
+	queries sync.Map // coffer.ShardID → *queries
+}
+
+var _ coffer.Ledger = (*Store)(nil)
+
+// New returns a Store. The router's map must have been migrated with
+// coffer's schema.
+func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
+	if opts.Timeout == 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	if opts.RetriesMax == 0 {
+		opts.RetriesMax = 3
+	}
+	return &Store{router: router, catalog: catalog, opts: opts}
+}
+
+// q returns the statements of a shard, built once.
+func (s *Store) q(id coffer.ShardID) *queries {
+	if q, ok := s.queries.Load(id); ok {
+		return q.(*queries)
+	}
+	q, _ := s.queries.LoadOrStore(id, newQueries(id))
+	return q.(*queries)
+}
+
+// retryable tells whether a transaction failed only because it lost a race
+// with another one, so that running it again is correct.
+func retryable(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01")
+}
+
+// mapError turns a driver error into a domain error. Domain errors pass
+// through; errors of the database (not of the request) are
+// shard_unavailable, which the client may retry with the same key.
+func mapError(id coffer.ShardID, err error) error {
+	if err == nil {
+		return nil
+	}
+	var de *coffer.Error
+	if errors.As(err, &de) {
+		return err
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch {
+		case pg.Code[:2] == "08", pg.Code[:2] == "57", pg.Code == "53300", pg.Code == "25006":
+			return &coffer.Error{Code: coffer.CodeUnavailable, Message: fmt.Sprintf("shard %d is unavailable", id), Err: err}
+		case pg.Code[:2] == "22":
+			return &coffer.Error{Code: coffer.CodeInvalid, Message: pg.Message, Err: err}
+		}
+		return &coffer.Error{Code: coffer.CodeInternal, Message: fmt.Sprintf("shard %d: database error", id), Err: err}
+	}
+	var netErr net.Error
+	var connErr *pgconn.ConnectError
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) || errors.As(err, &connErr) || pgconn.Timeout(err) {
+		return &coffer.Error{Code: coffer.CodeUnavailable, Message: fmt.Sprintf("shard %d is unavailable or slow", id), Err: err}
+	}
+	if errors.Is(err, context.Canceled) {
+		return &coffer.Error{Code: coffer.CodeUnavailable, Message: "request canceled", Err: err}
+	}
+	return &coffer.Error{Code: coffer.CodeUnavailable, Message: fmt.Sprintf("shard %d: connection failed", id), Err: err}
+}
+
+// playerTx is an open transaction on a player's shard, begun inside the
+// first batch (saving a round trip), holding the player's balance lock.
+type playerTx struct {
+	conn    pgxConn
+	shard   coffer.ShardID
+	q       *queries
+	ns      coffer.Namespace
+	player  coffer.PlayerID
+	emitter coffer.Emitter
+	version int64
+	now     time.Time
+	ids     []int64
+	idErr   error
+	open    bool
+	// ctx is the request's, for the few statements run outside batches.
+	ctx context.Context
+}
+
+// pgxConn is what playerTx needs of a pooled connection.
+type pgxConn interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// rollback ends the transaction if it is open. It runs on its own short
+// deadline, so that a canceled request still releases its lock.
+func (t *playerTx) rollback() error {
+	if !t.open {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := t.conn.Exec(ctx, "ROLLBACK")
+	if err == nil {
+		t.open = false
+	}
+	return err
+}
+
+// withPlayer runs fn in a transaction on the player's shard, retrying lost
+// races up to RetriesMax times. fn gets the batch that begins the
+// transaction and locks the player; it queues its own reads on it, runs it
+// with t.start and queues writes with t.finish.
+func (s *Store) withPlayer(ctx context.Context, ns coffer.Namespace, player coffer.PlayerID, fn func(t *playerTx) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	id, pool := s.router.Player(player)
+	var err error
+	for attempt := 0; attempt <= s.opts.RetriesMax; attempt++ {
+		err = func() error {
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			t := &playerTx{conn: conn, shard: id, q: s.q(id), ns: ns, player: player, ctx: ctx}
+			defer func() {
+				if t.rollback() != nil {
+					// The connection is in an unknown state: drop it
+					// rather than hand it to the next request.
+					_ = conn.Conn().Close(context.Background())
+				}
+				conn.Release()
+			}()
+			return fn(t)
+		}()
+		if !retryable(err) {
+			break
+		}
+	}
+	return mapError(id, err)
+}
+
+// start queues BEGIN, the player lock and nIDs fresh ids in front of b and
+// runs it: one round trip for the transaction's reads.
+func (t *playerTx) start(ctx context.Context, b *pgx.Batch, nIDs int) error {
+	head := &pgx.Batch{}
+	head.Queue("BEGIN")
+	head.Queue(t.q.lockPlayer, t.ns, t.player).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&t.version, &t.now)
+	})
+	head.Queue(t.q.nextIDs, nIDs).Query(func(rows pgx.Rows) error {
+		var err error
+		t.ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	})
+	head.QueuedQueries = append(head.QueuedQueries, b.QueuedQueries...)
+	t.open = true
+	return t.conn.SendBatch(ctx, head).Close()
+}
+
+// finish runs the writes in b followed by COMMIT: the second round trip.
+func (t *playerTx) finish(ctx context.Context, b *pgx.Batch) error {
+	b.Queue("COMMIT")
+	if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	t.open = false
+	return nil
+}

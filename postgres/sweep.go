@@ -1,0 +1,112 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+
+	"github.com/cofferhq/coffer"
+	"github.com/jackc/pgx/v5"
+)
+
+// SweepHolds rolls back holds past their TTL (status expired), at most
+// limit per shard per pass, and returns how many it rolled back. It is safe
+// to run on every instance at once: each hold is re-checked under its
+// player's lock, so a hold another sweeper (or a client) finished first is
+// left alone.
+func (s *Store) SweepHolds(ctx context.Context, limit int) (int, error) {
+	n := 0
+	var errs []error
+	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
+		id := coffer.ShardID(sh)
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		rows, err := s.router.Shard(id).Query(cctx, s.q(id).pendingHolds, limit)
+		var due []coffer.Scope
+		if err == nil {
+			due, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (coffer.Scope, error) {
+				var sc coffer.Scope
+				return sc, r.Scan(&sc.Namespace, &sc.PlayerID, &sc.Emitter, &sc.IdempotencyKey)
+			})
+		}
+		cancel()
+		if err != nil {
+			errs = append(errs, mapError(id, err))
+			continue
+		}
+		for _, sc := range due {
+			trx, replayed, err := s.finishHold(ctx, sc, false, true)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if !replayed && trx.Status == coffer.StatusExpired {
+				n++
+			}
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// SweepExpiredLots records an expire op for every lot that expired with an
+// amount left, at most limit players per shard per pass, and returns how
+// many players it changed. Safe on many instances, like SweepHolds.
+func (s *Store) SweepExpiredLots(ctx context.Context, limit int) (int, error) {
+	n := 0
+	var errs []error
+	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
+		id := coffer.ShardID(sh)
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		rows, err := s.router.Shard(id).Query(cctx, s.q(id).expiredPlayers, limit)
+		type player struct {
+			ns coffer.Namespace
+			id coffer.PlayerID
+		}
+		var players []player
+		if err == nil {
+			players, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (player, error) {
+				var p player
+				return p, r.Scan(&p.ns, &p.id)
+			})
+		}
+		cancel()
+		if err != nil {
+			errs = append(errs, mapError(id, err))
+			continue
+		}
+		for _, p := range players {
+			changed, err := s.expirePlayer(ctx, p.ns, p.id)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if changed {
+				n++
+			}
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+func (s *Store) expirePlayer(ctx context.Context, ns coffer.Namespace, player coffer.PlayerID) (bool, error) {
+	changed := false
+	err := s.withPlayer(ctx, ns, player, func(t *playerTx) error {
+		book := &coffer.Book{NewID: t.nextID}
+		b := &pgx.Batch{}
+		queueLots(b, t, book)
+		if err := t.start(ctx, b, 1); err != nil {
+			return err
+		}
+		book.Now = t.now
+		expired := book.Expire()
+		if len(expired) == 0 {
+			return nil // another sweeper or a write recorded them first
+		}
+		w := &pgx.Batch{}
+		s.queueExpireTrx(w, t, book, expired, false)
+		queueLotWrites(w, t, book, 0)
+		if t.idErr != nil {
+			return t.idErr
+		}
+		changed = true
+		return t.finish(ctx, w)
+	})
+	return changed, err
+}

@@ -1,0 +1,258 @@
+package postgres
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/jackc/pgx/v5"
+)
+
+// storedTrx is a trx row read back, with what only the store needs.
+type storedTrx struct {
+	coffer.Trx
+	hash          []byte
+	pendingGrants []pendingGrant
+}
+
+// pendingGrant is a hold's grant, kept in trx.pending_grants until commit.
+type pendingGrant struct {
+	Currency  coffer.CurrencyID `json:"c"`
+	Amount    coffer.Amount     `json:"a"`
+	Paid      bool              `json:"p,omitempty"`
+	ExpiresAt *time.Time        `json:"e,omitempty"`
+	Priority  int32             `json:"r,omitempty"`
+	Purchase  *coffer.Purchase  `json:"u,omitempty"`
+}
+
+// storedOp is an op as trxColumns aggregates it.
+type storedOp struct {
+	Currency     coffer.CurrencyID `json:"c"`
+	Amount       coffer.Amount     `json:"a"`
+	Kind         coffer.OpKind     `json:"k"`
+	Paid         bool              `json:"p"`
+	LotID        int64             `json:"l"`
+	BalanceAfter coffer.Amount     `json:"b"`
+	Purchase     *coffer.Purchase  `json:"u"`
+	Cause        coffer.OpCause    `json:"z"`
+}
+
+func (s *Store) code(id coffer.CurrencyID) string {
+	if c, ok := s.catalog.CurrencyByID(id); ok {
+		return c.Code
+	}
+	return "unknown"
+}
+
+// scanTrx reads one row of trxColumns.
+func (s *Store) scanTrx(row pgx.Row) (*storedTrx, error) {
+	var t storedTrx
+	var meta, pending, balances, ops []byte
+	var reason string
+	err := row.Scan(&t.ID, &t.IdempotencyKey, &t.Kind, &t.Status, &reason, &meta, &t.CreatedAt,
+		&t.HoldExpiresAt, &pending, &t.hash, &t.Version, &balances, &ops)
+	if err != nil {
+		return nil, err
+	}
+	t.Reason = reason
+	if len(meta) > 0 {
+		t.Meta = json.RawMessage(meta)
+	}
+	if len(balances) > 0 {
+		if err := json.Unmarshal(balances, &t.Balances); err != nil {
+			return nil, err
+		}
+	}
+	var sops []storedOp
+	if err := json.Unmarshal(ops, &sops); err != nil {
+		return nil, err
+	}
+	t.Ops = make([]coffer.Op, 0, len(sops))
+	for _, o := range sops {
+		t.Ops = append(t.Ops, coffer.Op{Currency: s.code(o.Currency), Amount: o.Amount, Kind: o.Kind, Paid: o.Paid,
+			LotID: o.LotID, BalanceAfter: o.BalanceAfter, Purchase: o.Purchase})
+	}
+	if len(pending) > 0 {
+		if err := json.Unmarshal(pending, &t.pendingGrants); err != nil {
+			return nil, err
+		}
+		if t.Status == coffer.StatusPending {
+			for _, g := range t.pendingGrants {
+				t.Ops = append(t.Ops, coffer.Op{Currency: s.code(g.Currency), Amount: g.Amount, Kind: coffer.OpGrant,
+					Paid: g.Paid, Pending: true, Purchase: g.Purchase})
+			}
+		}
+	}
+	t.CreatedAt = t.CreatedAt.UTC()
+	if t.HoldExpiresAt != nil {
+		u := t.HoldExpiresAt.UTC()
+		t.HoldExpiresAt = &u
+	}
+	return &t, nil
+}
+
+// queueTrxByKey reads the trx of a scope into *out (nil if none).
+func (s *Store) queueTrxByKey(b *pgx.Batch, t *playerTx, sc coffer.Scope, out **storedTrx) {
+	b.Queue(t.q.trxByKey, sc.Namespace, sc.PlayerID, sc.Emitter, sc.IdempotencyKey).Query(func(rows pgx.Rows) error {
+		defer rows.Close()
+		if rows.Next() {
+			st, err := s.scanTrx(rows)
+			if err != nil {
+				return err
+			}
+			*out = st
+		}
+		return rows.Err()
+	})
+}
+
+// queueLots reads the player's lots with an amount into the book.
+func queueLots(b *pgx.Batch, t *playerTx, book *coffer.Book) {
+	b.Queue(t.q.lots, t.ns, t.player).Query(func(rows pgx.Rows) error {
+		return scanLots(rows, book)
+	})
+}
+
+func scanLots(rows pgx.Rows, book *coffer.Book) error {
+	defer rows.Close()
+	for rows.Next() {
+		l := &coffer.BookLot{}
+		if err := rows.Scan(&l.ID, &l.Currency, &l.Paid, &l.Amount, &l.ExpiresAt, &l.Priority); err != nil {
+			return err
+		}
+		book.Lots = append(book.Lots, l)
+	}
+	return rows.Err()
+}
+
+// replay answers a write whose key was seen before: the original result if
+// the payload is the same, idempotency_conflict otherwise.
+func replay(st *storedTrx, hash []byte) (coffer.Trx, bool, error) {
+	if !bytes.Equal(st.hash, hash) {
+		return coffer.Trx{}, false, coffer.Errorf(coffer.CodeIdempotencyConflict,
+			"idempotency_key %q was used for another request (trx %d)", st.IdempotencyKey, st.ID)
+	}
+	return st.Trx, true, nil
+}
+
+// snapshot is the player's balances in the touched currencies, as the book
+// stands.
+func (s *Store) snapshot(book *coffer.Book, ops ...[]coffer.BookOp) []coffer.Balance {
+	seen := map[coffer.CurrencyID]bool{}
+	var out []coffer.Balance
+	for _, list := range ops {
+		for _, op := range list {
+			if seen[op.Currency] {
+				continue
+			}
+			seen[op.Currency] = true
+			total, paid := book.Totals(op.Currency)
+			out = append(out, coffer.Balance{Currency: s.code(op.Currency), Total: total, Paid: paid, Free: total - paid})
+		}
+	}
+	return out
+}
+
+// apiOps turns planned ops into the response's ops.
+func (s *Store) apiOps(ops []coffer.BookOp) []coffer.Op {
+	out := make([]coffer.Op, 0, len(ops))
+	for _, o := range ops {
+		out = append(out, coffer.Op{Currency: s.code(o.Currency), Amount: o.Amount, Kind: o.Kind, Paid: o.Paid,
+			LotID: o.LotID, BalanceAfter: o.BalanceAfter, Purchase: o.Purchase})
+	}
+	return out
+}
+
+// queueOps inserts ops of trxID numbered from seq, at time at.
+func queueOps(b *pgx.Batch, t *playerTx, at time.Time, trxID int64, seq int, ops []coffer.BookOp) {
+	if len(ops) == 0 {
+		return
+	}
+	n := len(ops)
+	trxIDs, seqs := make([]int64, n), make([]int16, n)
+	cur, lots := make([]int32, n), make([]int64, n)
+	kinds, causes := make([]string, n), make([]string, n)
+	amounts, after, paidAfter := make([]int64, n), make([]int64, n), make([]int64, n)
+	paid, purchases := make([]bool, n), make([][]byte, n)
+	for i, o := range ops {
+		trxIDs[i], seqs[i] = trxID, int16(seq+i)
+		cur[i], lots[i] = int32(o.Currency), o.LotID
+		kinds[i], causes[i] = string(o.Kind), string(o.Cause)
+		amounts[i], after[i], paidAfter[i] = int64(o.Amount), int64(o.BalanceAfter), int64(o.PaidAfter)
+		paid[i] = o.Paid
+		if o.Purchase != nil {
+			purchases[i], _ = json.Marshal(o.Purchase)
+		}
+	}
+	b.Queue(t.q.insertOps, t.ns, t.player, at, trxIDs, seqs, cur, lots, kinds, causes, amounts, paid, after, paidAfter, purchases)
+}
+
+// queueLotWrites inserts the book's new lots and updates its changed ones.
+func queueLotWrites(b *pgx.Batch, t *playerTx, book *coffer.Book, trxID int64) {
+	var newIDs, newAmounts, updIDs, updAmounts []int64
+	var newCur, newPrio []int32
+	var newPaid []bool
+	var newExp []*time.Time
+	for _, l := range book.Lots {
+		switch {
+		case l.New:
+			newIDs, newAmounts = append(newIDs, l.ID), append(newAmounts, int64(l.Amount))
+			newCur, newPrio = append(newCur, int32(l.Currency)), append(newPrio, l.Priority)
+			newPaid, newExp = append(newPaid, l.Paid), append(newExp, l.ExpiresAt)
+		case l.Changed:
+			updIDs, updAmounts = append(updIDs, l.ID), append(updAmounts, int64(l.Amount))
+		}
+	}
+	if len(newIDs) > 0 {
+		b.Queue(t.q.insertLots, t.ns, t.player, t.now, trxID, newIDs, newCur, newPaid, newAmounts, newExp, newPrio)
+	}
+	if len(updIDs) > 0 {
+		b.Queue(t.q.updateLots, t.ns, t.player, updIDs, updAmounts)
+	}
+}
+
+// queueExpireTrx records expire ops in a trx of their own (kind expire,
+// emitter 0), so that the finlog shows when and why currency left. The
+// balance_after chains order ops by (created_at, trx_id, seq): expiries
+// planned before a trx's ops are stamped a microsecond earlier (the player
+// lock keeps that after every earlier trx); those planned after (a hold
+// released onto an expired lot) at the same time with a newer trx id.
+func (s *Store) queueExpireTrx(b *pgx.Batch, t *playerTx, book *coffer.Book, ops []coffer.BookOp, before bool) {
+	if len(ops) == 0 {
+		return
+	}
+	at := t.now
+	if before {
+		at = at.Add(-time.Microsecond)
+	}
+	id := t.nextID()
+	balances, _ := json.Marshal(s.snapshot(book, ops))
+	b.Queue(t.q.insertTrx, t.ns, t.player, at, id, 0, "expire-"+itoa(id), []byte{},
+		coffer.TrxExpire, coffer.StatusCommitted, "expired", nil, nil, nil, t.version, balances)
+	queueOps(b, t, at, id, 0, ops)
+}
+
+func itoa(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+// nextID hands out an id fetched with the first batch, or fetches more
+// when that guess was short. A failure is kept in t.idErr, for the caller to
+// check once planning is done, and yields id 0, which is never written.
+func (t *playerTx) nextID() int64 {
+	if len(t.ids) == 0 && t.idErr == nil {
+		rows, err := t.conn.Query(t.ctx, t.q.nextIDs, 8)
+		if err == nil {
+			t.ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		}
+		t.idErr = err
+	}
+	if len(t.ids) == 0 {
+		return 0
+	}
+	id := t.ids[0]
+	t.ids = t.ids[1:]
+	return id
+}

@@ -1,0 +1,334 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/jackc/pgx/v5"
+)
+
+// Change applies a one-phase change or begins a hold. Cost: two round
+// trips (locks and reads; writes and commit), one more for a replay.
+func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Trx, bool, error) {
+	v, err := s.catalog.ValidateChange(req, time.Now())
+	if err != nil {
+		return coffer.Trx{}, false, err
+	}
+	var out coffer.Trx
+	var replayed bool
+	err = s.withPlayer(ctx, req.Namespace, req.PlayerID, func(t *playerTx) error {
+		t.emitter = req.Emitter
+		var existing *storedTrx
+		book := &coffer.Book{NewID: t.nextID}
+		b := &pgx.Batch{}
+		s.queueTrxByKey(b, t, req.Scope, &existing)
+		queueLots(b, t, book)
+		if err := t.start(ctx, b, 2+len(v.Ops)); err != nil {
+			return err
+		}
+		if existing != nil {
+			out, replayed, err = replay(existing, v.Hash)
+			return err
+		}
+		book.Now = t.now
+		expired := book.Expire()
+		var ops []coffer.BookOp
+		var pending []pendingGrant
+		for _, op := range v.Ops {
+			switch {
+			case op.Amount < 0:
+				taken, _, err := book.Consume(op.Currency, -op.Amount, coffer.CauseChange)
+				if err != nil {
+					return err
+				}
+				ops = append(ops, taken...)
+			case req.Hold:
+				pending = append(pending, pendingGrant{Currency: op.Currency.ID, Amount: op.Amount, Paid: op.Paid,
+					ExpiresAt: op.ExpiresAt, Priority: op.Priority, Purchase: op.Purchase})
+			default:
+				g, err := book.Grant(op.Currency.ID, op.Amount, op.Paid, op.ExpiresAt, op.Priority, op.Purchase, coffer.CauseChange)
+				if err != nil {
+					return err
+				}
+				ops = append(ops, g)
+			}
+		}
+		out = coffer.Trx{ID: t.nextID(), IdempotencyKey: req.IdempotencyKey, Kind: coffer.TrxChange,
+			Status: coffer.StatusCommitted, Reason: req.Reason, Meta: req.Meta, CreatedAt: t.now.UTC(),
+			Version: t.version, Ops: s.apiOps(ops), Balances: s.snapshot(book, ops)}
+		var pendingJSON []byte
+		if req.Hold {
+			out.Kind, out.Status = coffer.TrxHold, coffer.StatusPending
+			until := t.now.Add(v.HoldTTL).UTC()
+			out.HoldExpiresAt = &until
+			pendingJSON, _ = json.Marshal(pending)
+			for _, g := range pending {
+				out.Ops = append(out.Ops, coffer.Op{Currency: s.code(g.Currency), Amount: g.Amount, Kind: coffer.OpGrant,
+					Paid: g.Paid, Pending: true, Purchase: g.Purchase})
+			}
+		}
+		w := &pgx.Batch{}
+		s.queueExpireTrx(w, t, book, expired, true)
+		s.queueNewTrx(w, t, out, v.Hash, pendingJSON)
+		queueOps(w, t, t.now, out.ID, 0, ops)
+		queueLotWrites(w, t, book, out.ID)
+		if t.idErr != nil {
+			return t.idErr
+		}
+		return t.finish(ctx, w)
+	})
+	return out, replayed, err
+}
+
+func (s *Store) queueNewTrx(b *pgx.Batch, t *playerTx, trx coffer.Trx, hash, pending []byte) {
+	balances, _ := json.Marshal(trx.Balances)
+	var meta []byte
+	if len(trx.Meta) > 0 {
+		meta = trx.Meta
+	}
+	b.Queue(t.q.insertTrx, t.ns, t.player, t.now, trx.ID, t.emitter, trx.IdempotencyKey, hash,
+		trx.Kind, trx.Status, trx.Reason, meta, trx.HoldExpiresAt, pending, trx.Version, balances)
+}
+
+// Exchange consumes From in spend order and grants To at the rate; the paid
+// share carries over (see coffer.Rate.Exchange).
+func (s *Store) Exchange(ctx context.Context, req coffer.ExchangeRequest) (coffer.Trx, bool, error) {
+	v, err := s.catalog.ValidateExchange(req)
+	if err != nil {
+		return coffer.Trx{}, false, err
+	}
+	var out coffer.Trx
+	var replayed bool
+	err = s.withPlayer(ctx, req.Namespace, req.PlayerID, func(t *playerTx) error {
+		t.emitter = req.Emitter
+		var existing *storedTrx
+		book := &coffer.Book{NewID: t.nextID}
+		b := &pgx.Batch{}
+		s.queueTrxByKey(b, t, req.Scope, &existing)
+		queueLots(b, t, book)
+		if err := t.start(ctx, b, 4); err != nil {
+			return err
+		}
+		if existing != nil {
+			out, replayed, err = replay(existing, v.Hash)
+			return err
+		}
+		book.Now = t.now
+		expired := book.Expire()
+		// Paid A that becomes paid B is converted, not consumed: revenue is
+		// recognised only when B cannot be paid.
+		cause := coffer.CauseChange
+		if v.To.Paid {
+			cause = coffer.CauseExchange
+		}
+		ops, paidTaken, err := book.Consume(v.From, v.Amount, cause)
+		if err != nil {
+			return err
+		}
+		total, paid, ok := v.Rate.Exchange(v.Amount, paidTaken, v.To.Paid)
+		if !ok || total <= 0 {
+			return coffer.Errorf(coffer.CodeInvalid, "exchange yields nothing")
+		}
+		for _, part := range []struct {
+			amount coffer.Amount
+			paid   bool
+		}{{paid, true}, {total - paid, false}} {
+			if part.amount == 0 {
+				continue
+			}
+			g, err := book.Grant(v.To.ID, part.amount, part.paid, nil, 0, nil, coffer.CauseExchange)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, g)
+		}
+		out = coffer.Trx{ID: t.nextID(), IdempotencyKey: req.IdempotencyKey, Kind: coffer.TrxExchange,
+			Status: coffer.StatusCommitted, Reason: req.Reason, Meta: req.Meta, CreatedAt: t.now.UTC(),
+			Version: t.version, Ops: s.apiOps(ops), Balances: s.snapshot(book, ops)}
+		w := &pgx.Batch{}
+		s.queueExpireTrx(w, t, book, expired, true)
+		s.queueNewTrx(w, t, out, v.Hash, nil)
+		queueOps(w, t, t.now, out.ID, 0, ops)
+		queueLotWrites(w, t, book, out.ID)
+		if t.idErr != nil {
+			return t.idErr
+		}
+		return t.finish(ctx, w)
+	})
+	return out, replayed, err
+}
+
+func checkHoldScope(sc coffer.Scope) error {
+	if sc.Namespace <= 0 || sc.PlayerID <= 0 || sc.IdempotencyKey == "" || len(sc.IdempotencyKey) > coffer.IdempotencyKeyLenMax {
+		return coffer.Errorf(coffer.CodeInvalid, "namespace, player_id and idempotency_key are required")
+	}
+	return nil
+}
+
+// Commit applies a pending hold's grants. A hold past its TTL is rolled
+// back on the spot (status expired) and reported as hold_expired.
+func (s *Store) Commit(ctx context.Context, sc coffer.Scope) (coffer.Trx, bool, error) {
+	if err := checkHoldScope(sc); err != nil {
+		return coffer.Trx{}, false, err
+	}
+	return s.finishHold(ctx, sc, true, false)
+}
+
+// Rollback returns a pending hold's reservations to their lots.
+func (s *Store) Rollback(ctx context.Context, sc coffer.Scope) (coffer.Trx, bool, error) {
+	if err := checkHoldScope(sc); err != nil {
+		return coffer.Trx{}, false, err
+	}
+	return s.finishHold(ctx, sc, false, false)
+}
+
+// finishHold commits or releases a hold under the player's lock. sweep is
+// the hold sweeper's call: release only if the hold is past its TTL.
+func (s *Store) finishHold(ctx context.Context, sc coffer.Scope, commit, sweep bool) (coffer.Trx, bool, error) {
+	var out coffer.Trx
+	var replayed bool
+	var after error // reported after a successful write (hold_expired)
+	err := s.withPlayer(ctx, sc.Namespace, sc.PlayerID, func(t *playerTx) error {
+		var h *storedTrx
+		book := &coffer.Book{NewID: t.nextID}
+		b := &pgx.Batch{}
+		s.queueTrxByKey(b, t, sc, &h)
+		queueLots(b, t, book)
+		if err := t.start(ctx, b, 2+coffer.OpsMax/8); err != nil {
+			return err
+		}
+		if h == nil {
+			return coffer.Errorf(coffer.CodeNotFound, "no trx with idempotency_key %q", sc.IdempotencyKey)
+		}
+		book.Now = t.now
+		expiredNow := h.Status == coffer.StatusPending && !h.HoldExpiresAt.After(t.now)
+		if err := holdState(h, commit, sweep, expiredNow); err != nil || h.Status != coffer.StatusPending {
+			out, replayed = h.Trx, err == nil
+			return err
+		}
+		var ops, expiredAfter []coffer.BookOp
+		expired := book.Expire()
+		status := coffer.StatusCommitted
+		if commit && !expiredNow {
+			for _, g := range h.pendingGrants {
+				op, err := book.Grant(g.Currency, g.Amount, g.Paid, g.ExpiresAt, g.Priority, g.Purchase, coffer.CauseChange)
+				if err != nil {
+					return err
+				}
+				ops = append(ops, op)
+			}
+		} else {
+			status = coffer.StatusRolledBack
+			if expiredNow {
+				status = coffer.StatusExpired
+			}
+			var err error
+			if ops, err = s.release(ctx, t, book, h); err != nil {
+				return err
+			}
+			expiredAfter = book.Expire()
+			if commit {
+				after = coffer.Errorf(coffer.CodeHoldExpired, "hold %q expired at %s and was rolled back", sc.IdempotencyKey, h.HoldExpiresAt.Format(time.RFC3339))
+			}
+		}
+		out = h.Trx
+		out.Status, out.Version = status, t.version
+		out.Ops = append(settledOps(h.Ops), s.apiOps(ops)...)
+		out.Balances = s.snapshot(book, ops)
+		w := &pgx.Batch{}
+		s.queueExpireTrx(w, t, book, expired, true)
+		balances, _ := json.Marshal(out.Balances)
+		w.Queue(t.q.finishHold, t.ns, t.player, h.CreatedAt, h.ID, status, t.version, balances, t.now)
+		queueOps(w, t, t.now, h.ID, len(settledOps(h.Ops)), ops)
+		s.queueExpireTrx(w, t, book, expiredAfter, false)
+		queueLotWrites(w, t, book, h.ID)
+		if t.idErr != nil {
+			return t.idErr
+		}
+		return t.finish(ctx, w)
+	})
+	if err == nil && after != nil {
+		return out, false, after
+	}
+	return out, replayed, err
+}
+
+// holdState decides what a commit or rollback of h does when h is not a
+// pending hold: a replay (nil) or a conflict.
+func holdState(h *storedTrx, commit, sweep, expiredNow bool) error {
+	if h.Kind != coffer.TrxHold {
+		return coffer.Errorf(coffer.CodeHoldNotPending, "trx %q is a %s, not a hold", h.IdempotencyKey, h.Kind)
+	}
+	switch h.Status {
+	case coffer.StatusPending:
+		if sweep && !expiredNow {
+			h.Status = "" // not due: the sweeper leaves it (reported as a replay)
+		}
+		return nil
+	case coffer.StatusCommitted:
+		if commit {
+			return nil
+		}
+		return coffer.Errorf(coffer.CodeHoldNotPending, "hold %q is committed; it cannot be rolled back", h.IdempotencyKey)
+	case coffer.StatusRolledBack:
+		if commit {
+			return coffer.Errorf(coffer.CodeHoldNotPending, "hold %q was rolled back; it cannot be committed", h.IdempotencyKey)
+		}
+		return nil
+	default: // expired
+		if commit {
+			return coffer.Errorf(coffer.CodeHoldExpired, "hold %q expired at %s and was rolled back", h.IdempotencyKey, h.HoldExpiresAt.Format(time.RFC3339))
+		}
+		return nil
+	}
+}
+
+// settledOps drops the pending grants listed in a pending hold's ops.
+func settledOps(ops []coffer.Op) []coffer.Op {
+	var out []coffer.Op
+	for _, o := range ops {
+		if !o.Pending {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// release returns each consume of hold h to its lot, loading lots that
+// are empty now (the batch read only lots with an amount).
+func (s *Store) release(ctx context.Context, t *playerTx, book *coffer.Book, h *storedTrx) ([]coffer.BookOp, error) {
+	have := map[int64]bool{}
+	for _, l := range book.Lots {
+		have[l.ID] = true
+	}
+	var missing []int64
+	for _, o := range h.Ops {
+		if o.Kind == coffer.OpConsume && !have[o.LotID] {
+			missing = append(missing, o.LotID)
+			have[o.LotID] = true
+		}
+	}
+	if len(missing) > 0 {
+		rows, err := t.conn.Query(ctx, t.q.lotsByID, t.ns, t.player, missing)
+		if err != nil {
+			return nil, err
+		}
+		if err := scanLots(rows, book); err != nil {
+			return nil, err
+		}
+	}
+	var ops []coffer.BookOp
+	for _, o := range h.Ops {
+		if o.Kind != coffer.OpConsume {
+			continue
+		}
+		op, err := book.Release(o.LotID, -o.Amount)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, op)
+	}
+	return ops, nil
+}

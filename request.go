@@ -1,0 +1,244 @@
+package coffer
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"time"
+	"unicode/utf8"
+)
+
+// OpRequest is one requested movement: a grant (Amount > 0) or a consume
+// (Amount < 0) in a currency.
+type OpRequest struct {
+	Currency string `json:"currency"`
+	Amount   Amount `json:"amount"`
+	// Kind is paid or free, for grants; empty means free.
+	Kind      string     `json:"kind,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Priority  int32      `json:"priority,omitempty"`
+	Purchase  *Purchase  `json:"purchase,omitempty"`
+}
+
+// Scope identifies a trx: the namespace, player, calling client's emitter
+// and idempotency key.
+type Scope struct {
+	Namespace      Namespace
+	PlayerID       PlayerID
+	Emitter        Emitter
+	IdempotencyKey string
+}
+
+// ChangeRequest is a one-phase change, or with Hold the begin of a hold.
+type ChangeRequest struct {
+	Scope
+	Ops    []OpRequest
+	Reason string
+	Meta   json.RawMessage
+	Hold   bool
+	// HoldTTL is the hold's life; zero means the catalog's default.
+	HoldTTL time.Duration
+}
+
+// ExchangeRequest consumes Amount of From and grants To at the configured
+// rate.
+type ExchangeRequest struct {
+	Scope
+	From, To string
+	Amount   Amount
+	Reason   string
+	Meta     json.RawMessage
+}
+
+// ValidOp is an OpRequest checked against the catalog.
+type ValidOp struct {
+	Currency  *Currency
+	Amount    Amount // signed
+	Paid      bool
+	ExpiresAt *time.Time
+	Priority  int32
+	Purchase  *Purchase
+}
+
+// ValidChange is a ChangeRequest checked against the catalog, with the hash
+// that identifies its payload for idempotency.
+type ValidChange struct {
+	ChangeRequest
+	Ops  []ValidOp
+	Hash []byte
+}
+
+func checkScope(s Scope) error {
+	switch {
+	case s.Namespace <= 0:
+		return Errorf(CodeInvalid, "namespace must be > 0")
+	case s.PlayerID <= 0:
+		return Errorf(CodeInvalid, "player_id must be > 0")
+	case len(s.IdempotencyKey) < 1 || len(s.IdempotencyKey) > IdempotencyKeyLenMax || !utf8.ValidString(s.IdempotencyKey):
+		return Errorf(CodeInvalid, "idempotency_key must be 1–%d bytes of UTF-8", IdempotencyKeyLenMax)
+	}
+	return nil
+}
+
+func checkReasonMeta(reason string, meta json.RawMessage) error {
+	if len(reason) > ReasonLenMax || !utf8.ValidString(reason) {
+		return Errorf(CodeInvalid, "reason must be at most %d bytes of UTF-8", ReasonLenMax)
+	}
+	if len(meta) > MetaLenMax {
+		return Errorf(CodeInvalid, "meta must be at most %d bytes", MetaLenMax)
+	}
+	if len(meta) > 0 && (!json.Valid(meta) || bytes.TrimSpace(meta)[0] != '{') {
+		return Errorf(CodeInvalid, "meta must be a JSON object")
+	}
+	return nil
+}
+
+// ValidateChange checks a change against the catalog; now is the time
+// expiries must lie after. Errors are CodeInvalid.
+func (c *Catalog) ValidateChange(req ChangeRequest, now time.Time) (ValidChange, error) {
+	if err := checkScope(req.Scope); err != nil {
+		return ValidChange{}, err
+	}
+	if err := checkReasonMeta(req.Reason, req.Meta); err != nil {
+		return ValidChange{}, err
+	}
+	if len(req.Ops) == 0 || len(req.Ops) > OpsMax {
+		return ValidChange{}, Errorf(CodeInvalid, "ops: 1–%d ops required", OpsMax)
+	}
+	if !req.Hold && req.HoldTTL != 0 {
+		return ValidChange{}, Errorf(CodeInvalid, "hold_ttl_seconds is only for holds")
+	}
+	if req.Hold {
+		if req.HoldTTL == 0 {
+			req.HoldTTL = c.HoldTTLDefault
+		}
+		if req.HoldTTL < time.Second || req.HoldTTL > c.HoldTTLMax {
+			return ValidChange{}, Errorf(CodeInvalid, "hold_ttl_seconds must be 1–%d", int(c.HoldTTLMax/time.Second))
+		}
+	}
+	req.Ops = append([]OpRequest(nil), req.Ops...)
+	for i := range req.Ops {
+		if t := req.Ops[i].ExpiresAt; t != nil {
+			// PostgreSQL keeps microseconds; normalise so that a replay
+			// and the stored lot agree with the request.
+			u := t.UTC().Truncate(time.Microsecond)
+			req.Ops[i].ExpiresAt = &u
+		}
+	}
+	v := ValidChange{ChangeRequest: req}
+	for i, op := range req.Ops {
+		vop, err := c.validateOp(i, op, now)
+		if err != nil {
+			return ValidChange{}, err
+		}
+		v.Ops = append(v.Ops, vop)
+	}
+	v.Hash = hashRequest("change", req)
+	return v, nil
+}
+
+func (c *Catalog) validateOp(i int, op OpRequest, now time.Time) (ValidOp, error) {
+	cur, ok := c.byCode[op.Currency]
+	if !ok {
+		return ValidOp{}, Errorf(CodeInvalid, "ops[%d].currency: unknown currency %q", i, op.Currency)
+	}
+	abs := op.Amount
+	if abs < 0 {
+		abs = -abs
+	}
+	if op.Amount == 0 || abs > OpAmountMax || abs < 0 {
+		return ValidOp{}, Errorf(CodeInvalid, "ops[%d].amount: must be non-zero, at most %d in absolute value", i, OpAmountMax)
+	}
+	v := ValidOp{Currency: cur, Amount: op.Amount, ExpiresAt: op.ExpiresAt, Priority: op.Priority, Purchase: op.Purchase}
+	if op.Amount < 0 {
+		if op.Kind != "" || op.ExpiresAt != nil || op.Priority != 0 || op.Purchase != nil {
+			return ValidOp{}, Errorf(CodeInvalid, "ops[%d]: a consume takes only currency and amount", i)
+		}
+		return v, nil
+	}
+	switch op.Kind {
+	case "", "free":
+		if op.Purchase != nil {
+			return ValidOp{}, Errorf(CodeInvalid, "ops[%d].purchase: only paid grants carry a purchase", i)
+		}
+	case "paid":
+		if !cur.Paid {
+			return ValidOp{}, Errorf(CodeInvalid, "ops[%d].kind: %s cannot be bought, so it cannot be paid", i, cur.Code)
+		}
+		if err := checkPurchase(i, op.Purchase); err != nil {
+			return ValidOp{}, err
+		}
+		v.Paid = true
+	default:
+		return ValidOp{}, Errorf(CodeInvalid, "ops[%d].kind: must be paid or free", i)
+	}
+	if op.ExpiresAt != nil && !op.ExpiresAt.After(now) {
+		return ValidOp{}, Errorf(CodeInvalid, "ops[%d].expires_at: must be in the future", i)
+	}
+	return v, nil
+}
+
+func checkPurchase(i int, p *Purchase) error {
+	switch {
+	case p == nil:
+		return Errorf(CodeInvalid, "ops[%d].purchase: a paid grant must carry its purchase", i)
+	case p.Store == "" || len(p.Store) > 64 || p.OrderID == "" || len(p.OrderID) > 128:
+		return Errorf(CodeInvalid, "ops[%d].purchase: store (≤64) and order_id (≤128) are required", i)
+	case p.Price < 0:
+		return Errorf(CodeInvalid, "ops[%d].purchase.price: must be ≥ 0 minor units", i)
+	case len(p.Fiat) != 3 || p.Fiat[0] < 'A' || p.Fiat[0] > 'Z' || p.Fiat[1] < 'A' || p.Fiat[1] > 'Z' || p.Fiat[2] < 'A' || p.Fiat[2] > 'Z':
+		return Errorf(CodeInvalid, "ops[%d].purchase.fiat: must be an ISO 4217 code like USD", i)
+	}
+	return nil
+}
+
+// ValidExchange is an ExchangeRequest checked against the catalog.
+type ValidExchange struct {
+	ExchangeRequest
+	From, To *Currency
+	Rate     Rate
+	Hash     []byte
+}
+
+// ValidateExchange checks an exchange. The yield is checked at the
+// store, where the paid share is known; a zero yield is rejected here.
+func (c *Catalog) ValidateExchange(req ExchangeRequest) (ValidExchange, error) {
+	if err := checkScope(req.Scope); err != nil {
+		return ValidExchange{}, err
+	}
+	if err := checkReasonMeta(req.Reason, req.Meta); err != nil {
+		return ValidExchange{}, err
+	}
+	from, ok1 := c.byCode[req.From]
+	to, ok2 := c.byCode[req.To]
+	if !ok1 || !ok2 {
+		return ValidExchange{}, Errorf(CodeInvalid, "from/to: unknown currency")
+	}
+	rate, ok := c.Rate(req.Namespace, from.ID, to.ID)
+	if !ok {
+		return ValidExchange{}, Errorf(CodeInvalid, "no exchange rate for %s→%s in namespace %d", from.Code, to.Code, req.Namespace)
+	}
+	if req.Amount <= 0 || req.Amount > OpAmountMax {
+		return ValidExchange{}, Errorf(CodeInvalid, "amount: must be 1–%d", OpAmountMax)
+	}
+	total, _, ok := rate.Exchange(req.Amount, 0, false)
+	if !ok || total <= 0 || total > OpAmountMax {
+		return ValidExchange{}, Errorf(CodeInvalid, "amount: %d %s yields %d %s at %d:%d; must yield 1–%d", req.Amount, from.Code, total, to.Code, rate.Num, rate.Den, OpAmountMax)
+	}
+	return ValidExchange{ExchangeRequest: req, From: from, To: to, Rate: rate, Hash: hashRequest("exchange", req)}, nil
+}
+
+// hashRequest identifies a request's payload: the same key with another
+// payload is an idempotency conflict. JSON of Go structs is deterministic
+// (field order fixed), which is all the hash needs.
+func hashRequest(kind string, req any) []byte {
+	h := sha256.New()
+	h.Write([]byte(kind))
+	b, _ := json.Marshal(req)
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+	h.Write(n[:])
+	h.Write(b)
+	return h.Sum(nil)[:16]
+}
