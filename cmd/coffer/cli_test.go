@@ -123,3 +123,23 @@ func TestMigrateMissingDatabase(t *testing.T) {
 		t.Fatalf("code %d: %s", code, errOut)
 	}
 }
+
+func TestAuditCommand(t *testing.T) {
+	cfg := dbConfig(t, "")
+	if code, out, errOut := run(t, "migrate", "-c", cfg); code != 0 {
+		t.Fatalf("migrate: %s%s", out, errOut)
+	}
+	code, out, _ := run(t, "audit", "-c", cfg)
+	if code != 0 || !strings.Contains(out, "4 shards checked, 0 violations") {
+		t.Fatalf("clean audit: code %d\n%s", code, out)
+	}
+	raw, _ := os.ReadFile(cfg)
+	name := strings.Fields(strings.SplitN(string(raw), "name: ", 2)[1])[0]
+	name = strings.TrimSuffix(name, ",")
+	db := pgtest.DB{Server: pgtest.Server(t, 0), Name: name}
+	db.Exec(t, "INSERT INTO lot_0 VALUES (1, 1, 1, 1, false, 10, NULL, 0, now(), 1)")
+	code, out, _ = run(t, "audit", "-c", cfg, "--json")
+	if code != 1 || !strings.Contains(out, `"check": "lot differs from its ops"`) {
+		t.Fatalf("damaged audit: code %d\n%s", code, out)
+	}
+}

@@ -16,12 +16,13 @@ type command struct {
 }
 
 var commands = map[string]command{
+	"audit":   {"check the ledger invariants on every shard", runAudit},
 	"dev":     {"start a local stack: PostgreSQL, schema, (later) the API", runDev},
 	"migrate": {"apply, check or generate schema migrations (sdbmigrate-compatible)", runMigrate},
 	"shard":   {"print the shard (and database) of player ids", runShard},
 }
 
-var commandOrder = []string{"dev", "migrate", "shard"}
+var commandOrder = []string{"dev", "migrate", "audit", "shard"}
 
 func main() {
 	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"time"
+
+	"github.com/cofferhq/coffer/audit"
+	"github.com/cofferhq/coffer/shard"
+)
+
+// runAudit is `coffer audit -c CONFIG`: checks the ledger invariants on
+// every shard. Exit 1 if any is broken, 2 on bad usage or if a shard could
+// not be checked.
+func runAudit(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var configPath string
+	fs.StringVar(&configPath, "c", "", "config file")
+	fs.StringVar(&configPath, "config-file", "", "same as -c")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	grace := fs.Duration("hold-grace", 5*time.Minute, "how long past its TTL a pending hold may stay")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if configPath == "" {
+		fmt.Fprintln(stderr, "coffer audit: -c CONFIG is required")
+		return 2
+	}
+	cfg, m, err := loadConfig(configPath)
+	if err != nil {
+		fmt.Fprintln(stderr, "coffer audit:", err)
+		return 2
+	}
+	router, err := shard.Open(m, cfg.Pool)
+	if err != nil {
+		fmt.Fprintln(stderr, "coffer audit:", err)
+		return 2
+	}
+	defer router.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	checker := &audit.Checker{Router: router, HoldGrace: *grace}
+	if !*asJSON {
+		checker.Progress = stderr
+	}
+	report, err := checker.Check(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "coffer audit:", err)
+		return 2
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(report)
+	} else {
+		printReport(stdout, report)
+	}
+	if !report.Clean() {
+		return 1
+	}
+	return 0
+}
+
+func printReport(w io.Writer, r audit.Report) {
+	for _, v := range r.Violations {
+		fmt.Fprintf(w, "VIOLATION shard %d: %s: %s\n", v.Shard, v.Check, v.Detail)
+	}
+	keys := make([]string, 0, len(r.Totals))
+	for k := range r.Totals {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "total ns/currency %s: %d (reserved by pending holds: %d)\n", k, r.Totals[k], r.Reserved[k])
+	}
+	fmt.Fprintf(w, "%d shards checked, %d violations\n", r.Shards, len(r.Violations))
+}
