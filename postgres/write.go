@@ -16,24 +16,7 @@ func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Tr
 	if err != nil {
 		return coffer.Trx{}, false, err
 	}
-	var out coffer.Trx
-	var replayed bool
-	err = s.withPlayer(ctx, req.Namespace, req.PlayerID, func(t *playerTx) error {
-		t.emitter = req.Emitter
-		var existing *storedTrx
-		book := &coffer.Book{NewID: t.nextID}
-		b := &pgx.Batch{}
-		s.queueTrxByKey(b, t, req.Scope, &existing)
-		queueLots(b, t, book)
-		if err := t.start(ctx, b, 2+len(v.Ops)); err != nil {
-			return err
-		}
-		if existing != nil {
-			out, replayed, err = replay(existing, v.Hash)
-			return err
-		}
-		book.Now = t.now
-		expired := book.Expire()
+	return s.writeTrx(ctx, req.Scope, v.Hash, 2+len(v.Ops), func(t *playerTx, book *coffer.Book) (coffer.Trx, []coffer.BookOp, []byte, error) {
 		var ops []coffer.BookOp
 		var pending []pendingGrant
 		for _, op := range v.Ops {
@@ -41,7 +24,7 @@ func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Tr
 			case op.Amount < 0:
 				taken, _, err := book.Consume(op.Currency, -op.Amount, coffer.CauseChange)
 				if err != nil {
-					return err
+					return coffer.Trx{}, nil, nil, err
 				}
 				ops = append(ops, taken...)
 			case req.Hold:
@@ -50,28 +33,60 @@ func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Tr
 			default:
 				g, err := book.Grant(op.Currency.ID, op.Amount, op.Paid, op.ExpiresAt, op.Priority, op.Purchase, coffer.CauseChange)
 				if err != nil {
-					return err
+					return coffer.Trx{}, nil, nil, err
 				}
 				ops = append(ops, g)
 			}
 		}
-		out = coffer.Trx{ID: t.nextID(), IdempotencyKey: req.IdempotencyKey, Kind: coffer.TrxChange,
-			Status: coffer.StatusCommitted, Reason: req.Reason, Meta: req.Meta, CreatedAt: t.now.UTC(),
-			Version: t.version, Ops: s.apiOps(ops), Balances: s.snapshot(book, ops)}
-		var pendingJSON []byte
-		if req.Hold {
-			out.Kind, out.Status = coffer.TrxHold, coffer.StatusPending
-			until := t.now.Add(v.HoldTTL).UTC()
-			out.HoldExpiresAt = &until
-			pendingJSON, _ = json.Marshal(pending)
-			for _, g := range pending {
-				out.Ops = append(out.Ops, coffer.Op{Currency: s.code(g.Currency), Amount: g.Amount, Kind: coffer.OpGrant,
-					Paid: g.Paid, Pending: true, Purchase: g.Purchase})
-			}
+		out := s.newTrx(t, book, req.IdempotencyKey, coffer.TrxChange, req.Reason, req.Meta, ops)
+		if !req.Hold {
+			return out, ops, nil, nil
 		}
+		out.Kind, out.Status = coffer.TrxHold, coffer.StatusPending
+		until := t.now.Add(v.HoldTTL).UTC()
+		out.HoldExpiresAt = &until
+		for _, g := range pending {
+			out.Ops = append(out.Ops, coffer.Op{Currency: s.code(g.Currency), Amount: g.Amount, Kind: coffer.OpGrant,
+				Paid: g.Paid, Pending: true, Purchase: g.Purchase})
+		}
+		pendingJSON, _ := json.Marshal(pending)
+		return out, ops, pendingJSON, nil
+	})
+}
+
+// writeTrx runs a new trx for scope under the player's lock: it answers a
+// replay (or idempotency_conflict) if the key is known, records due
+// expiries, lets plan move lots on the book, and writes the trx, its ops and
+// lots. nIDs guesses how many ids plan needs.
+func (s *Store) writeTrx(ctx context.Context, sc coffer.Scope, hash []byte, nIDs int,
+	plan func(t *playerTx, book *coffer.Book) (coffer.Trx, []coffer.BookOp, []byte, error)) (coffer.Trx, bool, error) {
+	var out coffer.Trx
+	var replayed bool
+	err := s.withPlayer(ctx, sc.Namespace, sc.PlayerID, func(t *playerTx) error {
+		t.emitter = sc.Emitter
+		var existing *storedTrx
+		book := &coffer.Book{NewID: t.nextID}
+		b := &pgx.Batch{}
+		s.queueTrxByKey(b, t, sc, &existing)
+		queueLots(b, t, book)
+		if err := t.start(ctx, b, nIDs); err != nil {
+			return err
+		}
+		if existing != nil {
+			var err error
+			out, replayed, err = replay(existing, hash)
+			return err
+		}
+		book.Now = t.now
+		expired := book.Expire()
+		trx, ops, pending, err := plan(t, book)
+		if err != nil {
+			return err
+		}
+		out = trx
 		w := &pgx.Batch{}
 		s.queueExpireTrx(w, t, book, expired, true)
-		s.queueNewTrx(w, t, out, v.Hash, pendingJSON)
+		s.queueNewTrx(w, t, out, hash, pending)
 		queueOps(w, t, t.now, out.ID, 0, ops)
 		queueLotWrites(w, t, book, out.ID)
 		if t.idErr != nil {
@@ -80,6 +95,12 @@ func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Tr
 		return t.finish(ctx, w)
 	})
 	return out, replayed, err
+}
+
+// newTrx is a committed trx of the ops, as answered to the client.
+func (s *Store) newTrx(t *playerTx, book *coffer.Book, key string, kind coffer.TrxKind, reason string, meta json.RawMessage, ops []coffer.BookOp) coffer.Trx {
+	return coffer.Trx{ID: t.nextID(), IdempotencyKey: key, Kind: kind, Status: coffer.StatusCommitted,
+		Reason: reason, Meta: meta, CreatedAt: t.now.UTC(), Version: t.version, Ops: s.apiOps(ops), Balances: s.snapshot(book, ops)}
 }
 
 func (s *Store) queueNewTrx(b *pgx.Batch, t *playerTx, trx coffer.Trx, hash, pending []byte) {
@@ -99,24 +120,7 @@ func (s *Store) Exchange(ctx context.Context, req coffer.ExchangeRequest) (coffe
 	if err != nil {
 		return coffer.Trx{}, false, err
 	}
-	var out coffer.Trx
-	var replayed bool
-	err = s.withPlayer(ctx, req.Namespace, req.PlayerID, func(t *playerTx) error {
-		t.emitter = req.Emitter
-		var existing *storedTrx
-		book := &coffer.Book{NewID: t.nextID}
-		b := &pgx.Batch{}
-		s.queueTrxByKey(b, t, req.Scope, &existing)
-		queueLots(b, t, book)
-		if err := t.start(ctx, b, 4); err != nil {
-			return err
-		}
-		if existing != nil {
-			out, replayed, err = replay(existing, v.Hash)
-			return err
-		}
-		book.Now = t.now
-		expired := book.Expire()
+	return s.writeTrx(ctx, req.Scope, v.Hash, 4, func(t *playerTx, book *coffer.Book) (coffer.Trx, []coffer.BookOp, []byte, error) {
 		// Paid A that becomes paid B is converted, not consumed: revenue is
 		// recognised only when B cannot be paid.
 		cause := coffer.CauseChange
@@ -125,11 +129,11 @@ func (s *Store) Exchange(ctx context.Context, req coffer.ExchangeRequest) (coffe
 		}
 		ops, paidTaken, err := book.Consume(v.From, v.Amount, cause)
 		if err != nil {
-			return err
+			return coffer.Trx{}, nil, nil, err
 		}
 		total, paid, ok := v.Rate.Exchange(v.Amount, paidTaken, v.To.Paid)
 		if !ok || total <= 0 {
-			return coffer.Errorf(coffer.CodeInvalid, "exchange yields nothing")
+			return coffer.Trx{}, nil, nil, coffer.Errorf(coffer.CodeInvalid, "exchange yields nothing")
 		}
 		for _, part := range []struct {
 			amount coffer.Amount
@@ -140,24 +144,12 @@ func (s *Store) Exchange(ctx context.Context, req coffer.ExchangeRequest) (coffe
 			}
 			g, err := book.Grant(v.To.ID, part.amount, part.paid, nil, 0, nil, coffer.CauseExchange)
 			if err != nil {
-				return err
+				return coffer.Trx{}, nil, nil, err
 			}
 			ops = append(ops, g)
 		}
-		out = coffer.Trx{ID: t.nextID(), IdempotencyKey: req.IdempotencyKey, Kind: coffer.TrxExchange,
-			Status: coffer.StatusCommitted, Reason: req.Reason, Meta: req.Meta, CreatedAt: t.now.UTC(),
-			Version: t.version, Ops: s.apiOps(ops), Balances: s.snapshot(book, ops)}
-		w := &pgx.Batch{}
-		s.queueExpireTrx(w, t, book, expired, true)
-		s.queueNewTrx(w, t, out, v.Hash, nil)
-		queueOps(w, t, t.now, out.ID, 0, ops)
-		queueLotWrites(w, t, book, out.ID)
-		if t.idErr != nil {
-			return t.idErr
-		}
-		return t.finish(ctx, w)
+		return s.newTrx(t, book, req.IdempotencyKey, coffer.TrxExchange, req.Reason, req.Meta, ops), ops, nil, nil
 	})
-	return out, replayed, err
 }
 
 func checkHoldScope(sc coffer.Scope) error {
