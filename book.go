@@ -2,6 +2,7 @@ package coffer
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -100,11 +101,7 @@ func (b *Book) Expire() []BookOp {
 			expired = append(expired, l)
 		}
 	}
-	for i := 1; i < len(expired); i++ {
-		for j := i; j > 0 && expired[j].ExpiresAt.Before(*expired[j-1].ExpiresAt); j-- {
-			expired[j], expired[j-1] = expired[j-1], expired[j]
-		}
-	}
+	slices.SortStableFunc(expired, func(a, b *BookLot) int { return a.ExpiresAt.Compare(*b.ExpiresAt) })
 	var ops []BookOp
 	for _, l := range expired {
 		amount := l.Amount

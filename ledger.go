@@ -1,6 +1,7 @@
 package coffer
 
 import (
+	"cmp"
 	"context"
 	"sort"
 	"time"
@@ -127,7 +128,7 @@ func SortForSpend(lots []SpendLot, order []SpendKey) {
 func compareSpend(k SpendKey, a, b SpendLot) int {
 	switch k {
 	case SpendPriority:
-		return cmpInt(int64(b.Priority), int64(a.Priority))
+		return cmp.Compare(b.Priority, a.Priority)
 	case SpendExpiring:
 		switch {
 		case a.ExpiresAt == nil && b.ExpiresAt == nil:
@@ -143,19 +144,9 @@ func compareSpend(k SpendKey, a, b SpendLot) int {
 	case SpendPaid:
 		return cmpBool(b.Paid, a.Paid)
 	case SpendOldest:
-		return cmpInt(a.ID, b.ID)
+		return cmp.Compare(a.ID, b.ID)
 	case SpendNewest:
-		return cmpInt(b.ID, a.ID)
-	}
-	return 0
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+		return cmp.Compare(b.ID, a.ID)
 	}
 	return 0
 }

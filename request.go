@@ -69,7 +69,9 @@ type ValidChange struct {
 	Hash []byte
 }
 
-func checkScope(s Scope) error {
+// Validate checks the scope's ids and idempotency key. Errors are
+// invalid_argument.
+func (s Scope) Validate() error {
 	switch {
 	case s.Namespace <= 0:
 		return Errorf(CodeInvalid, "namespace must be > 0")
@@ -97,7 +99,7 @@ func checkReasonMeta(reason string, meta json.RawMessage) error {
 // ValidateChange checks a change against the catalog; now is the time
 // expiries must lie after. Errors are CodeInvalid.
 func (c *Catalog) ValidateChange(req ChangeRequest, now time.Time) (ValidChange, error) {
-	if err := checkScope(req.Scope); err != nil {
+	if err := req.Scope.Validate(); err != nil {
 		return ValidChange{}, err
 	}
 	if err := checkReasonMeta(req.Reason, req.Meta); err != nil {
@@ -204,7 +206,7 @@ type ValidExchange struct {
 // ValidateExchange checks an exchange. The yield is checked at the
 // store, where the paid share is known; a zero yield is rejected here.
 func (c *Catalog) ValidateExchange(req ExchangeRequest) (ValidExchange, error) {
-	if err := checkScope(req.Scope); err != nil {
+	if err := req.Scope.Validate(); err != nil {
 		return ValidExchange{}, err
 	}
 	if err := checkReasonMeta(req.Reason, req.Meta); err != nil {

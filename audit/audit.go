@@ -108,8 +108,7 @@ func (c *Checker) Check(ctx context.Context) (Report, error) {
 func (c *Checker) checkShard(ctx context.Context, id coffer.ShardID, r *Report) error {
 	pool := c.Router.Shard(id)
 	sfx := fmt.Sprintf("_%d", id)
-	all := append([]check{}, checks...)
-	for _, ch := range all {
+	for _, ch := range checks {
 		if err := c.collect(ctx, id, ch.name, strings.ReplaceAll(ch.sql, "_N", sfx), r); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Balances reads current balances in one statement (one round trip, one
@@ -80,9 +81,7 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 	return out, mapError(id, rows.Err())
 }
 
-func (s *Store) balancesAt(ctx context.Context, pool interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, qs *queries, q coffer.BalanceQuery, currencies []*coffer.Currency, out *coffer.Balances) error {
+func (s *Store) balancesAt(ctx context.Context, pool *pgxpool.Pool, qs *queries, q coffer.BalanceQuery, currencies []*coffer.Currency, out *coffer.Balances) error {
 	ids := make([]int32, len(currencies))
 	for i, c := range currencies {
 		ids[i] = int32(c.ID)
@@ -112,7 +111,7 @@ func (s *Store) balancesAt(ctx context.Context, pool interface {
 
 // Trx reads one trx by its scope.
 func (s *Store) Trx(ctx context.Context, sc coffer.Scope) (coffer.Trx, error) {
-	if err := checkHoldScope(sc); err != nil {
+	if err := sc.Validate(); err != nil {
 		return coffer.Trx{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)

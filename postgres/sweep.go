@@ -14,18 +14,44 @@ import (
 // player's lock, so a hold another sweeper (or a client) finished first is
 // left alone.
 func (s *Store) SweepHolds(ctx context.Context, limit int) (int, error) {
+	return s.sweep(ctx, func(q *queries) string { return q.pendingHolds }, limit,
+		func(r pgx.CollectableRow) (coffer.Scope, error) {
+			var sc coffer.Scope
+			return sc, r.Scan(&sc.Namespace, &sc.PlayerID, &sc.Emitter, &sc.IdempotencyKey)
+		},
+		func(sc coffer.Scope) (bool, error) {
+			trx, replayed, err := s.finishHold(ctx, sc, false, true)
+			return err == nil && !replayed && trx.Status == coffer.StatusExpired, err
+		})
+}
+
+// SweepExpiredLots records an expire op for every lot that expired with an
+// amount left, at most limit players per shard per pass, and returns how
+// many players it changed. Safe on many instances, like SweepHolds.
+func (s *Store) SweepExpiredLots(ctx context.Context, limit int) (int, error) {
+	return s.sweep(ctx, func(q *queries) string { return q.expiredPlayers }, limit,
+		func(r pgx.CollectableRow) (coffer.Scope, error) {
+			var sc coffer.Scope
+			return sc, r.Scan(&sc.Namespace, &sc.PlayerID)
+		},
+		func(sc coffer.Scope) (bool, error) { return s.expirePlayer(ctx, sc.Namespace, sc.PlayerID) })
+}
+
+// sweep runs one pass: on every shard it lists at most limit candidates
+// with query (whose one argument is the limit) and acts on each. A failing
+// shard or candidate does not stop the pass; the errors are joined. It
+// returns how many candidates act reported done.
+func (s *Store) sweep(ctx context.Context, query func(*queries) string, limit int,
+	scan pgx.RowToFunc[coffer.Scope], act func(coffer.Scope) (bool, error)) (int, error) {
 	n := 0
 	var errs []error
 	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
 		id := coffer.ShardID(sh)
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		rows, err := s.router.Shard(id).Query(cctx, s.q(id).pendingHolds, limit)
+		rows, err := s.router.Shard(id).Query(cctx, query(s.q(id)), limit)
 		var due []coffer.Scope
 		if err == nil {
-			due, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (coffer.Scope, error) {
-				var sc coffer.Scope
-				return sc, r.Scan(&sc.Namespace, &sc.PlayerID, &sc.Emitter, &sc.IdempotencyKey)
-			})
+			due, err = pgx.CollectRows(rows, scan)
 		}
 		cancel()
 		if err != nil {
@@ -33,51 +59,11 @@ func (s *Store) SweepHolds(ctx context.Context, limit int) (int, error) {
 			continue
 		}
 		for _, sc := range due {
-			trx, replayed, err := s.finishHold(ctx, sc, false, true)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if !replayed && trx.Status == coffer.StatusExpired {
-				n++
-			}
-		}
-	}
-	return n, errors.Join(errs...)
-}
-
-// SweepExpiredLots records an expire op for every lot that expired with an
-// amount left, at most limit players per shard per pass, and returns how
-// many players it changed. Safe on many instances, like SweepHolds.
-func (s *Store) SweepExpiredLots(ctx context.Context, limit int) (int, error) {
-	n := 0
-	var errs []error
-	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
-		id := coffer.ShardID(sh)
-		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		rows, err := s.router.Shard(id).Query(cctx, s.q(id).expiredPlayers, limit)
-		type player struct {
-			ns coffer.Namespace
-			id coffer.PlayerID
-		}
-		var players []player
-		if err == nil {
-			players, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (player, error) {
-				var p player
-				return p, r.Scan(&p.ns, &p.id)
-			})
-		}
-		cancel()
-		if err != nil {
-			errs = append(errs, mapError(id, err))
-			continue
-		}
-		for _, p := range players {
-			changed, err := s.expirePlayer(ctx, p.ns, p.id)
+			done, err := act(sc)
 			if err != nil {
 				errs = append(errs, err)
 			}
-			if changed {
+			if done {
 				n++
 			}
 		}
@@ -105,8 +91,11 @@ func (s *Store) expirePlayer(ctx context.Context, ns coffer.Namespace, player co
 		if t.idErr != nil {
 			return t.idErr
 		}
+		if err := t.finish(ctx, w); err != nil {
+			return err
+		}
 		changed = true
-		return t.finish(ctx, w)
+		return nil
 	})
 	return changed, err
 }

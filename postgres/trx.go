@@ -3,6 +3,7 @@ package postgres
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -49,13 +50,11 @@ func (s *Store) code(id coffer.CurrencyID) string {
 func (s *Store) scanTrx(row pgx.Row) (*storedTrx, error) {
 	var t storedTrx
 	var meta, pending, balances, ops []byte
-	var reason string
-	err := row.Scan(&t.ID, &t.IdempotencyKey, &t.Kind, &t.Status, &reason, &meta, &t.CreatedAt,
+	err := row.Scan(&t.ID, &t.IdempotencyKey, &t.Kind, &t.Status, &t.Reason, &meta, &t.CreatedAt,
 		&t.HoldExpiresAt, &pending, &t.hash, &t.Version, &balances, &ops)
 	if err != nil {
 		return nil, err
 	}
-	t.Reason = reason
 	if len(meta) > 0 {
 		t.Meta = json.RawMessage(meta)
 	}
@@ -228,14 +227,9 @@ func (s *Store) queueExpireTrx(b *pgx.Batch, t *playerTx, book *coffer.Book, ops
 	}
 	id := t.nextID()
 	balances, _ := json.Marshal(s.snapshot(book, ops))
-	b.Queue(t.q.insertTrx, t.ns, t.player, at, id, 0, "expire-"+itoa(id), []byte{},
+	b.Queue(t.q.insertTrx, t.ns, t.player, at, id, 0, "expire-"+strconv.FormatInt(id, 10), []byte{},
 		coffer.TrxExpire, coffer.StatusCommitted, "expired", nil, nil, nil, t.version, balances)
 	queueOps(b, t, at, id, 0, ops)
-}
-
-func itoa(n int64) string {
-	b, _ := json.Marshal(n)
-	return string(b)
 }
 
 // nextID hands out an id fetched with the first batch, or fetches more

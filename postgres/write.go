@@ -152,17 +152,10 @@ func (s *Store) Exchange(ctx context.Context, req coffer.ExchangeRequest) (coffe
 	})
 }
 
-func checkHoldScope(sc coffer.Scope) error {
-	if sc.Namespace <= 0 || sc.PlayerID <= 0 || sc.IdempotencyKey == "" || len(sc.IdempotencyKey) > coffer.IdempotencyKeyLenMax {
-		return coffer.Errorf(coffer.CodeInvalid, "namespace, player_id and idempotency_key are required")
-	}
-	return nil
-}
-
 // Commit applies a pending hold's grants. A hold past its TTL is rolled
 // back on the spot (status expired) and reported as hold_expired.
 func (s *Store) Commit(ctx context.Context, sc coffer.Scope) (coffer.Trx, bool, error) {
-	if err := checkHoldScope(sc); err != nil {
+	if err := sc.Validate(); err != nil {
 		return coffer.Trx{}, false, err
 	}
 	return s.finishHold(ctx, sc, true, false)
@@ -170,7 +163,7 @@ func (s *Store) Commit(ctx context.Context, sc coffer.Scope) (coffer.Trx, bool, 
 
 // Rollback returns a pending hold's reservations to their lots.
 func (s *Store) Rollback(ctx context.Context, sc coffer.Scope) (coffer.Trx, bool, error) {
-	if err := checkHoldScope(sc); err != nil {
+	if err := sc.Validate(); err != nil {
 		return coffer.Trx{}, false, err
 	}
 	return s.finishHold(ctx, sc, false, false)
@@ -196,7 +189,9 @@ func (s *Store) finishHold(ctx context.Context, sc coffer.Scope, commit, sweep b
 		}
 		book.Now = t.now
 		expiredNow := h.Status == coffer.StatusPending && !h.HoldExpiresAt.After(t.now)
-		if err := holdState(h, commit, sweep, expiredNow); err != nil || h.Status != coffer.StatusPending {
+		// Finished already (a replay or a conflict), or, for the sweeper,
+		// not due yet: nothing to write.
+		if err := holdState(h, commit); err != nil || h.Status != coffer.StatusPending || (sweep && !expiredNow) {
 			out, replayed = h.Trx, err == nil
 			return err
 		}
@@ -222,7 +217,7 @@ func (s *Store) finishHold(ctx context.Context, sc coffer.Scope, commit, sweep b
 			}
 			expiredAfter = book.Expire()
 			if commit {
-				after = coffer.Errorf(coffer.CodeHoldExpired, "hold %q expired at %s and was rolled back", sc.IdempotencyKey, h.HoldExpiresAt.Format(time.RFC3339))
+				after = holdExpired(h)
 			}
 		}
 		out = h.Trx
@@ -249,15 +244,12 @@ func (s *Store) finishHold(ctx context.Context, sc coffer.Scope, commit, sweep b
 
 // holdState decides what a commit or rollback of h does when h is not a
 // pending hold: a replay (nil) or a conflict.
-func holdState(h *storedTrx, commit, sweep, expiredNow bool) error {
+func holdState(h *storedTrx, commit bool) error {
 	if h.Kind != coffer.TrxHold {
 		return coffer.Errorf(coffer.CodeHoldNotPending, "trx %q is a %s, not a hold", h.IdempotencyKey, h.Kind)
 	}
 	switch h.Status {
 	case coffer.StatusPending:
-		if sweep && !expiredNow {
-			h.Status = "" // not due: the sweeper leaves it (reported as a replay)
-		}
 		return nil
 	case coffer.StatusCommitted:
 		if commit {
@@ -271,10 +263,14 @@ func holdState(h *storedTrx, commit, sweep, expiredNow bool) error {
 		return nil
 	default: // expired
 		if commit {
-			return coffer.Errorf(coffer.CodeHoldExpired, "hold %q expired at %s and was rolled back", h.IdempotencyKey, h.HoldExpiresAt.Format(time.RFC3339))
+			return holdExpired(h)
 		}
 		return nil
 	}
+}
+
+func holdExpired(h *storedTrx) error {
+	return coffer.Errorf(coffer.CodeHoldExpired, "hold %q expired at %s and was rolled back", h.IdempotencyKey, h.HoldExpiresAt.Format(time.RFC3339))
 }
 
 // settledOps drops the pending grants listed in a pending hold's ops.
