@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -65,7 +66,7 @@ func retryable(err error) bool {
 }
 
 // mapError turns a driver error into a domain error. Domain errors pass
-// through; errors of the database (not of the request) are
+// through; a database that is down, unreachable or slow is
 // shard_unavailable, which the client may retry with the same key.
 func mapError(id coffer.ShardID, err error) error {
 	if err == nil {
@@ -93,7 +94,12 @@ func mapError(id coffer.ShardID, err error) error {
 	if errors.Is(err, context.Canceled) {
 		return &coffer.Error{Code: coffer.CodeUnavailable, Message: "request canceled", Err: err}
 	}
-	return &coffer.Error{Code: coffer.CodeUnavailable, Message: fmt.Sprintf("shard %d: connection failed", id), Err: err}
+	if pgconn.SafeToRetry(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return &coffer.Error{Code: coffer.CodeUnavailable, Message: fmt.Sprintf("shard %d: connection failed", id), Err: err}
+	}
+	// Anything else (a row that does not decode, say) is our bug, not the
+	// database's: retrying would not help.
+	return &coffer.Error{Code: coffer.CodeInternal, Message: fmt.Sprintf("shard %d: internal error", id), Err: err}
 }
 
 // playerTx is an open transaction on a player's shard, begun inside the

@@ -33,9 +33,15 @@ var ctx = context.Background()
 // and silver→credits 10:1 in namespace 1. The audit runs when the test ends.
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvOn(t, pgtest.Server(t, 0), pgtest.Server(t, 1))
+}
+
+// newEnvOn is newEnv with its two databases on the given servers.
+func newEnvOn(t *testing.T, servers ...*pgserver.Server) *env {
+	t.Helper()
 	cfg := shard.Config{ShardCount: 8, DistributionMode: "auto", ShardOnDB: 4}
-	for i := 0; i < 2; i++ {
-		d := pgtest.NewDB(t, i)
+	for _, s := range servers {
+		d := pgtest.NewDBOn(t, s)
 		cfg.Databases = append(cfg.Databases, shard.DatabaseConfig{Name: d.Name, Host: "127.0.0.1", Port: d.Server.Port(),
 			User: pgserver.Superuser, Password: pgserver.Password})
 	}
@@ -523,4 +529,87 @@ func TestAuditFindsDamage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestShardDownIsUnavailableAndRecovers stops the server of one database:
+// its players get shard_unavailable, the other database's players keep
+// working, and the same key succeeds once the server is back.
+func TestShardDownIsUnavailableAndRecovers(t *testing.T) {
+	own, err := pgserver.Start(ctx, pgserver.Options{})
+	must(t, err)
+	t.Cleanup(own.Remove) // after the env's closing audit, which needs it up
+	e := newEnvOn(t, pgtest.Server(t, 0), own)
+	var up, down coffer.PlayerID
+	for p := coffer.PlayerID(1); up == 0 || down == 0; p++ {
+		if e.router.Map().DatabaseOf(e.router.Map().ShardOf(p)).Index == 0 {
+			up = p
+		} else {
+			down = p
+		}
+	}
+	e.mustChange(up, "a", free("gold", 5))
+	e.mustChange(down, "a", free("gold", 5))
+	must(t, own.Stop())
+	_, err = e.change(down, "b", free("gold", 1))
+	wantCode(t, err, coffer.CodeUnavailable)
+	_, err = e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: down})
+	wantCode(t, err, coffer.CodeUnavailable)
+	e.mustChange(up, "b", free("gold", 1))
+	must(t, own.Start(ctx))
+	e.mustChange(down, "b", free("gold", 1))
+	if b := e.balance(down, "gold"); b.Total != 6 {
+		t.Fatalf("after recovery: %+v", b)
+	}
+}
+
+func TestTrxRead(t *testing.T) {
+	e := newEnv(t)
+	want := e.mustChange(51, "k", free("gold", 3))
+	got, err := e.store.Trx(ctx, scope(51, "k"))
+	if err != nil || got.ID != want.ID || got.Kind != coffer.TrxChange || len(got.Ops) != 1 || got.Ops[0].BalanceAfter != 3 {
+		t.Fatalf("Trx = %+v, %v", got, err)
+	}
+	_, err = e.store.Trx(ctx, scope(51, "other"))
+	wantCode(t, err, coffer.CodeNotFound)
+	_, err = e.store.Trx(ctx, scope(0, "k"))
+	wantCode(t, err, coffer.CodeInvalid)
+}
+
+func TestFinlogFilters(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(53, "a", free("gold", 1))
+	mid := time.Now()
+	e.mustChange(53, "b", free("silver", 2))
+	if _, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(53, "c"), Reason: "quest", Ops: []coffer.OpRequest{free("gold", 3)}}); err != nil {
+		t.Fatal(err)
+	}
+	keys := func(q coffer.FinlogQuery) string {
+		t.Helper()
+		q.Namespace, q.PlayerID = 1, 53
+		page, err := e.store.Finlog(ctx, q)
+		must(t, err)
+		var ks []string
+		for _, trx := range page.Items {
+			ks = append(ks, trx.IdempotencyKey)
+		}
+		return fmt.Sprint(ks)
+	}
+	for _, c := range []struct {
+		q    coffer.FinlogQuery
+		want string
+	}{
+		{coffer.FinlogQuery{Currency: "gold"}, "[a c]"},
+		{coffer.FinlogQuery{Reason: "quest"}, "[c]"},
+		{coffer.FinlogQuery{From: &mid}, "[b c]"},
+		{coffer.FinlogQuery{To: &mid}, "[a]"},
+		{coffer.FinlogQuery{Desc: true, Limit: 2}, "[c b]"},
+	} {
+		if got := keys(c.q); got != c.want {
+			t.Errorf("finlog %+v = %s, want %s", c.q, got, c.want)
+		}
+	}
+	_, err := e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: 53, Cursor: "garbage"})
+	wantCode(t, err, coffer.CodeInvalid)
+	_, err = e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: 53, Limit: coffer.FinlogLimitMax + 1})
+	wantCode(t, err, coffer.CodeInvalid)
 }

@@ -89,7 +89,13 @@ func (db DB) DSN() string { return db.Server.DSN(db.Name) }
 // ends.
 func NewDB(tb testing.TB, i int) DB {
 	tb.Helper()
-	s := Server(tb, i)
+	return NewDBOn(tb, Server(tb, i))
+}
+
+// NewDBOn creates an empty database on server s (one a test started for
+// itself, say) and drops it when the test ends.
+func NewDBOn(tb testing.TB, s *pgserver.Server) DB {
+	tb.Helper()
 	name := fmt.Sprintf("t%d_%d_%s", os.Getpid(), dbSeq.Add(1), sanitize(tb.Name()))
 	if len(name) > 63 {
 		name = name[:63]
