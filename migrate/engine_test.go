@@ -373,3 +373,22 @@ func TestCofferSchema(t *testing.T) {
 		t.Error("lot table lacks the fillfactor of hot_storage_params")
 	}
 }
+
+func TestFailedNotrxMigrationKeepsEarlierStatements(t *testing.T) {
+	c := newCluster(t, 8)
+	files := map[string]string{
+		"V0000__TRX_PLAIN__t.sql":   "CREATE TABLE t (id int);",
+		"V0001__NOTRX_PLAIN__i.sql": "CREATE INDEX CONCURRENTLY t_id ON t (id);\nCREATE INDEX CONCURRENTLY t_x ON t (no_such_column);",
+	}
+	e, _ := c.engine(t, files, nil)
+	err := e.Apply(context.Background(), all)
+	if err == nil || !strings.Contains(err.Error(), "V0001__NOTRX_PLAIN__i.sql: statement at line 2") || !strings.Contains(err.Error(), "NOTRX migration") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := c.count(t, 0, "SELECT count(*) FROM pg_indexes WHERE indexname = 't_id'"); n != 1 {
+		t.Error("the statement before the failing one was not kept")
+	}
+	if n := c.count(t, 0, "SELECT max(version) FROM _sdbmigrate_migrations"); n != 0 {
+		t.Errorf("failed NOTRX migration recorded as applied (version %d)", n)
+	}
+}

@@ -143,3 +143,14 @@ func TestAuditCommand(t *testing.T) {
 		t.Fatalf("damaged audit: code %d\n%s", code, out)
 	}
 }
+
+func TestMigrateGenerate(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := run(t, "migrate", "-a", "generate", "-d", dir, "-g", "trx_shard_sql", "--name", "add_notes")
+	if code != 0 || !strings.Contains(out, "V0000__TRX_SHARD__add_notes.sql") {
+		t.Fatalf("code %d: %s%s", code, out, errOut)
+	}
+	if code, _, errOut := run(t, "migrate", "-a", "generate", "-g", "trx_shard_sql"); code == 0 || !strings.Contains(errOut, "generate needs -d") {
+		t.Fatalf("generate without -d: code %d %s", code, errOut)
+	}
+}
