@@ -2,7 +2,7 @@
 # Prints the path of a Go toolchain new enough for go.mod, installing one
 # under .cache/go from the Go module proxy if the machine has none.
 set -eu
-need_minor=25
+need_minor=26
 version_ok() {
 	v=$("$1" env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
 	[ -n "$v" ] && [ "$v" -ge "$need_minor" ]
