@@ -83,17 +83,31 @@ func (s Scope) Validate() error {
 	return nil
 }
 
-func checkReasonMeta(reason string, meta json.RawMessage) error {
+// checkReasonMeta checks reason and meta and returns meta in canonical
+// form (compact, keys sorted, numbers as written), so that a retry whose
+// meta differs only in spacing or key order is the same payload, whichever
+// transport it came by.
+func checkReasonMeta(reason string, meta json.RawMessage) (json.RawMessage, error) {
 	if len(reason) > ReasonLenMax || !utf8.ValidString(reason) {
-		return Errorf(CodeInvalid, "reason must be at most %d bytes of UTF-8", ReasonLenMax)
+		return nil, Errorf(CodeInvalid, "reason must be at most %d bytes of UTF-8", ReasonLenMax)
+	}
+	if len(meta) == 0 || string(meta) == "null" {
+		return nil, nil
 	}
 	if len(meta) > MetaLenMax {
-		return Errorf(CodeInvalid, "meta must be at most %d bytes", MetaLenMax)
+		return nil, Errorf(CodeInvalid, "meta must be at most %d bytes", MetaLenMax)
 	}
-	if len(meta) > 0 && (!json.Valid(meta) || bytes.TrimSpace(meta)[0] != '{') {
-		return Errorf(CodeInvalid, "meta must be a JSON object")
+	dec := json.NewDecoder(bytes.NewReader(meta))
+	dec.UseNumber()
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil || dec.More() || obj == nil {
+		return nil, Errorf(CodeInvalid, "meta must be a JSON object")
 	}
-	return nil
+	canonical, err := json.Marshal(obj)
+	if err != nil || len(canonical) > MetaLenMax {
+		return nil, Errorf(CodeInvalid, "meta must be a JSON object of at most %d bytes", MetaLenMax)
+	}
+	return canonical, nil
 }
 
 // ValidateChange checks a change against the catalog; now is the time
@@ -102,9 +116,11 @@ func (c *Catalog) ValidateChange(req ChangeRequest, now time.Time) (ValidChange,
 	if err := req.Scope.Validate(); err != nil {
 		return ValidChange{}, err
 	}
-	if err := checkReasonMeta(req.Reason, req.Meta); err != nil {
+	meta, err := checkReasonMeta(req.Reason, req.Meta)
+	if err != nil {
 		return ValidChange{}, err
 	}
+	req.Meta = meta
 	if len(req.Ops) == 0 || len(req.Ops) > OpsMax {
 		return ValidChange{}, Errorf(CodeInvalid, "ops: 1–%d ops required", OpsMax)
 	}
@@ -209,9 +225,11 @@ func (c *Catalog) ValidateExchange(req ExchangeRequest) (ValidExchange, error) {
 	if err := req.Scope.Validate(); err != nil {
 		return ValidExchange{}, err
 	}
-	if err := checkReasonMeta(req.Reason, req.Meta); err != nil {
+	meta, err := checkReasonMeta(req.Reason, req.Meta)
+	if err != nil {
 		return ValidExchange{}, err
 	}
+	req.Meta = meta
 	from, ok1 := c.byCode[req.From]
 	to, ok2 := c.byCode[req.To]
 	if !ok1 || !ok2 {

@@ -31,15 +31,19 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	id, pool := s.router.Player(q.PlayerID)
 	out := coffer.Balances{Namespace: q.Namespace, PlayerID: q.PlayerID, Balances: []coffer.Balance{}}
+	id := s.router.Map().ShardOf(q.PlayerID)
+	pool, err := s.pool(id)
+	if err != nil {
+		return out, err
+	}
 	if q.At != nil {
 		err := s.balancesAt(ctx, pool, s.q(id), q, currencies, &out)
-		return out, mapError(id, err)
+		return out, s.fail(id, err)
 	}
 	rows, err := pool.Query(ctx, s.q(id).balancesNow, q.Namespace, q.PlayerID)
 	if err != nil {
-		return out, mapError(id, err)
+		return out, s.fail(id, err)
 	}
 	byCur := map[coffer.CurrencyID]*coffer.Balance{}
 	for _, c := range currencies {
@@ -58,7 +62,7 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 		var created *time.Time
 		if err := rows.Scan(&out.Version, &lotID, &cur, &paid, &amount, &l.ExpiresAt, &prio, &created); err != nil {
 			rows.Close()
-			return out, mapError(id, err)
+			return out, s.fail(id, err)
 		}
 		if lotID == nil {
 			continue
@@ -78,7 +82,7 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 			bal.Lots = append(bal.Lots, l)
 		}
 	}
-	return out, mapError(id, rows.Err())
+	return out, s.fail(id, rows.Err())
 }
 
 func (s *Store) balancesAt(ctx context.Context, pool *pgxpool.Pool, qs *queries, q coffer.BalanceQuery, currencies []*coffer.Currency, out *coffer.Balances) error {
@@ -116,13 +120,17 @@ func (s *Store) Trx(ctx context.Context, sc coffer.Scope) (coffer.Trx, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	id, pool := s.router.Player(sc.PlayerID)
+	id := s.router.Map().ShardOf(sc.PlayerID)
+	pool, err := s.pool(id)
+	if err != nil {
+		return coffer.Trx{}, err
+	}
 	st, err := s.scanTrx(pool.QueryRow(ctx, s.q(id).trxByKey, sc.Namespace, sc.PlayerID, sc.Emitter, sc.IdempotencyKey))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return coffer.Trx{}, coffer.Errorf(coffer.CodeNotFound, "no trx with idempotency_key %q", sc.IdempotencyKey)
 	}
 	if err != nil {
-		return coffer.Trx{}, mapError(id, err)
+		return coffer.Trx{}, s.fail(id, err)
 	}
 	return st.Trx, nil
 }
@@ -167,7 +175,11 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 		}
 		afterTime, afterID = &t, id
 	}
-	shardID, pool := s.router.Player(q.PlayerID)
+	shardID := s.router.Map().ShardOf(q.PlayerID)
+	pool, err := s.pool(shardID)
+	if err != nil {
+		return coffer.FinlogPage{}, err
+	}
 	sql := s.q(shardID).finlogAsc
 	if q.Desc {
 		sql = s.q(shardID).finlogDesc
@@ -176,19 +188,19 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 	defer cancel()
 	rows, err := pool.Query(ctx, sql, q.Namespace, q.PlayerID, from, to, reason, currency, afterTime, afterID, q.Limit+1)
 	if err != nil {
-		return coffer.FinlogPage{}, mapError(shardID, err)
+		return coffer.FinlogPage{}, s.fail(shardID, err)
 	}
 	defer rows.Close()
 	page := coffer.FinlogPage{Items: []coffer.Trx{}}
 	for rows.Next() {
 		st, err := s.scanTrx(rows)
 		if err != nil {
-			return coffer.FinlogPage{}, mapError(shardID, err)
+			return coffer.FinlogPage{}, s.fail(shardID, err)
 		}
 		page.Items = append(page.Items, st.Trx)
 	}
 	if err := rows.Err(); err != nil {
-		return coffer.FinlogPage{}, mapError(shardID, err)
+		return coffer.FinlogPage{}, s.fail(shardID, err)
 	}
 	if len(page.Items) > q.Limit {
 		page.Items = page.Items[:q.Limit]
@@ -240,16 +252,20 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 	lines := map[coffer.CurrencyID]*coffer.RevenueLine{}
 	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
 		id := coffer.ShardID(sh)
-		rows, err := s.router.Shard(id).Query(ctx, s.q(id).revenue, q.Namespace, q.From, q.To)
+		pool, err := s.pool(id)
 		if err != nil {
-			return nil, mapError(id, err)
+			return nil, err
+		}
+		rows, err := pool.Query(ctx, s.q(id).revenue, q.Namespace, q.From, q.To)
+		if err != nil {
+			return nil, s.fail(id, err)
 		}
 		for rows.Next() {
 			var cur coffer.CurrencyID
 			var r coffer.RevenueLine
 			if err := rows.Scan(&cur, &r.Deposited, &r.Recognised, &r.ConvertedIn, &r.ConvertedOut, &r.Expired, &r.Deferred); err != nil {
 				rows.Close()
-				return nil, mapError(id, err)
+				return nil, s.fail(id, err)
 			}
 			l := lines[cur]
 			if l == nil {
@@ -264,7 +280,7 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 			l.Deferred += r.Deferred
 		}
 		if err := rows.Err(); err != nil {
-			return nil, mapError(id, fmt.Errorf("revenue: %w", err))
+			return nil, s.fail(id, fmt.Errorf("revenue: %w", err))
 		}
 	}
 	var out []coffer.RevenueLine

@@ -16,6 +16,7 @@ import (
 	"github.com/cofferhq/coffer/shard"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Options tune a Store.
@@ -69,37 +70,70 @@ func retryable(err error) bool {
 // through; a database that is down, unreachable or slow is
 // shard_unavailable, which the client may retry with the same key.
 func mapError(id coffer.ShardID, err error) error {
+	mapped, _ := classify(id, err)
+	return mapped
+}
+
+// fail maps err and, when it shows the connection or server failed, marks
+// the shard's database down so that its next requests fail fast.
+func (s *Store) fail(id coffer.ShardID, err error) error {
+	mapped, connFailed := classify(id, err)
+	if connFailed {
+		s.router.MarkDown(s.router.DatabaseIndex(id))
+	}
+	return mapped
+}
+
+// pool returns the pool of shard id's database, or shard_unavailable at
+// once while the database is known to be down or unverified.
+func (s *Store) pool(id coffer.ShardID) (*pgxpool.Pool, error) {
+	if err := s.router.Available(s.router.DatabaseIndex(id)); err != nil {
+		return nil, &coffer.Error{Code: coffer.CodeUnavailable, Message: fmt.Sprintf("shard %d is unavailable", id), Err: err}
+	}
+	return s.router.Shard(id), nil
+}
+
+// classify maps err and tells whether it is a failure of the connection or
+// the server rather than of the request. A timeout is not: the request's
+// own deadline may have been short.
+func classify(id coffer.ShardID, err error) (mapped error, connFailed bool) {
 	if err == nil {
-		return nil
+		return nil, false
 	}
 	var de *coffer.Error
 	if errors.As(err, &de) {
-		return err
+		return err, false
+	}
+	unavailable := func(msg string) error {
+		return &coffer.Error{Code: coffer.CodeUnavailable, Message: fmt.Sprintf("shard %d %s", id, msg), Err: err}
 	}
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		switch {
-		case pg.Code[:2] == "08", pg.Code[:2] == "57", pg.Code == "53300", pg.Code == "25006":
-			return &coffer.Error{Code: coffer.CodeUnavailable, Message: fmt.Sprintf("shard %d is unavailable", id), Err: err}
+		case pg.Code[:2] == "08", pg.Code[:2] == "57":
+			return unavailable("is unavailable"), true
+		case pg.Code == "53300", pg.Code == "25006":
+			return unavailable("is unavailable"), false
 		case pg.Code[:2] == "22":
-			return &coffer.Error{Code: coffer.CodeInvalid, Message: pg.Message, Err: err}
+			return &coffer.Error{Code: coffer.CodeInvalid, Message: pg.Message, Err: err}, false
 		}
-		return &coffer.Error{Code: coffer.CodeInternal, Message: fmt.Sprintf("shard %d: database error", id), Err: err}
+		return &coffer.Error{Code: coffer.CodeInternal, Message: fmt.Sprintf("shard %d: database error", id), Err: err}, false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
+		return unavailable("is unavailable or slow"), false
+	}
+	if errors.Is(err, context.Canceled) {
+		return &coffer.Error{Code: coffer.CodeUnavailable, Message: "request canceled", Err: err}, false
 	}
 	var netErr net.Error
 	var connErr *pgconn.ConnectError
-	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) || errors.As(err, &connErr) || pgconn.Timeout(err) {
-		return &coffer.Error{Code: coffer.CodeUnavailable, Message: fmt.Sprintf("shard %d is unavailable or slow", id), Err: err}
-	}
-	if errors.Is(err, context.Canceled) {
-		return &coffer.Error{Code: coffer.CodeUnavailable, Message: "request canceled", Err: err}
-	}
-	if pgconn.SafeToRetry(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
-		return &coffer.Error{Code: coffer.CodeUnavailable, Message: fmt.Sprintf("shard %d: connection failed", id), Err: err}
+	if errors.As(err, &netErr) || errors.As(err, &connErr) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return unavailable("is unavailable: connection failed"), true
 	}
 	// Anything else (a row that does not decode, say) is our bug, not the
 	// database's: retrying would not help.
-	return &coffer.Error{Code: coffer.CodeInternal, Message: fmt.Sprintf("shard %d: internal error", id), Err: err}
+	return &coffer.Error{Code: coffer.CodeInternal, Message: fmt.Sprintf("shard %d: internal error", id), Err: err}, false
 }
 
 // playerTx is an open transaction on a player's shard, begun inside the
@@ -149,8 +183,11 @@ func (t *playerTx) rollback() error {
 func (s *Store) withPlayer(ctx context.Context, ns coffer.Namespace, player coffer.PlayerID, fn func(t *playerTx) error) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	id, pool := s.router.Player(player)
-	var err error
+	id := s.router.Map().ShardOf(player)
+	pool, err := s.pool(id)
+	if err != nil {
+		return err
+	}
 	for attempt := 0; attempt <= s.opts.RetriesMax; attempt++ {
 		err = func() error {
 			conn, err := pool.Acquire(ctx)
@@ -172,7 +209,7 @@ func (s *Store) withPlayer(ctx context.Context, ns coffer.Namespace, player coff
 			break
 		}
 	}
-	return mapError(id, err)
+	return s.fail(id, err)
 }
 
 // start queues BEGIN, the player lock and nIDs fresh ids in front of b and

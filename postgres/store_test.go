@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -552,11 +553,25 @@ func TestShardDownIsUnavailableAndRecovers(t *testing.T) {
 	must(t, own.Stop())
 	_, err = e.change(down, "b", free("gold", 1))
 	wantCode(t, err, coffer.CodeUnavailable)
+	// The failure marked the database down: the next request is refused
+	// without trying to connect.
 	_, err = e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: down})
 	wantCode(t, err, coffer.CodeUnavailable)
+	if !strings.Contains(err.Error(), "down (a connection failed") {
+		t.Fatalf("not refused fast: %v", err)
+	}
 	e.mustChange(up, "b", free("gold", 1))
 	must(t, own.Start(ctx))
-	e.mustChange(down, "b", free("gold", 1))
+	// Once the cooldown is over, the same key goes through.
+	deadline := time.Now().Add(shard.DownCooldown + 5*time.Second)
+	for {
+		_, err = e.change(down, "b", free("gold", 1))
+		if coffer.ErrorCode(err) != coffer.CodeUnavailable || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	must(t, err)
 	if b := e.balance(down, "gold"); b.Total != 6 {
 		t.Fatalf("after recovery: %+v", b)
 	}

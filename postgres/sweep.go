@@ -47,15 +47,20 @@ func (s *Store) sweep(ctx context.Context, query func(*queries) string, limit in
 	var errs []error
 	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
 		id := coffer.ShardID(sh)
+		pool, err := s.pool(id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		rows, err := s.router.Shard(id).Query(cctx, query(s.q(id)), limit)
+		rows, err := pool.Query(cctx, query(s.q(id)), limit)
 		var due []coffer.Scope
 		if err == nil {
 			due, err = pgx.CollectRows(rows, scan)
 		}
 		cancel()
 		if err != nil {
-			errs = append(errs, mapError(id, err))
+			errs = append(errs, s.fail(id, err))
 			continue
 		}
 		for _, sc := range due {

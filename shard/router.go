@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -33,17 +34,30 @@ func DefaultPoolConfig() PoolConfig {
 	}
 }
 
+// DownCooldown is how long a database stays marked down after a
+// connection failure: its requests fail at once (shard_unavailable) instead
+// of each waiting for a connect timeout. The first request after it tries
+// the database again.
+const DownCooldown = time.Second
+
 // Router holds one pool per database of a Map and routes players to them.
 // It is safe for concurrent use. Pools connect lazily, so a database that is
 // down at start fails only its own shards' requests.
 type Router struct {
 	m     *Map
 	pools []*pgxpool.Pool
+	dbs   []dbState
+}
+
+// dbState is what the router knows of a database's health.
+type dbState struct {
+	downUntil  atomic.Int64 // unix nanoseconds
+	unverified atomic.Bool  // schema not (yet) checked compatible
 }
 
 // Open creates the pools. It does not connect; Ping does.
 func Open(m *Map, pc PoolConfig) (*Router, error) {
-	r := &Router{m: m}
+	r := &Router{m: m, dbs: make([]dbState, len(m.Databases()))}
 	for _, db := range m.Databases() {
 		cfg, err := pgxpool.ParseConfig(db.Config.ConnString(int(max(1, pc.ConnectTimeout/time.Second))))
 		if err != nil {
@@ -80,6 +94,34 @@ func (r *Router) Shard(s coffer.ShardID) *pgxpool.Pool { return r.pools[r.m.dbOf
 
 // Database returns the pool of the database at index i of the map.
 func (r *Router) Database(i int) *pgxpool.Pool { return r.pools[i] }
+
+// DatabaseIndex is the index in the map of the database holding shard s.
+func (r *Router) DatabaseIndex(s coffer.ShardID) int { return r.m.dbOfShard[s] }
+
+// Available returns nil if requests may go to database i, or why not: its
+// schema is not verified, or a connection to it failed within DownCooldown.
+func (r *Router) Available(i int) error {
+	switch {
+	case r.dbs[i].unverified.Load():
+		return fmt.Errorf("%s: schema not verified yet", r.m.databases[i].Label())
+	case time.Now().UnixNano() < r.dbs[i].downUntil.Load():
+		return fmt.Errorf("%s: down (a connection failed less than %s ago)", r.m.databases[i].Label(), DownCooldown)
+	}
+	return nil
+}
+
+// MarkDown records a connection failure of database i.
+func (r *Router) MarkDown(i int) {
+	r.dbs[i].downUntil.Store(time.Now().Add(DownCooldown).UnixNano())
+}
+
+// MarkUp records that database i answered, ending any cooldown.
+func (r *Router) MarkUp(i int) { r.dbs[i].downUntil.Store(0) }
+
+// SetVerified records whether database i's schema was found compatible.
+// Databases start verified; a server sets them unverified until it has
+// checked them.
+func (r *Router) SetVerified(i int, ok bool) { r.dbs[i].unverified.Store(!ok) }
 
 // Ping checks every database, in order, and returns the first failure,
 // naming the database.

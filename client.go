@@ -1,0 +1,146 @@
+package coffer
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+)
+
+// Permission is what a client may do in its namespaces. Permissions do not
+// imply one another: a support tool that reads and reports needs read and
+// admin.
+type Permission string
+
+// Permissions: read balances, trx and finlog; write (change, hold,
+// exchange); admin (revenue report, instance status).
+const (
+	PermRead  Permission = "read"
+	PermWrite Permission = "write"
+	PermAdmin Permission = "admin"
+)
+
+// KeyHash is the SHA-256 of an API key. API keys are random and long, so a
+// fast hash is enough; only hashes are configured or kept in memory.
+type KeyHash [sha256.Size]byte
+
+// HashKey hashes an API key.
+func HashKey(key string) KeyHash { return sha256.Sum256([]byte(key)) }
+
+// ParseKeyHash reads a hex SHA-256 as written in the config.
+func ParseKeyHash(s string) (KeyHash, error) {
+	var h KeyHash
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != len(h) {
+		return h, fmt.Errorf("a key hash is 64 hex digits (the SHA-256 of the key)")
+	}
+	copy(h[:], b)
+	return h, nil
+}
+
+// Client is a calling backend, named by its API keys (several, so that a
+// key can be rotated). Its Emitter scopes its idempotency keys.
+type Client struct {
+	Name        string
+	Emitter     Emitter
+	KeyHashes   []KeyHash
+	Namespaces  []Namespace
+	Permissions []Permission
+}
+
+// Allow checks that the client may act with permission p in namespace ns.
+// Errors: permission_denied.
+func (c *Client) Allow(ns Namespace, p Permission) error {
+	if !c.has(p) {
+		return Errorf(CodePermissionDenied, "client %s lacks the %s permission", c.Name, p)
+	}
+	for _, n := range c.Namespaces {
+		if n == ns {
+			return nil
+		}
+	}
+	return Errorf(CodePermissionDenied, "client %s may not use namespace %d", c.Name, ns)
+}
+
+// AllowAny checks that the client has permission p, in any namespace, for
+// calls that address none. Errors: permission_denied.
+func (c *Client) AllowAny(p Permission) error {
+	if !c.has(p) {
+		return Errorf(CodePermissionDenied, "client %s lacks the %s permission", c.Name, p)
+	}
+	return nil
+}
+
+func (c *Client) has(p Permission) bool {
+	for _, q := range c.Permissions {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// Clients authenticates API keys. It is read-only once built and safe for
+// concurrent use.
+type Clients struct{ list []*Client }
+
+// NewClients checks clients: names, emitters and key hashes unique, every
+// permission known, every namespace > 0.
+func NewClients(list []Client) (*Clients, error) {
+	cs := &Clients{}
+	names, emitters, hashes := map[string]bool{}, map[Emitter]bool{}, map[KeyHash]bool{}
+	for i := range list {
+		c := list[i]
+		switch {
+		case c.Name == "" || names[c.Name]:
+			return nil, fmt.Errorf("clients[%d].name: must be set and unique", i)
+		case c.Emitter <= 0 || emitters[c.Emitter]:
+			return nil, fmt.Errorf("clients[%d].emitter: must be > 0 and unique, since it scopes idempotency keys", i)
+		case len(c.KeyHashes) == 0:
+			return nil, fmt.Errorf("clients[%d]: needs at least one key hash", i)
+		case len(c.Namespaces) == 0 || len(c.Permissions) == 0:
+			return nil, fmt.Errorf("clients[%d]: needs namespaces and permissions", i)
+		}
+		for _, h := range c.KeyHashes {
+			if hashes[h] {
+				return nil, fmt.Errorf("clients[%d]: a key hash is used twice", i)
+			}
+			hashes[h] = true
+		}
+		for _, p := range c.Permissions {
+			if p != PermRead && p != PermWrite && p != PermAdmin {
+				return nil, fmt.Errorf("clients[%d].permissions: %q is not read, write or admin", i, p)
+			}
+		}
+		for _, ns := range c.Namespaces {
+			if ns <= 0 {
+				return nil, fmt.Errorf("clients[%d].namespaces: ids must be > 0", i)
+			}
+		}
+		names[c.Name], emitters[c.Emitter] = true, true
+		cs.list = append(cs.list, &c)
+	}
+	return cs, nil
+}
+
+// Authenticate finds the client of an API key. Every configured hash is
+// compared in constant time, so timing tells nothing of which key nearly
+// matched. Errors: unauthenticated.
+func (cs *Clients) Authenticate(key string) (*Client, error) {
+	if key == "" {
+		return nil, Errorf(CodeUnauthenticated, "an API key is required: Authorization: Bearer KEY")
+	}
+	h := HashKey(key)
+	var found *Client
+	for _, c := range cs.list {
+		for _, kh := range c.KeyHashes {
+			if subtle.ConstantTimeCompare(h[:], kh[:]) == 1 {
+				found = c
+			}
+		}
+	}
+	if found == nil {
+		return nil, Errorf(CodeUnauthenticated, "unknown API key")
+	}
+	return found, nil
+}
