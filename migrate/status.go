@@ -2,11 +2,15 @@ package migrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/shard"
+	"github.com/jackc/pgx/v5"
 )
 
 // DatabaseStatus is what Status reports for one database.
@@ -96,4 +100,36 @@ func Generate(dir, template, name string) (string, error) {
 	defer f.Close()
 	_, err = f.WriteString(t.body)
 	return path, err
+}
+
+// ErrUnreachable marks a Verify that could not reach its database, as
+// opposed to one that found the schema incompatible.
+var ErrUnreachable = errors.New("database unreachable")
+
+// Verify checks, without changing anything or taking the migration lock,
+// that db has every migration applied and that its recorded shard state and
+// env agree with the config. A server calls it before sending db requests.
+func (e *Engine) Verify(ctx context.Context, db shard.Database) error {
+	timeout := e.ConnectTimeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, db.Config.ConnString(int(timeout/time.Second)))
+	if err != nil {
+		return fmt.Errorf("%s: %w: %v", db.Label(), ErrUnreachable, err)
+	}
+	defer conn.Close(context.Background())
+	s := &session{db: db, conn: conn}
+	if s.state, err = e.readState(cctx, conn); err != nil {
+		return fmt.Errorf("%s: %w: read migration state: %v", db.Label(), ErrUnreachable, err)
+	}
+	if err := e.plan(s, Options{TargetVersion: -1}); err != nil {
+		return fmt.Errorf("%s: %w", db.Label(), err)
+	}
+	if len(s.pending) > 0 {
+		return fmt.Errorf("%s: schema is behind: %d migration(s) pending, first %s; run coffer migrate", db.Label(), len(s.pending), s.pending[0].Name)
+	}
+	return nil
 }

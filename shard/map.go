@@ -32,6 +32,11 @@ type Database struct {
 // Label names the database in messages.
 func (d Database) Label() string { return d.Config.Label(d.Index) }
 
+// Name names the database in metrics and status: address(es)/dbname.
+func (d Database) Name() string {
+	return strings.Join(d.Config.addresses(), ",") + "/" + d.Config.Name
+}
+
 // NewMap validates cfg and builds the map. Every shard must be on exactly one
 // database; errors name the key at fault.
 func NewMap(cfg Config) (*Map, error) {

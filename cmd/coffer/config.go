@@ -5,21 +5,120 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
+	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/migrate"
 	"github.com/cofferhq/coffer/shard"
 	"gopkg.in/yaml.v3"
 )
 
 // Config is coffer's configuration file. Its shard and env keys are those
-// of an sdbmigrate config, so one file serves both tools.
+// of an sdbmigrate config, so one file serves both tools; the rest is the
+// service's (docs/configuration.md).
 type Config struct {
 	shard.Config `yaml:",inline"`
-	Env          migrate.Env      `yaml:"env,omitempty"`
-	Pool         shard.PoolConfig `yaml:"pool"`
+	Env          migrate.Env       `yaml:"env,omitempty"`
+	Pool         shard.PoolConfig  `yaml:"pool"`
+	Listen       ListenConfig      `yaml:"listen"`
+	Limits       LimitsConfig      `yaml:"limits"`
+	Timeouts     TimeoutsConfig    `yaml:"timeouts"`
+	Holds        HoldsConfig       `yaml:"holds"`
+	Sweep        SweepConfig       `yaml:"sweep"`
+	Log          LogConfig         `yaml:"log"`
+	Currencies   []CurrencyConfig  `yaml:"currencies,omitempty"`
+	Namespaces   []NamespaceConfig `yaml:"namespaces,omitempty"`
+	Clients      []ClientConfig    `yaml:"clients,omitempty"`
+}
+
+// ListenConfig is where the service listens; an empty address turns that
+// transport off.
+type ListenConfig struct {
+	HTTP string `yaml:"http"`
+	GRPC string `yaml:"grpc"`
+}
+
+// LimitsConfig bounds requests.
+type LimitsConfig struct {
+	BodyBytesMax int64 `yaml:"body_bytes_max"`
+}
+
+// TimeoutsConfig bounds the work of a request and the drain at shutdown.
+type TimeoutsConfig struct {
+	Request  time.Duration `yaml:"request"`
+	Shutdown time.Duration `yaml:"shutdown"`
+}
+
+// HoldsConfig bounds a hold's life.
+type HoldsConfig struct {
+	TTLDefault time.Duration `yaml:"ttl_default"`
+	TTLMax     time.Duration `yaml:"ttl_max"`
+}
+
+// SweepConfig paces the background sweepers of expired holds and lots.
+type SweepConfig struct {
+	Interval time.Duration `yaml:"interval"`
+	// BatchMax bounds the holds (or players) one pass takes per shard.
+	BatchMax int `yaml:"batch_max"`
+}
+
+// LogConfig sets the level of the JSON log: debug logs every request, info
+// every failed one.
+type LogConfig struct {
+	Level string `yaml:"level"`
+}
+
+// CurrencyConfig is one currency of the deployment.
+type CurrencyConfig struct {
+	ID         int32    `yaml:"id"`
+	Code       string   `yaml:"code"`
+	Paid       bool     `yaml:"paid"`
+	SpendOrder []string `yaml:"spend_order,omitempty,flow"`
+}
+
+// NamespaceConfig is one namespace and its exchange pairs.
+type NamespaceConfig struct {
+	ID        int32            `yaml:"id"`
+	Name      string           `yaml:"name,omitempty"`
+	Exchanges []ExchangeConfig `yaml:"exchanges,omitempty"`
+}
+
+// ExchangeConfig is one exchange pair: Rate "A:B" gives B units of To for
+// every A units of From, rounded down.
+type ExchangeConfig struct {
+	From string `yaml:"from"`
+	To   string `yaml:"to"`
+	Rate string `yaml:"rate"`
+}
+
+// ClientConfig is one calling backend. KeySHA256 lists the hex SHA-256 of
+// its API keys (coffer keygen makes a key and its hash); more than one lets
+// a key be rotated.
+type ClientConfig struct {
+	Name        string   `yaml:"name"`
+	Emitter     int32    `yaml:"emitter"`
+	KeySHA256   []string `yaml:"key_sha256"`
+	Namespaces  []int32  `yaml:"namespaces,flow"`
+	Permissions []string `yaml:"permissions,flow"`
+}
+
+// DefaultConfig is the config before the file is read: every key the file
+// leaves out keeps these values.
+func DefaultConfig() *Config {
+	return &Config{
+		Pool:     shard.DefaultPoolConfig(),
+		Listen:   ListenConfig{HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:9090"},
+		Limits:   LimitsConfig{BodyBytesMax: 64 << 10},
+		Timeouts: TimeoutsConfig{Request: 5 * time.Second, Shutdown: 20 * time.Second},
+		Holds:    HoldsConfig{TTLDefault: 10 * time.Minute, TTLMax: 24 * time.Hour},
+		Sweep:    SweepConfig{Interval: 5 * time.Second, BatchMax: 1000},
+		Log:      LogConfig{Level: "info"},
+	}
 }
 
 // loadConfig reads and validates a config file. Unknown keys are errors:
@@ -29,7 +128,10 @@ func loadConfig(path string) (*Config, *shard.Map, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}
-	cfg := &Config{Pool: shard.DefaultPoolConfig()}
+	if raw, err = expandEnv(raw); err != nil {
+		return nil, nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	cfg := DefaultConfig()
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	if err := dec.Decode(cfg); err != nil {
@@ -48,6 +150,27 @@ func loadConfig(path string) (*Config, *shard.Map, error) {
 	return cfg, m, nil
 }
 
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// expandEnv replaces ${NAME} with the environment variable NAME, so that
+// secrets (database passwords, say) need not be in the file. An unset
+// variable is an error, not an empty password.
+func expandEnv(raw []byte) ([]byte, error) {
+	var missing []string
+	out := envRef.ReplaceAllFunc(raw, func(ref []byte) []byte {
+		name := string(ref[2 : len(ref)-1])
+		v, ok := os.LookupEnv(name)
+		if !ok {
+			missing = append(missing, name)
+		}
+		return []byte(v)
+	})
+	if missing != nil {
+		return nil, fmt.Errorf("environment variable(s) %s not set", strings.Join(missing, ", "))
+	}
+	return out, nil
+}
+
 var notFound = regexp.MustCompile(`field (\S+) not found in type \S+`)
 
 // yamlMessage rewords the YAML decoder's errors for people.
@@ -56,4 +179,88 @@ func yamlMessage(err error) string {
 	msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
 	msg = notFound.ReplaceAllString(msg, "unknown key $1")
 	return strings.ReplaceAll(msg, "\n  ", "; ")
+}
+
+// service checks the service part of the config and builds the catalog
+// and the clients from it. Errors name the key at fault.
+func (c *Config) service() (*coffer.Catalog, *coffer.Clients, error) {
+	switch {
+	case c.Listen.HTTP == "" && c.Listen.GRPC == "":
+		return nil, nil, fmt.Errorf("listen: set http, grpc or both")
+	case c.Limits.BodyBytesMax < 1024:
+		return nil, nil, fmt.Errorf("limits.body_bytes_max: must be at least 1024")
+	case c.Timeouts.Request <= 0 || c.Timeouts.Shutdown <= 0:
+		return nil, nil, fmt.Errorf("timeouts: request and shutdown must be > 0")
+	case c.Sweep.Interval <= 0 || c.Sweep.BatchMax <= 0:
+		return nil, nil, fmt.Errorf("sweep: interval and batch_max must be > 0")
+	case len(c.Currencies) == 0 || len(c.Namespaces) == 0 || len(c.Clients) == 0:
+		return nil, nil, fmt.Errorf("currencies, namespaces and clients: the service needs at least one of each")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.Log.Level)); err != nil {
+		return nil, nil, fmt.Errorf("log.level: must be debug, info, warn or error")
+	}
+	var currencies []coffer.Currency
+	for _, cc := range c.Currencies {
+		cur := coffer.Currency{ID: coffer.CurrencyID(cc.ID), Code: cc.Code, Paid: cc.Paid}
+		for _, k := range cc.SpendOrder {
+			cur.SpendOrder = append(cur.SpendOrder, coffer.SpendKey(k))
+		}
+		currencies = append(currencies, cur)
+	}
+	catalog, err := coffer.NewCatalog(currencies, c.Holds.TTLDefault, c.Holds.TTLMax)
+	if err != nil {
+		return nil, nil, err
+	}
+	namespaces := map[int32]bool{}
+	for i, ns := range c.Namespaces {
+		if ns.ID <= 0 || namespaces[ns.ID] {
+			return nil, nil, fmt.Errorf("namespaces[%d].id: must be > 0 and unique", i)
+		}
+		namespaces[ns.ID] = true
+		for j, ex := range ns.Exchanges {
+			from, to, ok := parseRate(ex.Rate)
+			if !ok {
+				return nil, nil, fmt.Errorf("namespaces[%d].exchanges[%d].rate: must be A:B with integers > 0, e.g. 1:100", i, j)
+			}
+			if err := catalog.AddRate(coffer.Namespace(ns.ID), ex.From, ex.To, coffer.Rate{Num: to, Den: from}); err != nil {
+				return nil, nil, fmt.Errorf("namespaces[%d].exchanges[%d]: %w", i, j, err)
+			}
+		}
+	}
+	clients, err := c.clients(namespaces)
+	return catalog, clients, err
+}
+
+func (c *Config) clients(namespaces map[int32]bool) (*coffer.Clients, error) {
+	var list []coffer.Client
+	for i, cc := range c.Clients {
+		cl := coffer.Client{Name: cc.Name, Emitter: coffer.Emitter(cc.Emitter)}
+		for _, h := range cc.KeySHA256 {
+			kh, err := coffer.ParseKeyHash(h)
+			if err != nil {
+				return nil, fmt.Errorf("clients[%d].key_sha256: %w", i, err)
+			}
+			cl.KeyHashes = append(cl.KeyHashes, kh)
+		}
+		for _, ns := range cc.Namespaces {
+			if !namespaces[ns] {
+				return nil, fmt.Errorf("clients[%d].namespaces: %d is not a configured namespace", i, ns)
+			}
+			cl.Namespaces = append(cl.Namespaces, coffer.Namespace(ns))
+		}
+		for _, p := range cc.Permissions {
+			cl.Permissions = append(cl.Permissions, coffer.Permission(p))
+		}
+		list = append(list, cl)
+	}
+	return coffer.NewClients(list)
+}
+
+// parseRate reads "A:B".
+func parseRate(s string) (from, to int64, ok bool) {
+	a, b, found := strings.Cut(s, ":")
+	from, err1 := strconv.ParseInt(strings.TrimSpace(a), 10, 64)
+	to, err2 := strconv.ParseInt(strings.TrimSpace(b), 10, 64)
+	return from, to, found && err1 == nil && err2 == nil && from > 0 && to > 0
 }

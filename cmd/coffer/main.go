@@ -17,12 +17,14 @@ type command struct {
 
 var commands = map[string]command{
 	"audit":   {"check the ledger invariants on every shard", runAudit},
-	"dev":     {"start a local stack: PostgreSQL, schema, (later) the API", runDev},
+	"dev":     {"start a local stack: PostgreSQL, schema and the API, with a dev key", runDev},
+	"serve":   {"serve the API (HTTP/JSON and gRPC) with a config file", runServe},
+	"keygen":  {"make a new API key and the hash to put in the config", runKeygen},
 	"migrate": {"apply, check or generate schema migrations (sdbmigrate-compatible)", runMigrate},
 	"shard":   {"print the shard (and database) of player ids", runShard},
 }
 
-var commandOrder = []string{"dev", "migrate", "audit", "shard"}
+var commandOrder = []string{"dev", "serve", "migrate", "audit", "shard", "keygen"}
 
 func main() {
 	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))

@@ -18,15 +18,17 @@ import (
 // databases, migrated, with the config that describes it written to disk.
 // `coffer dev` runs one; so can the benchmark.
 type localStack struct {
+	dir        string
 	server     *pgserver.Server
 	config     *Config
 	configPath string
 }
 
 // startLocalStack starts (or, if dir holds one, restarts) the server under
-// dir/pg, creates databases coffer_0 … coffer_{databases-1}, writes
-// dir/coffer.yaml and applies coffer's schema. Progress goes to out.
-func startLocalStack(ctx context.Context, dir string, databases, shardCount int, durable bool, out io.Writer) (*localStack, error) {
+// dir/pg, creates databases coffer_0 … coffer_{databases-1}, spreads
+// cfg.ShardCount shards over them, writes cfg to dir/coffer.yaml and
+// applies coffer's schema. Progress goes to out.
+func startLocalStack(ctx context.Context, dir string, cfg *Config, databases int, durable bool, out io.Writer) (*localStack, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -34,11 +36,9 @@ func startLocalStack(ctx context.Context, dir string, databases, shardCount int,
 	if err != nil {
 		return nil, err
 	}
-	st := &localStack{server: server, configPath: filepath.Join(dir, "coffer.yaml")}
-	st.config = &Config{
-		Config: shard.Config{ShardCount: shardCount, DistributionMode: "auto", ShardOnDB: shardCount / databases},
-		Pool:   shard.DefaultPoolConfig(),
-	}
+	st := &localStack{dir: dir, server: server, configPath: filepath.Join(dir, "coffer.yaml")}
+	st.config = cfg
+	cfg.DistributionMode, cfg.ShardOnDB, cfg.Databases = "auto", cfg.ShardCount/databases, nil
 	for i := 0; i < databases; i++ {
 		name := fmt.Sprintf("coffer_%d", i)
 		if err := createDatabase(ctx, server, name); err != nil {
@@ -92,7 +92,7 @@ func (st *localStack) migrate(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, err := shard.NewMap(st.config.Config)
+	m, err := st.shardMap()
 	if err != nil {
 		return err
 	}
@@ -102,3 +102,6 @@ func (st *localStack) migrate(ctx context.Context, out io.Writer) error {
 
 // stop shuts the server down cleanly.
 func (st *localStack) stop() error { return st.server.Stop() }
+
+// shardMap is the map of the stack's config.
+func (st *localStack) shardMap() (*shard.Map, error) { return shard.NewMap(st.config.Config) }

@@ -1,0 +1,63 @@
+package api
+
+import (
+	"fmt"
+
+	"github.com/cofferhq/coffer"
+	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
+	"google.golang.org/genproto/googleapis/api/annotations"
+	"google.golang.org/protobuf/proto"
+)
+
+// Route is one rpc of the contract and its HTTP mapping.
+type Route struct {
+	// RPC is the method name, e.g. "Change".
+	RPC string
+	// Method and Path are the google.api.http rule, e.g. "POST" and
+	// "/v1/namespaces/{namespace}/players/{player_id}/transactions". Path
+	// variables name request fields and read as net/http patterns.
+	Method, Path string
+	// Body tells whether the request's other fields come in a JSON body.
+	Body bool
+	// Permission is what the calling client needs.
+	Permission coffer.Permission
+}
+
+// permissions is what each rpc needs; Routes panics on an rpc missing here.
+var permissions = map[string]coffer.Permission{
+	"GetBalances": coffer.PermRead,
+	"Change":      coffer.PermWrite,
+	"Commit":      coffer.PermWrite,
+	"Rollback":    coffer.PermWrite,
+	"GetTrx":      coffer.PermRead,
+	"Exchange":    coffer.PermWrite,
+	"Finlog":      coffer.PermRead,
+	"Revenue":     coffer.PermAdmin,
+	"GetStatus":   coffer.PermAdmin,
+}
+
+// Routes lists the Wallet rpcs in contract order, read from the compiled
+// contract.
+func Routes() []Route {
+	methods := cofferv1.File_coffer_v1_wallet_proto.Services().ByName("Wallet").Methods()
+	var out []Route
+	for i := 0; i < methods.Len(); i++ {
+		m := methods.Get(i)
+		rule := proto.GetExtension(m.Options(), annotations.E_Http).(*annotations.HttpRule)
+		r := Route{RPC: string(m.Name()), Body: rule.GetBody() == "*", Permission: permissions[string(m.Name())]}
+		switch p := rule.GetPattern().(type) {
+		case *annotations.HttpRule_Get:
+			r.Method, r.Path = "GET", p.Get
+		case *annotations.HttpRule_Post:
+			r.Method, r.Path = "POST", p.Post
+		}
+		if r.Method == "" || r.Permission == "" {
+			panic(fmt.Sprintf("api: rpc %s needs a GET or POST rule and a permission", r.RPC))
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// Permission is what rpc needs ("" for an unknown rpc).
+func Permission(rpc string) coffer.Permission { return permissions[rpc] }

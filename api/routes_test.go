@@ -1,0 +1,15 @@
+package api
+
+import "testing"
+
+func TestRoutesCoverContract(t *testing.T) {
+	routes := Routes()
+	if len(routes) != 9 {
+		t.Fatalf("%d routes, want the 9 rpcs of wallet.proto", len(routes))
+	}
+	for _, r := range routes {
+		if r.Method == "POST" && r.Permission != "write" && r.RPC != "GetStatus" {
+			t.Errorf("%s: a POST must need write, has %s", r.RPC, r.Permission)
+		}
+	}
+}

@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	coffergrpc "github.com/cofferhq/coffer/grpc"
+	cofferhttp "github.com/cofferhq/coffer/http"
+	"github.com/cofferhq/coffer/metrics"
+	"github.com/cofferhq/coffer/migrate"
+	"github.com/cofferhq/coffer/postgres"
+	"github.com/cofferhq/coffer/shard"
+	"google.golang.org/grpc"
+)
+
+// probeInterval paces the checks of every shard database.
+const probeInterval = 2 * time.Second
+
+// Main is the service: what `coffer serve` and `coffer dev` run, and what
+// the end-to-end tests boot on port 0. Set Config, Map and Logger, then
+// Start; Shutdown drains it.
+type Main struct {
+	Config *Config
+	Map    *shard.Map
+	Logger *slog.Logger
+	// HTTPAddr and GRPCAddr are the bound addresses, set by Start.
+	HTTPAddr, GRPCAddr string
+
+	router     *shard.Router
+	engine     *migrate.Engine
+	metrics    *metrics.Metrics
+	httpServer *http.Server
+	grpcServer *grpc.Server
+	ready      atomic.Bool
+	started    time.Time
+	stopBG     context.CancelFunc
+	bg         sync.WaitGroup
+
+	mu     sync.Mutex
+	health []dbHealth // by database index
+}
+
+// dbHealth is the last probe of a database.
+type dbHealth struct {
+	up        bool
+	verified  bool
+	err       string
+	checkedAt time.Time
+}
+
+// Start checks the config, verifies every reachable database's schema
+// (an incompatible one is an error; an unreachable one is checked again in
+// the background and gets no requests until then), starts listening and
+// serving, and starts the probes and the sweepers.
+func (m *Main) Start(ctx context.Context) error {
+	catalog, clients, err := m.Config.service()
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	m.started = time.Now().UTC()
+	if m.router, err = shard.Open(m.Map, m.Config.Pool); err != nil {
+		return err
+	}
+	ms, err := migrate.Load(migrate.Schema(), "(coffer's schema)")
+	if err != nil {
+		return err
+	}
+	m.engine = &migrate.Engine{Map: m.Map, Env: m.Config.Env.With(migrate.SchemaEnv), Migrations: ms, ConnectTimeout: m.Config.Pool.ConnectTimeout}
+	m.health = make([]dbHealth, len(m.Map.Databases()))
+	m.metrics = metrics.New(m.router)
+	for i := range m.health {
+		m.router.SetVerified(i, false)
+		if err := m.check(ctx, i); err != nil && !errors.Is(err, migrate.ErrUnreachable) {
+			m.router.Close()
+			return err
+		}
+	}
+	store := postgres.New(m.router, catalog, postgres.Options{Timeout: m.Config.Timeouts.Request})
+	if err := m.listen(store, clients); err != nil {
+		m.router.Close()
+		return err
+	}
+	bgCtx, cancel := context.WithCancel(context.Background())
+	m.stopBG = cancel
+	m.goBG(func() { m.probeLoop(bgCtx) })
+	m.goBG(func() { m.sweepLoop(bgCtx, "holds", store.SweepHolds) })
+	m.goBG(func() { m.sweepLoop(bgCtx, "lots", store.SweepExpiredLots) })
+	m.ready.Store(true)
+	m.Logger.Info("serving", "http", m.HTTPAddr, "grpc", m.GRPCAddr, "shards", m.Map.ShardCount(), "databases", len(m.health))
+	return nil
+}
+
+func (m *Main) listen(store *postgres.Store, clients *coffer.Clients) error {
+	cfg := m.Config
+	if cfg.Listen.HTTP != "" {
+		ln, err := net.Listen("tcp", cfg.Listen.HTTP)
+		if err != nil {
+			return fmt.Errorf("listen.http: %w", err)
+		}
+		h := &cofferhttp.Server{Ledger: store, Clients: clients, Metrics: m.metrics, Logger: m.Logger,
+			BodyBytesMax: cfg.Limits.BodyBytesMax, Status: m.status, Ready: m.ready.Load}
+		m.httpServer = &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+			ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
+		m.HTTPAddr = ln.Addr().String()
+		go func() { _ = m.httpServer.Serve(ln) }()
+	}
+	if cfg.Listen.GRPC != "" {
+		ln, err := net.Listen("tcp", cfg.Listen.GRPC)
+		if err != nil {
+			if m.httpServer != nil {
+				_ = m.httpServer.Close()
+			}
+			return fmt.Errorf("listen.grpc: %w", err)
+		}
+		g := &coffergrpc.Server{Ledger: store, Clients: clients, Metrics: m.metrics, Logger: m.Logger,
+			MessageBytesMax: int(cfg.Limits.BodyBytesMax), Status: m.status}
+		m.grpcServer = g.NewServer()
+		m.GRPCAddr = ln.Addr().String()
+		go func() { _ = m.grpcServer.Serve(ln) }()
+	}
+	return nil
+}
+
+// Shutdown stops taking requests, drains those in flight until ctx ends,
+// then stops the sweepers and closes the pools.
+func (m *Main) Shutdown(ctx context.Context) error {
+	m.ready.Store(false)
+	var errs []error
+	if m.httpServer != nil {
+		errs = append(errs, m.httpServer.Shutdown(ctx))
+	}
+	if m.grpcServer != nil {
+		stopped := make(chan struct{})
+		go func() { m.grpcServer.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			m.grpcServer.Stop()
+			errs = append(errs, fmt.Errorf("grpc: drain cut short: %w", ctx.Err()))
+		}
+	}
+	m.stopBG()
+	m.bg.Wait()
+	m.router.Close()
+	return errors.Join(errs...)
+}
+
+func (m *Main) goBG(fn func()) {
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		fn()
+	}()
+}
+
+// check probes database i: a ping, and, until it passes once, the schema.
+// It returns the schema check's error.
+func (m *Main) check(ctx context.Context, i int) error {
+	db := m.Map.Databases()[i]
+	cctx, cancel := context.WithTimeout(ctx, time.Second+m.Config.Pool.ConnectTimeout)
+	defer cancel()
+	m.mu.Lock()
+	h := m.health[i]
+	m.mu.Unlock()
+	var err error
+	if !h.verified {
+		if err = m.engine.Verify(cctx, db); err == nil {
+			h.verified = true
+			m.router.SetVerified(i, true)
+		} else if !errors.Is(err, migrate.ErrUnreachable) {
+			m.Logger.Error("schema incompatible", "database", db.Name(), "error", err.Error())
+		}
+	}
+	pingErr := m.router.Database(i).Ping(cctx)
+	h.up, h.err, h.checkedAt = pingErr == nil && h.verified, "", time.Now().UTC()
+	switch {
+	case err != nil:
+		h.err = err.Error()
+	case pingErr != nil:
+		h.err = pingErr.Error()
+	}
+	if pingErr == nil {
+		m.router.MarkUp(i)
+	} else {
+		m.router.MarkDown(i)
+	}
+	m.mu.Lock()
+	was := m.health[i].up
+	m.health[i] = h
+	m.mu.Unlock()
+	if was != h.up {
+		m.Logger.Warn("database state", "database", db.Name(), "up", h.up, "error", h.err)
+	}
+	m.metrics.SetDatabaseUp(db.Name(), h.up)
+	return err
+}
+
+func (m *Main) probeLoop(ctx context.Context) {
+	t := time.NewTicker(probeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		available := 0
+		for i, db := range m.Map.Databases() {
+			_ = m.check(ctx, i)
+			if m.dbUp(i) {
+				available += len(db.Shards)
+			}
+		}
+		m.metrics.SetShardsAvailable(available)
+	}
+}
+
+func (m *Main) dbUp(i int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.health[i].up
+}
+
+// sweepLoop runs a sweeper every interval. Every instance runs it; the
+// sweepers are safe to run concurrently.
+func (m *Main) sweepLoop(ctx context.Context, name string, sweep func(context.Context, int) (int, error)) {
+	t := time.NewTicker(m.Config.Sweep.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := sweep(ctx, m.Config.Sweep.BatchMax)
+		if ctx.Err() != nil {
+			return
+		}
+		m.metrics.Swept(name, n, err)
+		if err != nil {
+			m.Logger.Warn("sweeper pass failed", "sweeper", name, "swept", n, "error", err.Error())
+		} else if n > 0 {
+			m.Logger.Info("sweeper pass", "sweeper", name, "swept", n)
+		}
+	}
+}
+
+// status is the operators' view (GET /v1/status).
+func (m *Main) status(context.Context) coffer.Status {
+	st := coffer.Status{Version: version(), StartedAt: m.started, ShardCount: int32(m.Map.ShardCount()), Databases: []coffer.DatabaseStatus{}}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, db := range m.Map.Databases() {
+		h := m.health[i]
+		ps := m.router.Database(i).Stat()
+		ds := coffer.DatabaseStatus{Name: db.Name(), Shards: shardRanges(db.Shards), Up: h.up, SchemaVerified: h.verified, Error: h.err,
+			ConnsTotal: ps.TotalConns(), ConnsAcquired: ps.AcquiredConns(), ConnsMax: ps.MaxConns()}
+		if !h.checkedAt.IsZero() {
+			t := h.checkedAt
+			ds.CheckedAt = &t
+		}
+		if h.up {
+			st.ShardsAvailable += int32(len(db.Shards))
+		}
+		st.Databases = append(st.Databases, ds)
+	}
+	return st
+}
+
+func shardRanges(ids []coffer.ShardID) []coffer.ShardRange {
+	var out []coffer.ShardRange
+	for _, id := range ids {
+		if n := len(out); n > 0 && out[n-1].Max+1 == int32(id) {
+			out[n-1].Max = int32(id)
+			continue
+		}
+		out = append(out, coffer.ShardRange{Min: int32(id), Max: int32(id)})
+	}
+	return out
+}
+
+// version is the module version or VCS revision the binary was built from.
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return s.Value[:12]
+		}
+	}
+	return info.Main.Version
+}
+
+// newLogger is the JSON log on w at the configured level.
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// runServe is `coffer serve -c FILE`: the service until SIGINT or SIGTERM,
+// then a graceful drain.
+func runServe(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("c", "coffer.yaml", "config file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, m, err := loadConfig(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, "coffer serve:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	svc := &Main{Config: cfg, Map: m, Logger: newLogger(stdout, cfg.Log.Level)}
+	if err := svc.Start(ctx); err != nil {
+		fmt.Fprintln(stderr, "coffer serve:", err)
+		return 1
+	}
+	<-ctx.Done()
+	return shutdown(svc, stderr)
+}
+
+// shutdown drains svc within the configured time.
+func shutdown(svc *Main, stderr io.Writer) int {
+	svc.Logger.Info("shutting down", "drain", svc.Config.Timeouts.Shutdown.String())
+	ctx, cancel := context.WithTimeout(context.Background(), svc.Config.Timeouts.Shutdown)
+	defer cancel()
+	if err := svc.Shutdown(ctx); err != nil {
+		fmt.Fprintln(stderr, "coffer:", err)
+		return 1
+	}
+	svc.Logger.Info("stopped")
+	return 0
+}

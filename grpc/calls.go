@@ -1,0 +1,138 @@
+package grpc
+
+import (
+	"context"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+func (s *Server) GetBalances(ctx context.Context, req *cofferv1.GetBalancesRequest) (*cofferv1.Balances, error) {
+	b, err := s.Ledger.Balances(ctx, coffer.BalanceQuery{
+		Namespace: coffer.Namespace(req.Namespace), PlayerID: coffer.PlayerID(req.PlayerId),
+		Currency: req.Currency, At: optTime(req.At), Lots: req.Lots,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return toBalances(b), nil
+}
+
+func (s *Server) Change(ctx context.Context, req *cofferv1.ChangeRequest) (*cofferv1.Trx, error) {
+	meta, err := metaJSON(req.Meta)
+	if err != nil {
+		return nil, err
+	}
+	ops := make([]coffer.OpRequest, len(req.Ops))
+	for i, op := range req.Ops {
+		ops[i] = fromOpRequest(op)
+	}
+	if req.HoldTtlSeconds < 0 || req.HoldTtlSeconds > 1<<32 {
+		return nil, coffer.Errorf(coffer.CodeInvalid, "hold_ttl_seconds: out of range")
+	}
+	trx, replay, err := s.Ledger.Change(ctx, coffer.ChangeRequest{
+		Scope: scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey),
+		Ops:   ops, Reason: req.Reason, Meta: meta,
+		Hold: req.Hold, HoldTTL: time.Duration(req.HoldTtlSeconds) * time.Second,
+	})
+	return written(ctx, trx, replay, err)
+}
+
+func (s *Server) Commit(ctx context.Context, req *cofferv1.TrxRequest) (*cofferv1.Trx, error) {
+	trx, replay, err := s.Ledger.Commit(ctx, scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey))
+	return written(ctx, trx, replay, err)
+}
+
+func (s *Server) Rollback(ctx context.Context, req *cofferv1.TrxRequest) (*cofferv1.Trx, error) {
+	trx, replay, err := s.Ledger.Rollback(ctx, scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey))
+	return written(ctx, trx, replay, err)
+}
+
+func (s *Server) GetTrx(ctx context.Context, req *cofferv1.TrxRequest) (*cofferv1.Trx, error) {
+	trx, err := s.Ledger.Trx(ctx, scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey))
+	if err != nil {
+		return nil, err
+	}
+	return toTrx(trx)
+}
+
+func (s *Server) Exchange(ctx context.Context, req *cofferv1.ExchangeRequest) (*cofferv1.Trx, error) {
+	meta, err := metaJSON(req.Meta)
+	if err != nil {
+		return nil, err
+	}
+	trx, replay, err := s.Ledger.Exchange(ctx, coffer.ExchangeRequest{
+		Scope: scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey),
+		From:  req.From, To: req.To, Amount: coffer.Amount(req.Amount), Reason: req.Reason, Meta: meta,
+	})
+	return written(ctx, trx, replay, err)
+}
+
+func (s *Server) Finlog(ctx context.Context, req *cofferv1.FinlogRequest) (*cofferv1.FinlogPage, error) {
+	q := coffer.FinlogQuery{
+		Namespace: coffer.Namespace(req.Namespace), PlayerID: coffer.PlayerID(req.PlayerId),
+		From: optTime(req.From), To: optTime(req.To), Currency: req.Currency, Reason: req.Reason,
+		Limit: int(req.Limit), Cursor: req.Cursor,
+	}
+	switch req.Order {
+	case "", "asc":
+	case "desc":
+		q.Desc = true
+	default:
+		return nil, coffer.Errorf(coffer.CodeInvalid, "order: must be asc or desc")
+	}
+	page, err := s.Ledger.Finlog(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := &cofferv1.FinlogPage{NextCursor: page.NextCursor}
+	for _, trx := range page.Items {
+		t, err := toTrx(trx)
+		if err != nil {
+			return nil, err
+		}
+		out.Items = append(out.Items, t)
+	}
+	return out, nil
+}
+
+func (s *Server) Revenue(ctx context.Context, req *cofferv1.RevenueRequest) (*cofferv1.RevenueReport, error) {
+	if req.From == nil || req.To == nil {
+		return nil, coffer.Errorf(coffer.CodeInvalid, "from and to are required")
+	}
+	ns := coffer.Namespace(req.Namespace)
+	lines, err := s.Ledger.Revenue(ctx, coffer.RevenueQuery{Namespace: ns, From: req.From.AsTime(), To: req.To.AsTime(), Currency: req.Currency})
+	if err != nil {
+		return nil, err
+	}
+	out := &cofferv1.RevenueReport{Namespace: req.Namespace, From: req.From, To: req.To}
+	for _, l := range lines {
+		out.Lines = append(out.Lines, &cofferv1.RevenueLine{
+			Currency: l.Currency, Deposited: int64(l.Deposited), Recognised: int64(l.Recognised),
+			ConvertedIn: int64(l.ConvertedIn), ConvertedOut: int64(l.ConvertedOut), Expired: int64(l.Expired), Deferred: int64(l.Deferred),
+		})
+	}
+	return out, nil
+}
+
+func (s *Server) GetStatus(ctx context.Context, _ *cofferv1.StatusRequest) (*cofferv1.Status, error) {
+	return toStatusMessage(s.Status(ctx)), nil
+}
+
+func scope(ctx context.Context, ns int32, player int64, key string) coffer.Scope {
+	return coffer.Scope{Namespace: coffer.Namespace(ns), PlayerID: coffer.PlayerID(player), Emitter: clientOf(ctx).Emitter, IdempotencyKey: key}
+}
+
+// written answers a write; a replay is flagged in the response header.
+func written(ctx context.Context, trx coffer.Trx, replay bool, err error) (*cofferv1.Trx, error) {
+	if err != nil {
+		return nil, err
+	}
+	if replay {
+		_ = grpc.SetHeader(ctx, metadata.Pairs("coffer-replay", "true"))
+	}
+	return toTrx(trx)
+}

@@ -1,0 +1,178 @@
+// Package grpc serves the coffer API as the gRPC service coffer.v1.Wallet.
+// Transport only: every call goes to a coffer.Ledger. Errors carry their
+// stable code as the reason of a google.rpc.ErrorInfo detail (domain
+// "coffer"); a replay answers with the response header coffer-replay: true.
+package grpc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/api"
+	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
+	"github.com/cofferhq/coffer/metrics"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Server is the gRPC transport. Its fields are set once, before NewServer.
+type Server struct {
+	cofferv1.UnimplementedWalletServer
+	Ledger  coffer.Ledger
+	Clients *coffer.Clients
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	// MessageBytesMax bounds a request message.
+	MessageBytesMax int
+	Status          func(context.Context) coffer.Status
+}
+
+// NewServer returns a grpc.Server with the Wallet service registered and
+// every call authenticated, authorized, measured and logged.
+func (s *Server) NewServer() *grpc.Server {
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(s.MessageBytesMax), grpc.ChainUnaryInterceptor(s.intercept))
+	cofferv1.RegisterWalletServer(g, s)
+	return g
+}
+
+// codeOf maps each error code to its gRPC status code: the one table.
+var codeOf = map[coffer.Code]codes.Code{
+	coffer.CodeInvalid:             codes.InvalidArgument,
+	coffer.CodeUnauthenticated:     codes.Unauthenticated,
+	coffer.CodePermissionDenied:    codes.PermissionDenied,
+	coffer.CodeNotFound:            codes.NotFound,
+	coffer.CodeInsufficientFunds:   codes.FailedPrecondition,
+	coffer.CodeIdempotencyConflict: codes.AlreadyExists,
+	coffer.CodeHoldNotPending:      codes.FailedPrecondition,
+	coffer.CodeHoldExpired:         codes.FailedPrecondition,
+	coffer.CodePayloadTooLarge:     codes.ResourceExhausted,
+	coffer.CodeUnavailable:         codes.Unavailable,
+	coffer.CodeInternal:            codes.Internal,
+}
+
+type clientKey struct{}
+
+// namespaced is every request that addresses a namespace.
+type namespaced interface{ GetNamespace() int32 }
+
+// intercept wraps every call: request id, metrics, authentication and
+// authorization (before any database work), error mapping, one log line.
+func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	rpc := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+	md, _ := metadata.FromIncomingContext(ctx)
+	id := requestID(md)
+	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", id))
+	done := s.Metrics.Begin(rpc)
+	client, err := s.authorize(md, rpc, req)
+	var resp any
+	if err == nil {
+		resp, err = handler(context.WithValue(ctx, clientKey{}, client), req)
+	}
+	done(err)
+	s.log(ctx, rpc, id, client, err, time.Since(start))
+	if err != nil {
+		return nil, toStatus(err, id)
+	}
+	return resp, nil
+}
+
+func (s *Server) authorize(md metadata.MD, rpc string, req any) (*coffer.Client, error) {
+	var key string
+	if v := md.Get("authorization"); len(v) > 0 {
+		key, _ = strings.CutPrefix(v[0], "Bearer ")
+	}
+	c, err := s.Clients.Authenticate(strings.TrimSpace(key))
+	if err != nil {
+		return nil, err
+	}
+	perm := api.Permission(rpc)
+	if perm == "" {
+		return c, coffer.Errorf(coffer.CodeNotFound, "no rpc %s", rpc)
+	}
+	if r, ok := req.(namespaced); ok {
+		if r.GetNamespace() <= 0 {
+			return c, coffer.Errorf(coffer.CodeInvalid, "namespace must be > 0")
+		}
+		return c, c.Allow(coffer.Namespace(r.GetNamespace()), perm)
+	}
+	return c, c.AllowAny(perm)
+}
+
+func toStatus(err error, requestID string) error {
+	code := coffer.ErrorCode(err)
+	grpcCode, ok := codeOf[code]
+	if !ok {
+		code, grpcCode = coffer.CodeInternal, codes.Internal
+	}
+	msg := "internal error; the server log has the details under request id " + requestID
+	var e *coffer.Error
+	if errors.As(err, &e) && code != coffer.CodeInternal {
+		msg = e.Message
+	}
+	st, derr := status.New(grpcCode, msg).WithDetails(&errdetails.ErrorInfo{
+		Reason: string(code), Domain: "coffer", Metadata: map[string]string{"request_id": requestID},
+	})
+	if derr != nil {
+		return status.Error(grpcCode, msg)
+	}
+	return st.Err()
+}
+
+// Code is the stable coffer code of an error returned by a Wallet call, as
+// a gRPC client sees it: the ErrorInfo reason, or "" if there is none.
+func Code(err error) coffer.Code {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == "coffer" {
+			return coffer.Code(info.Reason)
+		}
+	}
+	return ""
+}
+
+func (s *Server) log(ctx context.Context, rpc, id string, c *coffer.Client, err error, d time.Duration) {
+	level := slog.LevelDebug
+	code := coffer.ErrorCode(err)
+	switch {
+	case code == coffer.CodeInternal || code == coffer.CodeUnavailable:
+		level = slog.LevelError
+	case err != nil:
+		level = slog.LevelInfo
+	}
+	if !s.Logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("request_id", id), slog.String("transport", "grpc"), slog.String("call", rpc),
+		slog.Float64("duration_ms", float64(d.Microseconds())/1000)}
+	if c != nil {
+		attrs = append(attrs, slog.String("client", c.Name))
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("code", string(code)), slog.String("error", err.Error()))
+	}
+	s.Logger.LogAttrs(ctx, level, "request", attrs...)
+}
+
+func requestID(md metadata.MD) string {
+	if v := md.Get("x-request-id"); len(v) > 0 && len(v[0]) > 0 && len(v[0]) <= 64 {
+		return v[0]
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func clientOf(ctx context.Context) *coffer.Client { return ctx.Value(clientKey{}).(*coffer.Client) }

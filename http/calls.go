@@ -1,0 +1,181 @@
+package http
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/cofferhq/coffer"
+)
+
+// changeBody is the JSON body of Change (ChangeRequest of the contract,
+// less the path fields).
+type changeBody struct {
+	IdempotencyKey string             `json:"idempotency_key"`
+	Ops            []coffer.OpRequest `json:"ops"`
+	Reason         string             `json:"reason"`
+	Meta           json.RawMessage    `json:"meta"`
+	Hold           bool               `json:"hold"`
+	HoldTTLSeconds int64              `json:"hold_ttl_seconds"`
+}
+
+// exchangeBody is the JSON body of Exchange.
+type exchangeBody struct {
+	IdempotencyKey string          `json:"idempotency_key"`
+	From           string          `json:"from"`
+	To             string          `json:"to"`
+	Amount         coffer.Amount   `json:"amount"`
+	Reason         string          `json:"reason"`
+	Meta           json.RawMessage `json:"meta"`
+}
+
+// revenueReport is the body of a revenue report.
+type revenueReport struct {
+	Namespace coffer.Namespace     `json:"namespace"`
+	From      time.Time            `json:"from"`
+	To        time.Time            `json:"to"`
+	Lines     []coffer.RevenueLine `json:"lines"`
+}
+
+func (s *Server) getBalances(r *http.Request, _ *coffer.Client) (int, any, error) {
+	q := coffer.BalanceQuery{}
+	var err error
+	if q.Namespace, q.PlayerID, err = pathPlayer(r); err != nil {
+		return 0, nil, err
+	}
+	v, err := query(r, "currency", "at", "lots")
+	if err != nil {
+		return 0, nil, err
+	}
+	q.Currency = v.str("currency")
+	q.At = v.time("at")
+	q.Lots = v.bool("lots")
+	if v.err != nil {
+		return 0, nil, v.err
+	}
+	b, err := s.Ledger.Balances(r.Context(), q)
+	return http.StatusOK, b, err
+}
+
+func (s *Server) change(r *http.Request, c *coffer.Client) (int, any, error) {
+	var body changeBody
+	sc, err := s.scope(r, c, &body.IdempotencyKey, &body)
+	if err != nil {
+		return 0, nil, err
+	}
+	if body.HoldTTLSeconds < 0 || body.HoldTTLSeconds > 1<<32 {
+		return 0, nil, coffer.Errorf(coffer.CodeInvalid, "hold_ttl_seconds: out of range")
+	}
+	trx, replay, err := s.Ledger.Change(r.Context(), coffer.ChangeRequest{
+		Scope: sc, Ops: body.Ops, Reason: body.Reason, Meta: body.Meta,
+		Hold: body.Hold, HoldTTL: time.Duration(body.HoldTTLSeconds) * time.Second,
+	})
+	return written(trx, replay, err)
+}
+
+func (s *Server) commit(r *http.Request, c *coffer.Client) (int, any, error) {
+	sc, err := s.scope(r, c, nil, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	trx, replay, err := s.Ledger.Commit(r.Context(), sc)
+	return written(trx, replay, err)
+}
+
+func (s *Server) rollback(r *http.Request, c *coffer.Client) (int, any, error) {
+	sc, err := s.scope(r, c, nil, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	trx, replay, err := s.Ledger.Rollback(r.Context(), sc)
+	return written(trx, replay, err)
+}
+
+func (s *Server) getTrx(r *http.Request, c *coffer.Client) (int, any, error) {
+	sc, err := s.scope(r, c, nil, nil)
+	if err == nil {
+		_, err = query(r)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	trx, err := s.Ledger.Trx(r.Context(), sc)
+	return http.StatusOK, trx, err
+}
+
+func (s *Server) exchange(r *http.Request, c *coffer.Client) (int, any, error) {
+	var body exchangeBody
+	sc, err := s.scope(r, c, &body.IdempotencyKey, &body)
+	if err != nil {
+		return 0, nil, err
+	}
+	trx, replay, err := s.Ledger.Exchange(r.Context(), coffer.ExchangeRequest{
+		Scope: sc, From: body.From, To: body.To, Amount: body.Amount, Reason: body.Reason, Meta: body.Meta,
+	})
+	return written(trx, replay, err)
+}
+
+func (s *Server) finlog(r *http.Request, _ *coffer.Client) (int, any, error) {
+	q := coffer.FinlogQuery{}
+	var err error
+	if q.Namespace, q.PlayerID, err = pathPlayer(r); err != nil {
+		return 0, nil, err
+	}
+	v, err := query(r, "from", "to", "currency", "reason", "limit", "cursor", "order")
+	if err != nil {
+		return 0, nil, err
+	}
+	q.From, q.To = v.time("from"), v.time("to")
+	q.Currency, q.Reason, q.Cursor = v.str("currency"), v.str("reason"), v.str("cursor")
+	q.Limit = int(v.int("limit"))
+	switch v.str("order") {
+	case "", "asc":
+	case "desc":
+		q.Desc = true
+	default:
+		return 0, nil, coffer.Errorf(coffer.CodeInvalid, "order: must be asc or desc")
+	}
+	if v.err != nil {
+		return 0, nil, v.err
+	}
+	page, err := s.Ledger.Finlog(r.Context(), q)
+	return http.StatusOK, page, err
+}
+
+func (s *Server) revenue(r *http.Request, _ *coffer.Client) (int, any, error) {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	v, err := query(r, "from", "to", "currency")
+	if err != nil {
+		return 0, nil, err
+	}
+	from, to := v.time("from"), v.time("to")
+	if v.err == nil && (from == nil || to == nil) {
+		v.err = coffer.Errorf(coffer.CodeInvalid, "from and to are required (RFC 3339 times)")
+	}
+	if v.err != nil {
+		return 0, nil, v.err
+	}
+	lines, err := s.Ledger.Revenue(r.Context(), coffer.RevenueQuery{Namespace: ns, From: *from, To: *to, Currency: v.str("currency")})
+	if lines == nil {
+		lines = []coffer.RevenueLine{}
+	}
+	return http.StatusOK, revenueReport{Namespace: ns, From: from.UTC(), To: to.UTC(), Lines: lines}, err
+}
+
+func (s *Server) getStatus(r *http.Request, _ *coffer.Client) (int, any, error) {
+	if _, err := query(r); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, s.Status(r.Context()), nil
+}
+
+// written answers a write: 201 for a new trx, 200 for a replay.
+func written(trx coffer.Trx, replay bool, err error) (int, any, error) {
+	if replay {
+		return http.StatusOK, trx, err
+	}
+	return http.StatusCreated, trx, err
+}

@@ -1,0 +1,68 @@
+package http
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/shard"
+)
+
+// statusOf maps each error code to its HTTP status: the one table of
+// DESIGN.md §8.
+var statusOf = map[coffer.Code]int{
+	coffer.CodeInvalid:             http.StatusBadRequest,
+	coffer.CodeUnauthenticated:     http.StatusUnauthorized,
+	coffer.CodePermissionDenied:    http.StatusForbidden,
+	coffer.CodeNotFound:            http.StatusNotFound,
+	coffer.CodeInsufficientFunds:   http.StatusConflict,
+	coffer.CodeIdempotencyConflict: http.StatusConflict,
+	coffer.CodeHoldNotPending:      http.StatusConflict,
+	coffer.CodeHoldExpired:         http.StatusConflict,
+	coffer.CodePayloadTooLarge:     http.StatusRequestEntityTooLarge,
+	coffer.CodeUnavailable:         http.StatusServiceUnavailable,
+	coffer.CodeInternal:            http.StatusInternalServerError,
+}
+
+// Problem is an RFC 9457 problem details body with coffer's stable code.
+type Problem struct {
+	Type      string      `json:"type"`
+	Title     string      `json:"title"`
+	Status    int         `json:"status"`
+	Detail    string      `json:"detail,omitempty"`
+	Code      coffer.Code `json:"code"`
+	RequestID string      `json:"request_id,omitempty"`
+}
+
+// problem writes err as problem+json and returns the status. An internal
+// error's detail is not shown: it may name tables or hosts; the log has it.
+func (s *Server) problem(w http.ResponseWriter, _ *http.Request, requestID string, err error) int {
+	code := coffer.ErrorCode(err)
+	status, ok := statusOf[code]
+	if !ok {
+		code, status = coffer.CodeInternal, http.StatusInternalServerError
+	}
+	p := Problem{
+		Type:      "https://github.com/cofferhq/coffer/blob/main/docs/api.md#" + string(code),
+		Title:     http.StatusText(status),
+		Status:    status,
+		Code:      code,
+		RequestID: requestID,
+	}
+	var e *coffer.Error
+	if errors.As(err, &e) && code != coffer.CodeInternal {
+		p.Detail = e.Message
+	} else {
+		p.Detail = "internal error; the server log has the details under this request_id"
+	}
+	if code == coffer.CodeUnavailable {
+		w.Header().Set("Retry-After", strconv.Itoa(int(shard.DownCooldown.Seconds())))
+	}
+	raw, _ := json.Marshal(p)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(raw, '\n'))
+	return status
+}

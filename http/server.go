@@ -1,0 +1,170 @@
+// Package http serves the coffer API as HTTP/JSON: the routes of the
+// contract (api.Routes), problem+json errors, the probes, /metrics and
+// /openapi.json. Transport only: every call goes to a coffer.Ledger.
+package http
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/api"
+	"github.com/cofferhq/coffer/metrics"
+)
+
+// Server is the HTTP transport. Its fields are set once, before Handler.
+type Server struct {
+	Ledger  coffer.Ledger
+	Clients *coffer.Clients
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	// BodyBytesMax bounds a request body; a larger one is
+	// payload_too_large.
+	BodyBytesMax int64
+	// Status is the operators' view, for GET /v1/status.
+	Status func(context.Context) coffer.Status
+	// Ready tells whether the instance should get traffic (GET /readyz).
+	Ready func() bool
+}
+
+// handler serves one rpc for an authenticated, authorized client. It
+// returns the HTTP status and the body of a success.
+type handler func(r *http.Request, c *coffer.Client) (int, any, error)
+
+// Handler routes every path. It panics if an rpc of the contract has no
+// handler here, so a new rpc cannot ship half-done.
+func (s *Server) Handler() http.Handler {
+	handlers := map[string]handler{
+		"GetBalances": s.getBalances,
+		"Change":      s.change,
+		"Commit":      s.commit,
+		"Rollback":    s.rollback,
+		"GetTrx":      s.getTrx,
+		"Exchange":    s.exchange,
+		"Finlog":      s.finlog,
+		"Revenue":     s.revenue,
+		"GetStatus":   s.getStatus,
+	}
+	mux := http.NewServeMux()
+	for _, rt := range api.Routes() {
+		h := handlers[rt.RPC]
+		if h == nil {
+			panic("http: no handler for rpc " + rt.RPC)
+		}
+		mux.Handle(rt.Method+" "+rt.Path, s.call(rt, h))
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.Ready() {
+			writeText(w, http.StatusServiceUnavailable, "not ready\n")
+			return
+		}
+		writeText(w, http.StatusOK, "ready\n")
+	})
+	mux.Handle("GET /metrics", s.Metrics.Handler())
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(api.OpenAPI)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.problem(w, r, requestID(w, r), coffer.Errorf(coffer.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// call wraps an rpc's handler: request id, metrics, authentication and
+// authorization (before any database work), the response and one log line.
+func (s *Server) call(rt api.Route, h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := requestID(w, r)
+		done := s.Metrics.Begin(rt.RPC)
+		client, err := s.authorize(r, rt)
+		status, body := 0, any(nil)
+		if err == nil {
+			status, body, err = h(r, client)
+		}
+		done(err)
+		if err != nil {
+			status = s.problem(w, r, id, err)
+		} else {
+			writeJSON(w, status, body)
+		}
+		s.log(r, rt, id, client, status, err, time.Since(start))
+	})
+}
+
+func (s *Server) authorize(r *http.Request, rt api.Route) (*coffer.Client, error) {
+	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	c, err := s.Clients.Authenticate(strings.TrimSpace(key))
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(rt.Path, "{namespace}") {
+		return c, c.AllowAny(rt.Permission)
+	}
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return c, err
+	}
+	return c, c.Allow(ns, rt.Permission)
+}
+
+func (s *Server) log(r *http.Request, rt api.Route, id string, c *coffer.Client, status int, err error, d time.Duration) {
+	level := slog.LevelDebug
+	switch {
+	case status >= 500:
+		level = slog.LevelError
+	case status >= 400:
+		level = slog.LevelInfo
+	}
+	if !s.Logger.Enabled(r.Context(), level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("request_id", id), slog.String("transport", "http"), slog.String("call", rt.RPC),
+		slog.String("path", r.URL.Path), slog.Int("status", status), slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+	}
+	if c != nil {
+		attrs = append(attrs, slog.String("client", c.Name))
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("code", string(coffer.ErrorCode(err))), slog.String("error", err.Error()))
+	}
+	s.Logger.LogAttrs(r.Context(), level, "request", attrs...)
+}
+
+// requestID takes the caller's X-Request-Id if it is sane, or makes one,
+// and echoes it in the response.
+func requestID(w http.ResponseWriter, r *http.Request) string {
+	id := r.Header.Get("X-Request-Id")
+	if len(id) == 0 || len(id) > 64 || strings.IndexFunc(id, func(c rune) bool { return c <= ' ' || c > '~' }) >= 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+	}
+	w.Header().Set("X-Request-Id", id)
+	return id
+}
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		status, raw = http.StatusInternalServerError, []byte(`{"code":"internal"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(raw, '\n'))
+}
+
+func writeText(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(body))
+}

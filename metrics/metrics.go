@@ -1,0 +1,135 @@
+// Package metrics is coffer's Prometheus instrumentation: request latency
+// by call and outcome, errors by code, in-flight requests, pool usage and
+// availability per database, and the sweepers. All names start with
+// coffer_.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/shard"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics holds the collectors of one service instance. It is safe for
+// concurrent use.
+type Metrics struct {
+	registry        *prometheus.Registry
+	requests        *prometheus.HistogramVec
+	errors          *prometheus.CounterVec
+	inFlight        prometheus.Gauge
+	databaseUp      *prometheus.GaugeVec
+	shardsAvailable prometheus.Gauge
+	sweeps          *prometheus.CounterVec
+	swept           *prometheus.CounterVec
+}
+
+// New registers coffer's collectors, the Go runtime's and the process's,
+// and the pool usage of every database of router.
+func New(router *shard.Router) *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "coffer_request_duration_seconds",
+			Help: "Latency of API calls by call and outcome (ok or the error code).",
+			// 0.25 ms … 8 s: a balance change takes about a millisecond.
+			Buckets: prometheus.ExponentialBuckets(0.00025, 2, 16),
+		}, []string{"call", "outcome"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coffer_errors_total", Help: "API errors by code.",
+		}, []string{"code"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "coffer_requests_in_flight", Help: "API calls being served.",
+		}),
+		databaseUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "coffer_database_up", Help: "1 if the last check reached the shard database and its schema is verified.",
+		}, []string{"database"}),
+		shardsAvailable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "coffer_shards_available", Help: "Shards whose database is up.",
+		}),
+		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coffer_sweeper_runs_total", Help: "Sweeper passes by sweeper (holds, lots) and outcome (ok, error).",
+		}, []string{"sweeper", "outcome"}),
+		swept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coffer_sweeper_items_total", Help: "Holds rolled back as expired (holds) and players whose expired lots were recorded (lots).",
+		}, []string{"sweeper"}),
+	}
+	shards := prometheus.NewGauge(prometheus.GaugeOpts{Name: "coffer_shards", Help: "The shard_count of the deployment."})
+	shards.Set(float64(router.Map().ShardCount()))
+	m.registry.MustRegister(m.requests, m.errors, m.inFlight, m.databaseUp, m.shardsAvailable, m.sweeps, m.swept, shards,
+		poolCollector{router},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// Begin counts a call in flight; the returned func ends it with its error
+// (nil for success).
+func (m *Metrics) Begin(call string) func(err error) {
+	start := time.Now()
+	m.inFlight.Inc()
+	return func(err error) {
+		m.inFlight.Dec()
+		outcome := "ok"
+		if err != nil {
+			outcome = string(coffer.ErrorCode(err))
+			m.errors.WithLabelValues(outcome).Inc()
+		}
+		m.requests.WithLabelValues(call, outcome).Observe(time.Since(start).Seconds())
+	}
+}
+
+// SetDatabaseUp records a database check.
+func (m *Metrics) SetDatabaseUp(database string, up bool) {
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.databaseUp.WithLabelValues(database).Set(v)
+}
+
+// SetShardsAvailable records how many shards are on databases that are up.
+func (m *Metrics) SetShardsAvailable(n int) { m.shardsAvailable.Set(float64(n)) }
+
+// Swept records one sweeper pass that handled n items.
+func (m *Metrics) Swept(sweeper string, n int, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	m.sweeps.WithLabelValues(sweeper, outcome).Inc()
+	m.swept.WithLabelValues(sweeper).Add(float64(n))
+}
+
+// poolCollector reads each database pool's usage at scrape time.
+type poolCollector struct{ router *shard.Router }
+
+var poolConns = prometheus.NewDesc("coffer_pool_connections",
+	"Connections of a shard database's pool by state (acquired, idle, max).", []string{"database", "state"}, nil)
+
+var poolWaits = prometheus.NewDesc("coffer_pool_acquire_waits_total",
+	"Acquires that had to wait for a connection.", []string{"database"}, nil)
+
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- poolConns
+	ch <- poolWaits
+}
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for i, db := range c.router.Map().Databases() {
+		st := c.router.Database(i).Stat()
+		name := db.Name()
+		for state, v := range map[string]int32{"acquired": st.AcquiredConns(), "idle": st.IdleConns(), "max": st.MaxConns()} {
+			ch <- prometheus.MustNewConstMetric(poolConns, prometheus.GaugeValue, float64(v), name, state)
+		}
+		ch <- prometheus.MustNewConstMetric(poolWaits, prometheus.CounterValue, float64(st.EmptyAcquireCount()), name)
+	}
+}

@@ -1,0 +1,33 @@
+package coffer
+
+import "time"
+
+// Status is the operators' view of one service instance: which shard
+// databases it reaches. A database that is down fails only its players'
+// requests; the instance stays ready.
+type Status struct {
+	Version         string           `json:"version"`
+	StartedAt       time.Time        `json:"started_at"`
+	ShardCount      int32            `json:"shard_count"`
+	ShardsAvailable int32            `json:"shards_available"`
+	Databases       []DatabaseStatus `json:"databases"`
+}
+
+// ShardRange is the shards Min … Max, inclusive.
+type ShardRange struct {
+	Min int32 `json:"min"`
+	Max int32 `json:"max"`
+}
+
+// DatabaseStatus is one shard database as an instance sees it.
+type DatabaseStatus struct {
+	Name           string       `json:"name"`
+	Shards         []ShardRange `json:"shards"`
+	Up             bool         `json:"up"`
+	SchemaVerified bool         `json:"schema_verified"`
+	Error          string       `json:"error,omitempty"`
+	CheckedAt      *time.Time   `json:"checked_at,omitempty"`
+	ConnsTotal     int32        `json:"conns_total"`
+	ConnsAcquired  int32        `json:"conns_acquired"`
+	ConnsMax       int32        `json:"conns_max"`
+}
