@@ -38,7 +38,7 @@ func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Tr
 				ops = append(ops, g)
 			}
 		}
-		out := s.newTrx(t, book, req.IdempotencyKey, coffer.TrxChange, req.Reason, req.Meta, ops)
+		out := s.newTrx(t, book, req.IdempotencyKey, coffer.TrxChange, req.Reason, v.Meta, ops)
 		if !req.Hold {
 			return out, ops, nil, nil
 		}
@@ -148,7 +148,7 @@ func (s *Store) Exchange(ctx context.Context, req coffer.ExchangeRequest) (coffe
 			}
 			ops = append(ops, g)
 		}
-		return s.newTrx(t, book, req.IdempotencyKey, coffer.TrxExchange, req.Reason, req.Meta, ops), ops, nil, nil
+		return s.newTrx(t, book, req.IdempotencyKey, coffer.TrxExchange, req.Reason, v.Meta, ops), ops, nil, nil
 	})
 }
 

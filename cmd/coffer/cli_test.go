@@ -12,7 +12,7 @@ import (
 	"github.com/cofferhq/coffer/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, 1) }
+func TestMain(m *testing.M) { pgtest.Main(m, 2) }
 
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()

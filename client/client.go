@@ -1,0 +1,202 @@
+// Package client is a small Go client of coffer's HTTP/JSON API. Errors the
+// service answers come back as *coffer.Error with the stable code, so
+// callers branch with coffer.ErrorCode; a transport failure is an ordinary
+// error. Every write may be retried with the same idempotency key.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/cofferhq/coffer"
+)
+
+// Client calls one coffer service with one API key. It is safe for
+// concurrent use.
+type Client struct {
+	base string
+	key  string
+	http *http.Client
+}
+
+// New returns a client of the service at baseURL (e.g.
+// "http://127.0.0.1:8080"). A nil httpClient means one with a 10 s timeout.
+func New(baseURL, apiKey string, httpClient *http.Client) *Client {
+	if httpClient == nil {
+		httpClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	return &Client{base: baseURL, key: apiKey, http: httpClient}
+}
+
+// Change is a change or the begin of a hold, as sent.
+type Change struct {
+	IdempotencyKey string             `json:"idempotency_key"`
+	Ops            []coffer.OpRequest `json:"ops"`
+	Reason         string             `json:"reason,omitempty"`
+	Meta           json.RawMessage    `json:"meta,omitempty"`
+	Hold           bool               `json:"hold,omitempty"`
+	HoldTTLSeconds int64              `json:"hold_ttl_seconds,omitempty"`
+}
+
+// Exchange is an exchange, as sent.
+type Exchange struct {
+	IdempotencyKey string          `json:"idempotency_key"`
+	From           string          `json:"from"`
+	To             string          `json:"to"`
+	Amount         coffer.Amount   `json:"amount"`
+	Reason         string          `json:"reason,omitempty"`
+	Meta           json.RawMessage `json:"meta,omitempty"`
+}
+
+func playerPath(ns coffer.Namespace, p coffer.PlayerID) string {
+	return fmt.Sprintf("/v1/namespaces/%d/players/%d", ns, p)
+}
+
+// Balances reads a player's balances; q's Namespace and PlayerID address
+// them.
+func (c *Client) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Balances, error) {
+	v := url.Values{}
+	if q.Currency != "" {
+		v.Set("currency", q.Currency)
+	}
+	if q.At != nil {
+		v.Set("at", q.At.Format(time.RFC3339Nano))
+	}
+	if q.Lots {
+		v.Set("lots", "true")
+	}
+	var out coffer.Balances
+	_, err := c.do(ctx, "GET", playerPath(q.Namespace, q.PlayerID)+"/balances", v, nil, &out)
+	return out, err
+}
+
+// Change applies a change or begins a hold. replay is true when the
+// answer is the original result of an earlier request with the same key.
+func (c *Client) Change(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, req Change) (trx coffer.Trx, replay bool, err error) {
+	status, err := c.do(ctx, "POST", playerPath(ns, p)+"/transactions", nil, req, &trx)
+	return trx, status == http.StatusOK, err
+}
+
+// Commit commits a pending hold.
+func (c *Client) Commit(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (trx coffer.Trx, replay bool, err error) {
+	status, err := c.do(ctx, "POST", playerPath(ns, p)+"/transactions/"+url.PathEscape(key)+"/commit", nil, nil, &trx)
+	return trx, status == http.StatusOK, err
+}
+
+// Rollback rolls a pending hold back.
+func (c *Client) Rollback(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (trx coffer.Trx, replay bool, err error) {
+	status, err := c.do(ctx, "POST", playerPath(ns, p)+"/transactions/"+url.PathEscape(key)+"/rollback", nil, nil, &trx)
+	return trx, status == http.StatusOK, err
+}
+
+// Trx reads one trx of this client by its idempotency key.
+func (c *Client) Trx(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (coffer.Trx, error) {
+	var trx coffer.Trx
+	_, err := c.do(ctx, "GET", playerPath(ns, p)+"/transactions/"+url.PathEscape(key), nil, nil, &trx)
+	return trx, err
+}
+
+// Exchange exchanges one currency for another.
+func (c *Client) Exchange(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, req Exchange) (trx coffer.Trx, replay bool, err error) {
+	status, err := c.do(ctx, "POST", playerPath(ns, p)+"/exchanges", nil, req, &trx)
+	return trx, status == http.StatusOK, err
+}
+
+// Finlog reads a page of a player's finlog.
+func (c *Client) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.FinlogPage, error) {
+	v := url.Values{}
+	for name, t := range map[string]*time.Time{"from": q.From, "to": q.To} {
+		if t != nil {
+			v.Set(name, t.Format(time.RFC3339Nano))
+		}
+	}
+	for name, s := range map[string]string{"currency": q.Currency, "reason": q.Reason, "cursor": q.Cursor} {
+		if s != "" {
+			v.Set(name, s)
+		}
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Desc {
+		v.Set("order", "desc")
+	}
+	var out coffer.FinlogPage
+	_, err := c.do(ctx, "GET", playerPath(q.Namespace, q.PlayerID)+"/finlog", v, nil, &out)
+	return out, err
+}
+
+// Revenue reads the revenue report of a namespace (admin).
+func (c *Client) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.RevenueLine, error) {
+	v := url.Values{"from": {q.From.Format(time.RFC3339Nano)}, "to": {q.To.Format(time.RFC3339Nano)}}
+	if q.Currency != "" {
+		v.Set("currency", q.Currency)
+	}
+	var out struct {
+		Lines []coffer.RevenueLine `json:"lines"`
+	}
+	_, err := c.do(ctx, "GET", fmt.Sprintf("/v1/namespaces/%d/reports/revenue", q.Namespace), v, nil, &out)
+	return out.Lines, err
+}
+
+// Status reads the operators' view of the instance (admin).
+func (c *Client) Status(ctx context.Context) (coffer.Status, error) {
+	var out coffer.Status
+	_, err := c.do(ctx, "GET", "/v1/status", nil, nil, &out)
+	return out, err
+}
+
+// problem is the part of a problem+json body the client reads.
+type problem struct {
+	Code   coffer.Code `json:"code"`
+	Detail string      `json:"detail"`
+}
+
+// do sends one request and decodes a success into out; it returns the
+// HTTP status.
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) (int, error) {
+	u := c.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode >= 300 {
+		var p problem
+		if json.Unmarshal(raw, &p) != nil || p.Code == "" {
+			return resp.StatusCode, fmt.Errorf("coffer: %s %s: HTTP %d: %.200s", method, path, resp.StatusCode, raw)
+		}
+		return resp.StatusCode, &coffer.Error{Code: p.Code, Message: p.Detail}
+	}
+	return resp.StatusCode, json.Unmarshal(raw, out)
+}

@@ -1,0 +1,346 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/client"
+	"github.com/cofferhq/coffer/internal/pgtest"
+	"github.com/cofferhq/coffer/internal/pgserver"
+)
+
+func twoServers(t *testing.T) []*pgserver.Server {
+	return []*pgserver.Server{pgtest.Server(t, 0), pgtest.Server(t, 1)}
+}
+
+func grant(key, currency string, amount coffer.Amount) client.Change {
+	return client.Change{IdempotencyKey: key, Ops: []coffer.OpRequest{{Currency: currency, Amount: amount}}}
+}
+
+func balanceOf(t *testing.T, c *client.Client, player coffer.PlayerID, currency string) coffer.Balance {
+	t.Helper()
+	b, err := c.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: player, Currency: currency})
+	must(t, err)
+	if len(b.Balances) != 1 {
+		t.Fatalf("balances %+v", b)
+	}
+	return b.Balances[0]
+}
+
+// TestHTTPChangeReplayAndConflict: a new write is 201, the same key and
+// payload 200 with the same body, another payload 409; insufficient funds
+// writes nothing.
+func TestHTTPChangeReplayAndConflict(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	path := "/v1/namespaces/1/players/42/transactions"
+	body := `{"idempotency_key": "order-7731", "reason": "purchase", "meta": {"b": 1, "a": "x"},
+	  "ops": [{"currency": "gold", "amount": 500, "kind": "paid",
+	           "purchase": {"store": "steam", "order_id": "7731", "price": 499, "fiat": "USD"}},
+	          {"currency": "silver", "amount": 30}]}`
+	first := s.call("POST", path, devKey, body)
+	wantStatus(t, first, http.StatusCreated, "")
+	again := s.call("POST", path, devKey, body)
+	wantStatus(t, again, http.StatusOK, "")
+	if string(again.body) != string(first.body) {
+		t.Fatalf("replay body differs:\n%s\n%s", first.body, again.body)
+	}
+	var trx coffer.Trx
+	must(t, json.Unmarshal(first.body, &trx))
+	if trx.Kind != coffer.TrxChange || trx.Status != coffer.StatusCommitted || len(trx.Ops) != 2 || trx.Version != 1 ||
+		trx.Ops[0].Purchase == nil || trx.Ops[0].BalanceAfter != 500 || string(trx.Meta) != `{"a":"x","b":1}` {
+		t.Fatalf("trx %s", first.body)
+	}
+	conflict := s.call("POST", path, devKey, strings.Replace(body, "30", "31", 1))
+	wantStatus(t, conflict, http.StatusConflict, coffer.CodeIdempotencyConflict)
+
+	poor := s.call("POST", path, devKey, `{"idempotency_key": "spend-1", "ops": [{"currency": "silver", "amount": -10}, {"currency": "gold", "amount": -501}]}`)
+	wantStatus(t, poor, http.StatusConflict, coffer.CodeInsufficientFunds)
+	b, err := s.dev.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: 42})
+	must(t, err)
+	if b.Version != 1 || b.Balances[0].Total != 500 || b.Balances[0].Paid != 500 || b.Balances[1].Total != 30 {
+		t.Fatalf("after insufficient funds: %+v", b)
+	}
+	// The corrected request with the same key goes through.
+	ok := s.call("POST", path, devKey, `{"idempotency_key": "spend-1", "ops": [{"currency": "silver", "amount": -10}, {"currency": "gold", "amount": -500}]}`)
+	wantStatus(t, ok, http.StatusCreated, "")
+	if got := balanceOf(t, s.dev, 42, "gold"); got.Total != 0 {
+		t.Fatalf("gold after spend: %+v", got)
+	}
+}
+
+// TestHTTPHoldLife: a hold reserves at once, commit applies its grants,
+// commit again is a replay, rollback after commit is hold_not_pending; a
+// second hold rolls back into its lots; a third expires by the sweeper.
+func TestHTTPHoldLife(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	const p = 7
+	_, _, err := s.dev.Change(ctx, 1, p, grant("seed", "gold", 100))
+	must(t, err)
+	hold := client.Change{IdempotencyKey: "match-1", Hold: true, Ops: []coffer.OpRequest{
+		{Currency: "gold", Amount: -40}, {Currency: "silver", Amount: 5}}}
+	trx, replay, err := s.dev.Change(ctx, 1, p, hold)
+	must(t, err)
+	if replay || trx.Status != coffer.StatusPending || trx.HoldExpiresAt == nil {
+		t.Fatalf("hold: %+v", trx)
+	}
+	if g, sv := balanceOf(t, s.dev, p, "gold"), balanceOf(t, s.dev, p, "silver"); g.Total != 60 || sv.Total != 0 {
+		t.Fatalf("during hold: gold %+v silver %+v", g, sv)
+	}
+	commit := s.call("POST", fmt.Sprintf("/v1/namespaces/1/players/%d/transactions/match-1/commit", p), devKey, "")
+	wantStatus(t, commit, http.StatusCreated, "")
+	again := s.call("POST", fmt.Sprintf("/v1/namespaces/1/players/%d/transactions/match-1/commit", p), devKey, "{}")
+	wantStatus(t, again, http.StatusOK, "")
+	if string(again.body) != string(commit.body) {
+		t.Fatalf("commit replay differs:\n%s\n%s", commit.body, again.body)
+	}
+	rb := s.call("POST", fmt.Sprintf("/v1/namespaces/1/players/%d/transactions/match-1/rollback", p), devKey, "")
+	wantStatus(t, rb, http.StatusConflict, coffer.CodeHoldNotPending)
+	if sv := balanceOf(t, s.dev, p, "silver"); sv.Total != 5 {
+		t.Fatalf("after commit: silver %+v", sv)
+	}
+
+	hold.IdempotencyKey = "match/2 ü" // escaped in the path
+	hold.Ops = hold.Ops[:1]
+	_, _, err = s.dev.Change(ctx, 1, p, hold)
+	must(t, err)
+	trx, replay, err = s.dev.Rollback(ctx, 1, p, "match/2 ü")
+	must(t, err)
+	if replay || trx.Status != coffer.StatusRolledBack {
+		t.Fatalf("rollback: %+v", trx)
+	}
+	if g := balanceOf(t, s.dev, p, "gold"); g.Total != 60 {
+		t.Fatalf("after rollback: gold %+v", g)
+	}
+	_, err = s.dev.Trx(ctx, 1, p, "match/2 ü")
+	must(t, err)
+	_, _, err = s.dev.Commit(ctx, 1, p, "match/2 ü")
+	if coffer.ErrorCode(err) != coffer.CodeHoldNotPending {
+		t.Fatalf("commit after rollback: %v", err)
+	}
+
+	hold.IdempotencyKey, hold.HoldTTLSeconds = "abandoned", 1
+	_, _, err = s.dev.Change(ctx, 1, p, hold)
+	must(t, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		trx, err = s.dev.Trx(ctx, 1, p, "abandoned")
+		must(t, err)
+		if trx.Status == coffer.StatusExpired || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if trx.Status != coffer.StatusExpired {
+		t.Fatalf("the sweeper did not expire the hold: %+v", trx)
+	}
+	if g := balanceOf(t, s.dev, p, "gold"); g.Total != 60 {
+		t.Fatalf("after expiry: gold %+v", g)
+	}
+	if _, _, err = s.dev.Commit(ctx, 1, p, "abandoned"); coffer.ErrorCode(err) != coffer.CodeHoldExpired && coffer.ErrorCode(err) != coffer.CodeHoldNotPending {
+		t.Fatalf("commit after expiry: %v", err)
+	}
+	_, err = s.dev.Trx(ctx, 1, p, "never")
+	if coffer.ErrorCode(err) != coffer.CodeNotFound {
+		t.Fatalf("unknown key: %v", err)
+	}
+}
+
+// TestHTTPExchangeAtAndFinlog: an exchange carries the paid share; a past
+// balance (at=) equals what the finlog said then; the finlog pages both
+// ways; the revenue report sees the purchase.
+func TestHTTPExchangeAtAndFinlog(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	const p = 99
+	paid := client.Change{IdempotencyKey: "buy", Ops: []coffer.OpRequest{{Currency: "gold", Amount: 10, Kind: "paid",
+		Purchase: &coffer.Purchase{Store: "steam", OrderID: "o1", Price: 99, Fiat: "EUR"}}}}
+	first, _, err := s.dev.Change(ctx, 1, p, paid)
+	must(t, err)
+	var keys []string
+	for i := 0; i < 4; i++ {
+		k := fmt.Sprintf("free-%d", i)
+		keys = append(keys, k)
+		_, _, err := s.dev.Change(ctx, 1, p, grant(k, "gold", 1))
+		must(t, err)
+	}
+	ex, replay, err := s.dev.Exchange(ctx, 1, p, client.Exchange{IdempotencyKey: "ex-1", From: "gold", To: "silver", Amount: 12})
+	must(t, err)
+	if replay || ex.Kind != coffer.TrxExchange {
+		t.Fatalf("exchange %+v", ex)
+	}
+	sv := balanceOf(t, s.dev, p, "silver")
+	if sv.Total != 1200 || sv.Paid+sv.Free != 1200 || sv.Paid == 0 {
+		t.Fatalf("silver %+v", sv)
+	}
+	r := s.call("POST", fmt.Sprintf("/v1/namespaces/1/players/%d/exchanges", p), devKey, `{"idempotency_key": "ex-2", "from": "silver", "to": "credits", "amount": 9}`)
+	wantStatus(t, r, http.StatusBadRequest, coffer.CodeInvalid) // yields 0 credits
+
+	at := first.CreatedAt.Format(time.RFC3339Nano)
+	r = s.call("GET", fmt.Sprintf("/v1/namespaces/1/players/%d/balances?currency=gold&at=%s", p, url.QueryEscape(at)), devKey, "")
+	wantStatus(t, r, http.StatusOK, "")
+	var past coffer.Balances
+	must(t, json.Unmarshal(r.body, &past))
+	if past.At == nil || past.Balances[0].Total != 10 || past.Balances[0].Paid != 10 {
+		t.Fatalf("at %s: %s", at, r.body)
+	}
+	r = s.call("GET", fmt.Sprintf("/v1/namespaces/1/players/%d/balances?lots=true", p), devKey, "")
+	wantStatus(t, r, http.StatusOK, "")
+
+	var seen []string
+	q := coffer.FinlogQuery{Namespace: 1, PlayerID: p, Limit: 2}
+	for pages := 0; ; pages++ {
+		page, err := s.dev.Finlog(ctx, q)
+		must(t, err)
+		for _, trx := range page.Items {
+			seen = append(seen, trx.IdempotencyKey)
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		if pages > 10 {
+			t.Fatal("finlog does not end")
+		}
+		q.Cursor = page.NextCursor
+	}
+	want := append(append([]string{"buy"}, keys...), "ex-1")
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("finlog asc %v, want %v", seen, want)
+	}
+	page, err := s.dev.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: p, Limit: 1, Desc: true})
+	must(t, err)
+	if len(page.Items) != 1 || page.Items[0].IdempotencyKey != "ex-1" || page.NextCursor == "" {
+		t.Fatalf("finlog desc %+v", page)
+	}
+	r = s.call("GET", fmt.Sprintf("/v1/namespaces/1/players/%d/finlog?currency=silver&order=asc&limit=10", p), devKey, "")
+	wantStatus(t, r, http.StatusOK, "")
+
+	lines, err := s.dev.Revenue(ctx, coffer.RevenueQuery{Namespace: 1, From: first.CreatedAt.Add(-time.Hour), To: time.Now().Add(time.Hour)})
+	must(t, err)
+	if len(lines) == 0 || lines[0].Currency != "gold" || lines[0].Deposited != 10 {
+		t.Fatalf("revenue %+v", lines)
+	}
+	r = s.call("GET", "/v1/namespaces/1/reports/revenue?from=2026-01-01T00:00:00Z&to=2030-01-01T00:00:00Z", devKey, "")
+	wantStatus(t, r, http.StatusOK, "")
+	st, err := s.dev.Status(ctx)
+	must(t, err)
+	if st.ShardCount != 8 || len(st.Databases) != 2 || !st.Databases[0].SchemaVerified {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestHTTPAuth: keys and permissions are checked before anything else.
+func TestHTTPAuth(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	bal := "/v1/namespaces/1/players/5/balances"
+	write := `{"idempotency_key": "k", "ops": [{"currency": "gold", "amount": 1}]}`
+	for _, c := range []struct {
+		name, method, path, key, body string
+		status                        int
+		code                          coffer.Code
+	}{
+		{"no key", "GET", bal, "", "", 401, coffer.CodeUnauthenticated},
+		{"unknown key", "GET", bal, "nope", "", 401, coffer.CodeUnauthenticated},
+		{"unknown key before bad input", "POST", "/v1/namespaces/x/players/0/transactions", "nope", "{", 401, coffer.CodeUnauthenticated},
+		{"reader writes", "POST", "/v1/namespaces/1/players/5/transactions", readerKey, write, 403, coffer.CodePermissionDenied},
+		{"reader in namespace 2", "GET", "/v1/namespaces/2/players/5/balances", readerKey, "", 403, coffer.CodePermissionDenied},
+		{"dev in namespace 3", "GET", "/v1/namespaces/3/players/5/balances", devKey, "", 403, coffer.CodePermissionDenied},
+		{"revenue needs admin", "GET", "/v1/namespaces/1/reports/revenue?from=2026-01-01T00:00:00Z&to=2027-01-01T00:00:00Z", game2Key, "", 403, coffer.CodePermissionDenied},
+		{"status needs admin", "GET", "/v1/status", readerKey, "", 403, coffer.CodePermissionDenied},
+		{"reader reads", "GET", bal, readerKey, "", 200, ""},
+		{"no route", "GET", "/v2/nothing", devKey, "", 404, coffer.CodeNotFound},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			wantStatus(t, s.call(c.method, c.path, c.key, c.body), c.status, c.code)
+		})
+	}
+	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/openapi.json"} {
+		wantStatus(t, s.call("GET", p, "", ""), 200, "")
+	}
+	if b := balanceOf(t, s.dev, 5, "gold"); b.Total != 0 {
+		t.Fatalf("a refused write was applied: %+v", b)
+	}
+}
+
+// TestIdempotencyKeysScopedToClient: two clients with the same key write
+// two trx.
+func TestIdempotencyKeysScopedToClient(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	game2 := client.New(s.base, game2Key, nil)
+	a, _, err := s.dev.Change(ctx, 1, 11, grant("same", "gold", 1))
+	must(t, err)
+	b, replay, err := game2.Change(ctx, 1, 11, grant("same", "gold", 1))
+	must(t, err)
+	if replay || a.ID == b.ID {
+		t.Fatalf("second client's trx was taken for a replay: %+v %+v", a, b)
+	}
+	if g := balanceOf(t, s.dev, 11, "gold"); g.Total != 2 {
+		t.Fatalf("gold %+v", g)
+	}
+	if _, err := game2.Trx(ctx, 1, 11, "same"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHTTPBadInput: every malformed request is a 4xx with its code, and
+// nothing is written.
+func TestHTTPBadInput(t *testing.T) {
+	s := startService(t, twoServers(t), func(c *Config) { c.Limits.BodyBytesMax = 2048 })
+	tx := "/v1/namespaces/1/players/77/transactions"
+	op := func(extra string) string {
+		return `{"idempotency_key": "k", "ops": [{"currency": "gold", "amount": 5` + extra + `}]}`
+	}
+	for _, c := range []struct {
+		name, method, path, body string
+		status                   int
+		code                     coffer.Code
+	}{
+		{"unknown field", "POST", tx, `{"idempotency_key": "k", "ops": [{"currency": "gold", "amount": 5}], "colour": 1}`, 400, coffer.CodeInvalid},
+		{"unknown op field", "POST", tx, op(`, "bonus": true`), 400, coffer.CodeInvalid},
+		{"amount as string", "POST", tx, `{"idempotency_key": "k", "ops": [{"currency": "gold", "amount": "5"}]}`, 400, coffer.CodeInvalid},
+		{"amount fractional", "POST", tx, `{"idempotency_key": "k", "ops": [{"currency": "gold", "amount": 1.5}]}`, 400, coffer.CodeInvalid},
+		{"amount zero", "POST", tx, `{"idempotency_key": "k", "ops": [{"currency": "gold", "amount": 0}]}`, 400, coffer.CodeInvalid},
+		{"amount over 10^15", "POST", tx, `{"idempotency_key": "k", "ops": [{"currency": "gold", "amount": 1000000000000001}]}`, 400, coffer.CodeInvalid},
+		{"amount over int64", "POST", tx, `{"idempotency_key": "k", "ops": [{"currency": "gold", "amount": 99999999999999999999}]}`, 400, coffer.CodeInvalid},
+		{"unknown currency", "POST", tx, `{"idempotency_key": "k", "ops": [{"currency": "mana", "amount": 5}]}`, 400, coffer.CodeInvalid},
+		{"paid credits", "POST", tx, op(`, "kind": "paid", "purchase": {"store": "s", "order_id": "1", "price": 1, "fiat": "USD"}`), 201, ""},
+		{"no ops", "POST", tx, `{"idempotency_key": "k2", "ops": []}`, 400, coffer.CodeInvalid},
+		{"key too long", "POST", tx, `{"idempotency_key": "` + strings.Repeat("k", 129) + `", "ops": [{"currency": "gold", "amount": 5}]}`, 400, coffer.CodeInvalid},
+		{"no key", "POST", tx, `{"ops": [{"currency": "gold", "amount": 5}]}`, 400, coffer.CodeInvalid},
+		{"malformed JSON", "POST", tx, `{"idempotency_key": "k",`, 400, coffer.CodeInvalid},
+		{"trailing data", "POST", tx, op("") + ` {}`, 400, coffer.CodeInvalid},
+		{"empty body", "POST", tx, ``, 400, coffer.CodeInvalid},
+		{"meta not an object", "POST", tx, `{"idempotency_key": "k3", "ops": [{"currency": "gold", "amount": 5}], "meta": [1]}`, 400, coffer.CodeInvalid},
+		{"body too large", "POST", tx, `{"idempotency_key": "k4", "reason": "` + strings.Repeat("x", 3000) + `", "ops": []}`, 413, coffer.CodePayloadTooLarge},
+		{"ttl without hold", "POST", tx, `{"idempotency_key": "k5", "ops": [{"currency": "gold", "amount": 5}], "hold_ttl_seconds": 5}`, 400, coffer.CodeInvalid},
+		{"namespace not a number", "GET", "/v1/namespaces/one/players/77/balances", "", 400, coffer.CodeInvalid},
+		{"player zero", "GET", "/v1/namespaces/1/players/0/balances", "", 400, coffer.CodeInvalid},
+		{"player overflows", "GET", "/v1/namespaces/1/players/9223372036854775808/balances", "", 400, coffer.CodeInvalid},
+		{"unknown query parameter", "GET", "/v1/namespaces/1/players/77/balances?colour=red", "", 400, coffer.CodeInvalid},
+		{"bad at", "GET", "/v1/namespaces/1/players/77/balances?at=yesterday", "", 400, coffer.CodeInvalid},
+		{"bad lots", "GET", "/v1/namespaces/1/players/77/balances?lots=maybe", "", 400, coffer.CodeInvalid},
+		{"bad order", "GET", "/v1/namespaces/1/players/77/finlog?order=sideways", "", 400, coffer.CodeInvalid},
+		{"bad limit", "GET", "/v1/namespaces/1/players/77/finlog?limit=100000", "", 400, coffer.CodeInvalid},
+		{"bad cursor", "GET", "/v1/namespaces/1/players/77/finlog?cursor=zzz", "", 400, coffer.CodeInvalid},
+		{"revenue without range", "GET", "/v1/namespaces/1/reports/revenue", "", 400, coffer.CodeInvalid},
+		{"commit with a body", "POST", tx + "/k/commit", `{"force": true}`, 400, coffer.CodeInvalid},
+		{"exchange without rate", "POST", "/v1/namespaces/1/players/77/exchanges", `{"idempotency_key": "e", "from": "credits", "to": "gold", "amount": 5}`, 400, coffer.CodeInvalid},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.name == "paid credits" {
+				c.body = strings.Replace(c.body, "gold", "credits", 1)
+				c.status, c.code = 400, coffer.CodeInvalid
+			}
+			wantStatus(t, s.call(c.method, c.path, devKey, c.body), c.status, c.code)
+		})
+	}
+	page, err := s.dev.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: 77})
+	must(t, err)
+	if len(page.Items) != 0 {
+		t.Fatalf("bad input wrote %d trx", len(page.Items))
+	}
+}
