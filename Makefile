@@ -3,7 +3,7 @@
 GO := $(shell scripts/ensure-go.sh)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run test build deps lint clean
+.PHONY: run test build deps lint generate clean
 
 run: build
 	./bin/coffer dev
@@ -19,8 +19,14 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
+# The dev test runs the curl example that `coffer dev` prints.
 test: deps lint
+	@command -v curl >/dev/null 2>&1 || scripts/apt-install.sh curl
 	$(GO) test -count=1 -timeout 20m ./...
+
+# Regenerates the Go code and the OpenAPI document from api/coffer/v1/wallet.proto.
+generate:
+	$(GO) generate ./api
 
 clean:
 	rm -rf bin .coffer

@@ -11,8 +11,8 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/client"
-	"github.com/cofferhq/coffer/internal/pgtest"
 	"github.com/cofferhq/coffer/internal/pgserver"
+	"github.com/cofferhq/coffer/internal/pgtest"
 )
 
 func twoServers(t *testing.T) []*pgserver.Server {

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestServiceConfigErrors(t *testing.T) {
+	for name, c := range map[string]struct {
+		tweak func(*Config)
+		want  string
+	}{
+		"no listen":         {func(c *Config) { c.Listen = ListenConfig{} }, "listen"},
+		"tiny body limit":   {func(c *Config) { c.Limits.BodyBytesMax = 10 }, "limits.body_bytes_max"},
+		"bad rate":          {func(c *Config) { c.Namespaces[0].Exchanges[0].Rate = "1/100" }, "namespaces[0].exchanges[0].rate"},
+		"unknown currency":  {func(c *Config) { c.Namespaces[0].Exchanges[0].From = "mana" }, "unknown currency"},
+		"duplicate ns":      {func(c *Config) { c.Namespaces[1].ID = 1 }, "namespaces[1].id"},
+		"client foreign ns": {func(c *Config) { c.Clients[0].Namespaces = []int32{9} }, "clients[0].namespaces"},
+		"bad key hash":      {func(c *Config) { c.Clients[0].KeySHA256 = []string{"secret"} }, "clients[0].key_sha256"},
+		"bad permission":    {func(c *Config) { c.Clients[0].Permissions = []string{"all"} }, "clients[0].permissions"},
+		"bad log level":     {func(c *Config) { c.Log.Level = "loud" }, "log.level"},
+		"ttl default > max": {func(c *Config) { c.Holds.TTLDefault = 2 * c.Holds.TTLMax }, "hold ttl"},
+		"no clients":        {func(c *Config) { c.Clients = nil }, "clients"},
+	} {
+		cfg := devConfig("127.0.0.1:0", "", "k")
+		c.tweak(cfg)
+		if _, _, err := cfg.service(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %s", name, err, c.want)
+		}
+	}
+	if _, _, err := devConfig("127.0.0.1:0", "", "k").service(); err != nil {
+		t.Fatalf("dev config: %v", err)
+	}
+}
+
+func TestConfigFileEnvAndUnknownKeys(t *testing.T) {
+	dir := t.TempDir()
+	base := "shard_count: 2\nshard_distribution_mode: auto\nshard_on_db: 2\ndatabases:\n  - {name: c, host: 127.0.0.1, type: postgres, user: u, password: \"${COFFER_TEST_PW}\"}\n"
+	path := writeFile(t, dir, "a.yaml", base)
+	if _, _, err := loadConfig(path); err == nil || !strings.Contains(err.Error(), "COFFER_TEST_PW not set") {
+		t.Fatalf("unset variable: %v", err)
+	}
+	t.Setenv("COFFER_TEST_PW", "s3cret")
+	cfg, _, err := loadConfig(path)
+	if err != nil || cfg.Databases[0].Password != "s3cret" || cfg.Listen.HTTP != "127.0.0.1:8080" {
+		t.Fatalf("%+v %v", cfg, err)
+	}
+	path = writeFile(t, dir, "b.yaml", base+"listen: {http: ':1', grcp: ':2'}\n")
+	if _, _, err := loadConfig(path); err == nil || !strings.Contains(err.Error(), "unknown key grcp") {
+		t.Fatalf("misspelt key: %v", err)
+	}
+}

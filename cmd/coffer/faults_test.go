@@ -1,0 +1,169 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/internal/pgserver"
+	"github.com/cofferhq/coffer/internal/pgtest"
+	"github.com/jackc/pgx/v5"
+)
+
+// playersByDatabase returns one player on each database of s.
+func playersByDatabase(s *service) (onFirst, onSecond coffer.PlayerID) {
+	for p := coffer.PlayerID(1); onFirst == 0 || onSecond == 0; p++ {
+		if s.m.DatabaseOf(s.m.ShardOf(p)).Index == 0 {
+			onFirst = p
+		} else {
+			onSecond = p
+		}
+	}
+	return onFirst, onSecond
+}
+
+// TestShardServerDown stops the server of one shard database mid-test: its
+// players get 503 with Retry-After, fast; the others keep working; the
+// instance stays ready; status and metrics show it; all recover after the
+// restart.
+func TestShardServerDown(t *testing.T) {
+	own, err := pgserver.Start(ctx, pgserver.Options{})
+	must(t, err)
+	t.Cleanup(own.Remove) // after the service's closing audit, which needs it up
+	s := startService(t, []*pgserver.Server{pgtest.Server(t, 0), own}, nil)
+	up, down := playersByDatabase(s)
+	change := func(p coffer.PlayerID, key string) response {
+		return s.call("POST", fmt.Sprintf("/v1/namespaces/1/players/%d/transactions", p), devKey,
+			`{"idempotency_key": "`+key+`", "ops": [{"currency": "gold", "amount": 3}]}`)
+	}
+	wantStatus(t, change(up, "a"), 201, "")
+	wantStatus(t, change(down, "a"), 201, "")
+	must(t, own.Stop())
+
+	r := change(down, "b")
+	wantStatus(t, r, 503, coffer.CodeUnavailable)
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("503 without Retry-After")
+	}
+	start := time.Now()
+	wantStatus(t, s.call("GET", fmt.Sprintf("/v1/namespaces/1/players/%d/balances", down), devKey, ""), 503, coffer.CodeUnavailable)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("a request to a down database took %s", d)
+	}
+	wantStatus(t, change(up, "b"), 201, "")
+	wantStatus(t, s.call("GET", "/readyz", "", ""), 200, "")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := s.dev.Status(ctx)
+		must(t, err)
+		if !st.Databases[1].Up && st.ShardsAvailable == 4 && st.Databases[1].Error != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status does not show the database down: %+v", st)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	metrics := string(s.call("GET", "/metrics", "", "").body)
+	if !strings.Contains(metrics, `coffer_database_up{database="127.0.0.1:`+fmt.Sprint(own.Port())) || !strings.Contains(metrics, "coffer_shards_available 4") ||
+		!strings.Contains(metrics, `coffer_errors_total{code="shard_unavailable"}`) {
+		t.Fatalf("metrics do not show the outage:\n%s", grepLines(metrics, "coffer_database_up", "coffer_shards_available", "coffer_errors_total"))
+	}
+
+	must(t, own.Start(ctx))
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		r = change(down, "b")
+		if r.status != 503 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	wantStatus(t, r, 201, "")
+	if b := balanceOf(t, s.dev, down, "gold"); b.Total != 6 {
+		t.Fatalf("after recovery: %+v", b)
+	}
+}
+
+func grepLines(text string, prefixes ...string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		for _, p := range prefixes {
+			if strings.HasPrefix(l, p) {
+				out = append(out, l)
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestGracefulShutdownDrains holds a player's lock from outside so that
+// requests are in flight when shutdown starts: they finish (201), new
+// connections are refused, and Shutdown returns once they are done.
+func TestGracefulShutdownDrains(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	const p = 5
+	_, _, err := s.dev.Change(ctx, 1, p, grant("seed", "gold", 10))
+	must(t, err)
+	db := s.m.DatabaseOf(s.m.ShardOf(p))
+	conn, err := pgx.Connect(ctx, db.Config.ConnString(5))
+	must(t, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	must(t, err)
+	_, err = tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = $1 FOR UPDATE", s.m.ShardOf(p)), p)
+	must(t, err)
+
+	const inFlight = 4
+	var wg sync.WaitGroup
+	errs := make([]error, inFlight)
+	for i := range inFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, errs[i] = s.dev.Change(ctx, 1, p, grant(fmt.Sprintf("drain-%d", i), "gold", 1))
+		}()
+	}
+	waitFor(t, func() bool {
+		return strings.Contains(string(s.call("GET", "/metrics", "", "").body), fmt.Sprintf("coffer_requests_in_flight %d", inFlight))
+	})
+	stopped := make(chan struct{})
+	go func() { s.stop(); close(stopped) }()
+	waitFor(t, func() bool {
+		_, err := http.Get(s.base + "/healthz")
+		return err != nil
+	})
+	select {
+	case <-stopped:
+		t.Fatal("shutdown returned with requests in flight")
+	case <-time.After(300 * time.Millisecond):
+	}
+	must(t, tx.Rollback(ctx))
+	<-stopped
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("in-flight request %d: %v", i, err)
+		}
+	}
+	var total int64
+	must(t, conn.QueryRow(ctx, fmt.Sprintf("SELECT sum(amount) FROM lot_%d WHERE ns = 1 AND player_id = $1", s.m.ShardOf(p)), p).Scan(&total))
+	if total != 10+inFlight {
+		t.Fatalf("gold after drain: %d", total)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
+	coffergrpc "github.com/cofferhq/coffer/grpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+func wantGRPC(t *testing.T, err error, c codes.Code, code coffer.Code) {
+	t.Helper()
+	if status.Code(err) != c || coffergrpc.Code(err) != code {
+		t.Fatalf("got %v (coffer code %q), want %s / %s", err, coffergrpc.Code(err), c, code)
+	}
+}
+
+// TestGRPCEveryCall drives every rpc over gRPC, with replays and errors.
+func TestGRPCEveryCall(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	w, dev := s.grpc, grpcCtx(devKey)
+	const p = 314
+	meta, _ := structpb.NewStruct(map[string]any{"match": "m-1", "score": 12})
+	change := &cofferv1.ChangeRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "g-1", Reason: "reward", Meta: meta,
+		Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 50}, {Currency: "silver", Amount: 900, Kind: "paid",
+			Purchase: &cofferv1.Purchase{Store: "apple", OrderId: "a1", Price: 199, Fiat: "USD"}}}}
+	var hdr metadata.MD
+	trx, err := w.Change(dev, change, grpc.Header(&hdr))
+	must(t, err)
+	if len(hdr.Get("coffer-replay")) != 0 || trx.Version != 1 || len(trx.Ops) != 2 || trx.Meta.Fields["score"].GetNumberValue() != 12 {
+		t.Fatalf("change %v, header %v", trx, hdr)
+	}
+	again, err := w.Change(dev, change, grpc.Header(&hdr))
+	must(t, err)
+	if hdr.Get("coffer-replay")[0] != "true" || again.Id != trx.Id {
+		t.Fatalf("replay %v, header %v", again, hdr)
+	}
+	// The same payload sent over HTTP is a replay too: meta is compared in
+	// canonical form.
+	r := s.call("POST", "/v1/namespaces/1/players/314/transactions", devKey, `{"idempotency_key": "g-1", "reason": "reward",
+	  "meta": {"score": 12, "match": "m-1"}, "ops": [{"currency": "gold", "amount": 50}, {"currency": "silver", "amount": 900,
+	  "kind": "paid", "purchase": {"store": "apple", "order_id": "a1", "price": 199, "fiat": "USD"}}]}`)
+	wantStatus(t, r, 200, "")
+	change.Ops[0].Amount = 51
+	_, err = w.Change(dev, change)
+	wantGRPC(t, err, codes.AlreadyExists, coffer.CodeIdempotencyConflict)
+
+	bal, err := w.GetBalances(dev, &cofferv1.GetBalancesRequest{Namespace: 1, PlayerId: p, Lots: true})
+	must(t, err)
+	if bal.Version != 1 || bal.Balances[0].Total != 50 || bal.Balances[1].Paid != 900 || len(bal.Balances[1].Lots) != 1 {
+		t.Fatalf("balances %v", bal)
+	}
+	past, err := w.GetBalances(dev, &cofferv1.GetBalancesRequest{Namespace: 1, PlayerId: p, At: timestamppb.New(trx.CreatedAt.AsTime().Add(-time.Second))})
+	must(t, err)
+	if past.Balances[0].Total != 0 {
+		t.Fatalf("before the first trx: %v", past)
+	}
+
+	_, err = w.Change(dev, &cofferv1.ChangeRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "h-1", Hold: true, HoldTtlSeconds: 60,
+		Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: -20}}})
+	must(t, err)
+	ref := &cofferv1.TrxRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "h-1"}
+	committed, err := w.Commit(dev, ref)
+	must(t, err)
+	if committed.Status != "committed" {
+		t.Fatalf("commit %v", committed)
+	}
+	_, err = w.Rollback(dev, ref)
+	wantGRPC(t, err, codes.FailedPrecondition, coffer.CodeHoldNotPending)
+	got, err := w.GetTrx(dev, ref)
+	must(t, err)
+	if got.Id != committed.Id {
+		t.Fatalf("GetTrx %v", got)
+	}
+	_, err = w.GetTrx(dev, &cofferv1.TrxRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "none"})
+	wantGRPC(t, err, codes.NotFound, coffer.CodeNotFound)
+	_, err = w.Change(dev, &cofferv1.ChangeRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "h-2", Hold: true,
+		Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: -1}}})
+	must(t, err)
+	rolled, err := w.Rollback(dev, &cofferv1.TrxRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "h-2"})
+	must(t, err)
+	if rolled.Status != "rolled_back" {
+		t.Fatalf("rollback %v", rolled)
+	}
+
+	ex, err := w.Exchange(dev, &cofferv1.ExchangeRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "x-1", From: "silver", To: "credits", Amount: 100})
+	must(t, err)
+	if ex.Kind != "exchange" {
+		t.Fatalf("exchange %v", ex)
+	}
+	_, err = w.Exchange(dev, &cofferv1.ExchangeRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "x-2", From: "gold", To: "silver", Amount: 1000})
+	wantGRPC(t, err, codes.FailedPrecondition, coffer.CodeInsufficientFunds)
+
+	page, err := w.Finlog(dev, &cofferv1.FinlogRequest{Namespace: 1, PlayerId: p, Limit: 2, Order: "desc"})
+	must(t, err)
+	if len(page.Items) != 2 || page.Items[0].IdempotencyKey != "x-1" || page.NextCursor == "" {
+		t.Fatalf("finlog %v", page)
+	}
+	page, err = w.Finlog(dev, &cofferv1.FinlogRequest{Namespace: 1, PlayerId: p, Cursor: page.NextCursor, Order: "desc"})
+	must(t, err)
+	if len(page.Items) != 2 || page.NextCursor != "" {
+		t.Fatalf("finlog page 2 %v", page)
+	}
+	rev, err := w.Revenue(dev, &cofferv1.RevenueRequest{Namespace: 1, From: timestamppb.New(time.Now().Add(-time.Hour)), To: timestamppb.New(time.Now().Add(time.Hour))})
+	must(t, err)
+	if len(rev.Lines) == 0 {
+		t.Fatalf("revenue %v", rev)
+	}
+	st, err := w.GetStatus(dev, &cofferv1.StatusRequest{})
+	must(t, err)
+	if st.ShardCount != 8 || st.ShardsAvailable != 8 {
+		t.Fatalf("status %v", st)
+	}
+}
+
+// TestGRPCErrors: auth and bad input map to their gRPC codes with the
+// coffer code as ErrorInfo reason.
+func TestGRPCErrors(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	w := s.grpc
+	bal := &cofferv1.GetBalancesRequest{Namespace: 1, PlayerId: 1}
+	_, err := w.GetBalances(ctx, bal)
+	wantGRPC(t, err, codes.Unauthenticated, coffer.CodeUnauthenticated)
+	_, err = w.GetBalances(grpcCtx("wrong"), bal)
+	wantGRPC(t, err, codes.Unauthenticated, coffer.CodeUnauthenticated)
+	_, err = w.Change(grpcCtx(readerKey), &cofferv1.ChangeRequest{Namespace: 1, PlayerId: 1, IdempotencyKey: "k", Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 1}}})
+	wantGRPC(t, err, codes.PermissionDenied, coffer.CodePermissionDenied)
+	_, err = w.GetBalances(grpcCtx(devKey), &cofferv1.GetBalancesRequest{Namespace: 3, PlayerId: 1})
+	wantGRPC(t, err, codes.PermissionDenied, coffer.CodePermissionDenied)
+	_, err = w.GetStatus(grpcCtx(readerKey), &cofferv1.StatusRequest{})
+	wantGRPC(t, err, codes.PermissionDenied, coffer.CodePermissionDenied)
+	_, err = w.GetBalances(grpcCtx(devKey), &cofferv1.GetBalancesRequest{Namespace: 0, PlayerId: 1})
+	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
+	_, err = w.GetBalances(grpcCtx(devKey), &cofferv1.GetBalancesRequest{Namespace: 1, PlayerId: -4})
+	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
+	_, err = w.Change(grpcCtx(devKey), &cofferv1.ChangeRequest{Namespace: 1, PlayerId: 1, IdempotencyKey: "k", Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 0}}})
+	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
+	_, err = w.Finlog(grpcCtx(devKey), &cofferv1.FinlogRequest{Namespace: 1, PlayerId: 1, Order: "up"})
+	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
+	_, err = w.Revenue(grpcCtx(devKey), &cofferv1.RevenueRequest{Namespace: 1})
+	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
+	big := &cofferv1.ChangeRequest{Namespace: 1, PlayerId: 1, IdempotencyKey: "k", Reason: string(make([]byte, 70<<10))}
+	_, err = w.Change(grpcCtx(devKey), big)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("oversized message: %v", err)
+	}
+	b, err := w.GetBalances(grpcCtx(devKey), bal)
+	must(t, err)
+	if b.Version != 0 {
+		t.Fatalf("refused requests wrote: %v", b)
+	}
+}

@@ -1,0 +1,114 @@
+package http
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cofferhq/coffer"
+)
+
+func testCatalog(tb testing.TB) *coffer.Catalog {
+	c, err := coffer.NewCatalog([]coffer.Currency{{ID: 1, Code: "gold", Paid: true}, {ID: 2, Code: "credits"}}, time.Minute, time.Hour)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// FuzzDecodeChange: the strict decoder never panics, fails only with
+// invalid_argument, and what it accepts survives a round trip and the
+// domain validation without panicking.
+func FuzzDecodeChange(f *testing.F) {
+	for _, seed := range []string{
+		`{"idempotency_key": "order-7731", "ops": [{"currency": "gold", "amount": 500, "kind": "paid", "purchase": {"store": "steam", "order_id": "7731", "price": 499, "fiat": "USD"}}, {"currency": "credits", "amount": -20}], "reason": "purchase", "meta": {"any": "json"}, "hold": false}`,
+		`{"idempotency_key": "h", "ops": [{"currency": "gold", "amount": -1}], "hold": true, "hold_ttl_seconds": 30}`,
+		`{"idempotency_key": "e", "ops": [{"currency": "gold", "amount": 1, "expires_at": "2030-01-01T00:00:00Z", "priority": 3}]}`,
+		`{"ops": null}`, `{"colour": 1}`, `[]`, `{"idempotency_key": 5}`, `{} {}`, ``,
+	} {
+		f.Add([]byte(seed))
+	}
+	cat := testCatalog(f)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var body changeBody
+		err := decodeJSON(bytes.NewReader(raw), &body, true)
+		if err != nil {
+			if coffer.ErrorCode(err) != coffer.CodeInvalid {
+				t.Fatalf("decode error with code %q: %v", coffer.ErrorCode(err), err)
+			}
+			return
+		}
+		again, err := json.Marshal(body)
+		if err != nil {
+			t.Fatalf("accepted body does not encode: %v", err)
+		}
+		var body2 changeBody
+		if err := decodeJSON(bytes.NewReader(again), &body2, true); err != nil {
+			t.Fatalf("re-encoded body rejected: %v\n%s", err, again)
+		}
+		req := coffer.ChangeRequest{Scope: coffer.Scope{Namespace: 1, PlayerID: 1, Emitter: 1, IdempotencyKey: body.IdempotencyKey},
+			Ops: body.Ops, Reason: body.Reason, Meta: body.Meta, Hold: body.Hold, HoldTTL: time.Duration(body.HoldTTLSeconds) * time.Second}
+		if _, err := cat.ValidateChange(req, time.Now()); err != nil && coffer.ErrorCode(err) != coffer.CodeInvalid {
+			t.Fatalf("validation error with code %q: %v", coffer.ErrorCode(err), err)
+		}
+	})
+}
+
+// FuzzDecodeExchange is FuzzDecodeChange for exchanges.
+func FuzzDecodeExchange(f *testing.F) {
+	for _, seed := range []string{
+		`{"idempotency_key": "ex-1", "from": "gold", "amount": 10, "to": "credits"}`,
+		`{"idempotency_key": "ex-1", "from": "gold", "amount": -10, "to": "gold", "meta": {"a": [1, 2, {"b": null}]}}`,
+		`{"amount": 1e3}`, `{"amount": 99999999999999999999}`, `{"meta": "x"}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	cat := testCatalog(f)
+	if err := cat.AddRate(1, "gold", "credits", coffer.Rate{Num: 3, Den: 2}); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var body exchangeBody
+		if err := decodeJSON(bytes.NewReader(raw), &body, true); err != nil {
+			if coffer.ErrorCode(err) != coffer.CodeInvalid {
+				t.Fatalf("decode error with code %q: %v", coffer.ErrorCode(err), err)
+			}
+			return
+		}
+		req := coffer.ExchangeRequest{Scope: coffer.Scope{Namespace: 1, PlayerID: 1, Emitter: 1, IdempotencyKey: body.IdempotencyKey},
+			From: body.From, To: body.To, Amount: body.Amount, Reason: body.Reason, Meta: body.Meta}
+		if _, err := cat.ValidateExchange(req); err != nil && coffer.ErrorCode(err) != coffer.CodeInvalid {
+			t.Fatalf("validation error with code %q: %v", coffer.ErrorCode(err), err)
+		}
+	})
+}
+
+func TestDecodeStrict(t *testing.T) {
+	for _, c := range []struct {
+		body     string
+		required bool
+		ok       bool
+	}{
+		{`{"idempotency_key": "k"}`, true, true},
+		{``, false, true},
+		{``, true, false},
+		{`{"idempotency_key": "k"} x`, true, false},
+		{`{"idempotency_key": "k", "x": 1}`, true, false},
+		{`{"ops": [{"currency": "gold", "amount": 1, "lot": 2}]}`, true, false},
+		{`{"ops": [{"currency": "gold", "amount": "1"}]}`, true, false},
+	} {
+		var body changeBody
+		err := decodeJSON(strings.NewReader(c.body), &body, c.required)
+		if (err == nil) != c.ok {
+			t.Errorf("%q (required %v): %v", c.body, c.required, err)
+		}
+	}
+	var body changeBody
+	if err := decodeJSON(strings.NewReader(`{"idempotency_key": "k", "hold": true}`), &body, true); err != nil ||
+		!reflect.DeepEqual(body, changeBody{IdempotencyKey: "k", Hold: true}) {
+		t.Fatalf("%+v %v", body, err)
+	}
+}
