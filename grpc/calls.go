@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
+// GetBalances implements the rpc of the same name: a player's balances, now or at a past time.
 func (s *Server) GetBalances(ctx context.Context, req *cofferv1.GetBalancesRequest) (*cofferv1.Balances, error) {
 	b, err := s.Ledger.Balances(ctx, coffer.BalanceQuery{
 		Namespace: coffer.Namespace(req.Namespace), PlayerID: coffer.PlayerID(req.PlayerId),
@@ -21,6 +22,7 @@ func (s *Server) GetBalances(ctx context.Context, req *cofferv1.GetBalancesReque
 	return toBalances(b), nil
 }
 
+// Change implements the rpc of the same name: a one-phase change or the begin of a hold.
 func (s *Server) Change(ctx context.Context, req *cofferv1.ChangeRequest) (*cofferv1.Trx, error) {
 	meta, err := metaJSON(req.Meta)
 	if err != nil {
@@ -41,16 +43,19 @@ func (s *Server) Change(ctx context.Context, req *cofferv1.ChangeRequest) (*coff
 	return written(ctx, trx, replay, err)
 }
 
+// Commit implements the rpc of the same name: applies a pending hold.
 func (s *Server) Commit(ctx context.Context, req *cofferv1.TrxRequest) (*cofferv1.Trx, error) {
 	trx, replay, err := s.Ledger.Commit(ctx, scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey))
 	return written(ctx, trx, replay, err)
 }
 
+// Rollback implements the rpc of the same name: returns a pending hold's reservations.
 func (s *Server) Rollback(ctx context.Context, req *cofferv1.TrxRequest) (*cofferv1.Trx, error) {
 	trx, replay, err := s.Ledger.Rollback(ctx, scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey))
 	return written(ctx, trx, replay, err)
 }
 
+// GetTrx implements the rpc of the same name: one trx of the calling client.
 func (s *Server) GetTrx(ctx context.Context, req *cofferv1.TrxRequest) (*cofferv1.Trx, error) {
 	trx, err := s.Ledger.Trx(ctx, scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey))
 	if err != nil {
@@ -59,6 +64,7 @@ func (s *Server) GetTrx(ctx context.Context, req *cofferv1.TrxRequest) (*cofferv
 	return toTrx(trx)
 }
 
+// Exchange implements the rpc of the same name.
 func (s *Server) Exchange(ctx context.Context, req *cofferv1.ExchangeRequest) (*cofferv1.Trx, error) {
 	meta, err := metaJSON(req.Meta)
 	if err != nil {
@@ -71,6 +77,7 @@ func (s *Server) Exchange(ctx context.Context, req *cofferv1.ExchangeRequest) (*
 	return written(ctx, trx, replay, err)
 }
 
+// Finlog implements the rpc of the same name: a page of a player's finlog.
 func (s *Server) Finlog(ctx context.Context, req *cofferv1.FinlogRequest) (*cofferv1.FinlogPage, error) {
 	q := coffer.FinlogQuery{
 		Namespace: coffer.Namespace(req.Namespace), PlayerID: coffer.PlayerID(req.PlayerId),
@@ -99,6 +106,7 @@ func (s *Server) Finlog(ctx context.Context, req *cofferv1.FinlogRequest) (*coff
 	return out, nil
 }
 
+// Revenue implements the rpc of the same name: the revenue report of a namespace.
 func (s *Server) Revenue(ctx context.Context, req *cofferv1.RevenueRequest) (*cofferv1.RevenueReport, error) {
 	if req.From == nil || req.To == nil {
 		return nil, coffer.Errorf(coffer.CodeInvalid, "from and to are required")
@@ -118,6 +126,7 @@ func (s *Server) Revenue(ctx context.Context, req *cofferv1.RevenueRequest) (*co
 	return out, nil
 }
 
+// GetStatus implements the rpc of the same name: the operators' view.
 func (s *Server) GetStatus(ctx context.Context, _ *cofferv1.StatusRequest) (*cofferv1.Status, error) {
 	return toStatusMessage(s.Status(ctx)), nil
 }

@@ -167,3 +167,44 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestShardServerFrozen freezes (SIGSTOP) one shard database's server: its
+// players get 503 once the request timeout passes, the others are served
+// meanwhile, and all recover after SIGCONT.
+func TestShardServerFrozen(t *testing.T) {
+	own, err := pgserver.Start(ctx, pgserver.Options{})
+	must(t, err)
+	t.Cleanup(own.Remove)
+	s := startService(t, []*pgserver.Server{pgtest.Server(t, 0), own}, func(c *Config) { c.Timeouts.Request = time.Second })
+	up, frozen := playersByDatabase(s)
+	_, _, err = s.dev.Change(ctx, 1, frozen, grant("a", "gold", 1))
+	must(t, err)
+	must(t, own.Pause())
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = own.Resume()
+		}
+	}()
+	done := make(chan response)
+	go func() {
+		done <- s.call("GET", fmt.Sprintf("/v1/namespaces/1/players/%d/balances", frozen), devKey, "")
+	}()
+	_, _, err = s.dev.Change(ctx, 1, up, grant("a", "gold", 1))
+	must(t, err)
+	select {
+	case r := <-done:
+		wantStatus(t, r, 503, coffer.CodeUnavailable)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a request to a frozen database hangs past its timeout")
+	}
+	must(t, own.Resume())
+	resumed = true
+	waitFor(t, func() bool {
+		_, _, err := s.dev.Change(ctx, 1, frozen, grant("b", "gold", 1))
+		return err == nil
+	})
+	if b := balanceOf(t, s.dev, frozen, "gold"); b.Total != 2 {
+		t.Fatalf("after resume: %+v", b)
+	}
+}
