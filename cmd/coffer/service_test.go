@@ -185,8 +185,19 @@ func (s *service) checkSchema(req *http.Request, r response) {
 		}
 		return
 	}
+	reqIn := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+	if r.status < 400 {
+		// What the server accepted, the document must allow.
+		if req.GetBody != nil {
+			req.Body, _ = req.GetBody()
+		}
+		if err := openapi3filter.ValidateRequest(ctx, reqIn); err != nil {
+			s.t.Fatalf("%s %s was accepted but does not match the OpenAPI document: %v", req.Method, req.URL, err)
+		}
+	}
 	in := &openapi3filter.ResponseValidationInput{
-		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+		RequestValidationInput: reqIn,
 		Status:                 r.status, Header: r.header, Body: io.NopCloser(bytes.NewReader(r.body)),
 		Options: &openapi3filter.Options{IncludeResponseStatus: true},
 	}
