@@ -146,11 +146,8 @@ func Code(err error) coffer.Code {
 func (s *Server) log(ctx context.Context, rpc, id string, c *coffer.Client, err error, d time.Duration) {
 	level := slog.LevelDebug
 	code := coffer.ErrorCode(err)
-	switch {
-	case code == coffer.CodeInternal || code == coffer.CodeUnavailable:
+	if code == coffer.CodeInternal || code == coffer.CodeUnavailable {
 		level = slog.LevelError
-	case err != nil:
-		level = slog.LevelInfo
 	}
 	if !s.Logger.Enabled(ctx, level) {
 		return

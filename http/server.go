@@ -117,12 +117,12 @@ func (s *Server) authorize(r *http.Request, rt api.Route) (*coffer.Client, error
 }
 
 func (s *Server) log(r *http.Request, rt api.Route, id string, c *coffer.Client, status int, err error, d time.Duration) {
+	// Refused requests (4xx) are business as usual (insufficient funds,
+	// a replayed conflict): debug, like successes. Server-side failures
+	// are errors.
 	level := slog.LevelDebug
-	switch {
-	case status >= 500:
+	if status >= 500 {
 		level = slog.LevelError
-	case status >= 400:
-		level = slog.LevelInfo
 	}
 	if !s.Logger.Enabled(r.Context(), level) {
 		return

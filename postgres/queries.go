@@ -1,9 +1,6 @@
 package postgres
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/cofferhq/coffer"
 )
 
@@ -27,7 +24,7 @@ const trxColumns = `t.trx_id, t.idempotency_key, t.kind, t.status, t.reason, t.m
 		FROM op_N o WHERE o.trx_id = t.trx_id), '[]')`
 
 func newQueries(id coffer.ShardID) *queries {
-	n := func(sql string) string { return strings.ReplaceAll(sql, "_N", fmt.Sprintf("_%d", id)) }
+	n := func(sql string) string { return shardSQL(sql, id) }
 	return &queries{
 		// Every write locks the player first and bumps the version; the
 		// timestamp never goes back for a player, so the finlog and the

@@ -67,8 +67,8 @@ type SweepConfig struct {
 	BatchMax int `yaml:"batch_max"`
 }
 
-// LogConfig sets the level of the JSON log: debug logs every request, info
-// every failed one.
+// LogConfig sets the level of the JSON log: info has the start, the
+// drain, database state and server-side failures; debug every request.
 type LogConfig struct {
 	Level string `yaml:"level"`
 }

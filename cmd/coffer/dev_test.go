@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,10 +23,7 @@ func TestDevCommand(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("curl is needed to run the printed example; make test installs it")
 	}
-	bin := filepath.Join(t.TempDir(), "coffer")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := cofferBinary(t)
 	data := filepath.Join(t.TempDir(), "data")
 	for run := 1; run <= 2; run++ {
 		commands := startDev(t, bin, data, func(cmds []string) {
@@ -91,6 +90,33 @@ wait:
 		t.Fatalf("coffer dev did not stop cleanly: %v\n%s", err, rest.String())
 	}
 	return len(cmds)
+}
+
+var binary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// cofferBinary builds the coffer binary once for the tests that run it as
+// a user would.
+func cofferBinary(t *testing.T) string {
+	t.Helper()
+	binary.once.Do(func() {
+		dir, err := os.MkdirTemp("", "coffer-bin-")
+		if err != nil {
+			binary.err = err
+			return
+		}
+		binary.path = filepath.Join(dir, "coffer")
+		if out, err := exec.Command("go", "build", "-o", binary.path, ".").CombinedOutput(); err != nil {
+			binary.err = fmt.Errorf("build: %v\n%s", err, out)
+		}
+	})
+	if binary.err != nil {
+		t.Fatal(binary.err)
+	}
+	return binary.path
 }
 
 func runShell(t *testing.T, command string) []byte {

@@ -17,6 +17,7 @@ type command struct {
 
 var commands = map[string]command{
 	"audit":   {"check the ledger invariants on every shard", runAudit},
+	"bench":   {"measure throughput, latency and cost per operation (--self or --target)", runBench},
 	"dev":     {"start a local stack: PostgreSQL, schema and the API, with a dev key", runDev},
 	"serve":   {"serve the API (HTTP/JSON and gRPC) with a config file", runServe},
 	"keygen":  {"make a new API key and the hash to put in the config", runKeygen},
@@ -24,7 +25,7 @@ var commands = map[string]command{
 	"shard":   {"print the shard (and database) of player ids", runShard},
 }
 
-var commandOrder = []string{"dev", "serve", "migrate", "audit", "shard", "keygen"}
+var commandOrder = []string{"dev", "serve", "migrate", "audit", "bench", "shard", "keygen"}
 
 func main() {
 	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))

@@ -244,6 +244,18 @@ func (s *Server) Pause() error { return s.signalGroup(syscall.SIGSTOP) }
 // Resume continues a paused server (SIGCONT).
 func (s *Server) Resume() error { return s.signalGroup(syscall.SIGCONT) }
 
+// PIDs lists the postmaster and its children (backends, checkpointer,
+// WAL writer, …), for measuring their CPU; nil if the server is stopped.
+func (s *Server) PIDs() []int {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	return append([]int{cmd.Process.Pid}, childPIDs(cmd.Process.Pid)...)
+}
+
 // signalGroup signals the postmaster and its children. PostgreSQL makes
 // each child a session leader of its own, so a process-group signal would
 // reach the postmaster only.

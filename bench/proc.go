@@ -1,0 +1,49 @@
+package bench
+
+import (
+	"os"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is USER_HZ, the unit of CPU times in /proc/PID/stat: 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100
+
+// cpuSeconds is the CPU time (user + system) of the processes, including
+// that of their children already waited for. Missing processes count 0.
+func cpuSeconds(pids []int) float64 {
+	var ticks int64
+	for _, pid := range pids {
+		raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command (which may hold spaces): state is
+		// field 3; utime, stime, cutime, cstime are fields 14–17.
+		s := string(raw)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		for _, i := range []int{11, 12, 13, 14} {
+			if i < len(f) {
+				n, _ := strconv.ParseInt(f[i], 10, 64)
+				ticks += n
+			}
+		}
+	}
+	return float64(ticks) / clockTicks
+}
+
+// rssPeakBytes is the peak resident set (VmHWM) of a process, 0 if unknown.
+func rssPeakBytes(pid int) int64 {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}

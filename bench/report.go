@@ -1,0 +1,163 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+// WriteText prints the human summary.
+func (r *Report) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "\nworkload %s over %s, %d clients", r.Workload, r.Transport, r.Clients)
+	if r.Rate > 0 {
+		fmt.Fprintf(w, ", open loop at %.0f/s", r.Rate)
+	}
+	fmt.Fprintf(w, ", %d round(s)\n\n", len(r.Rounds))
+	fmt.Fprintf(w, "%-7s %12s %12s %8s\n", "round", "coffer tps", "sql tps", "ratio")
+	for i, rd := range r.Rounds {
+		if rd.BaselineTPS > 0 {
+			fmt.Fprintf(w, "%-7d %12.0f %12.0f %8.2f\n", i+1, rd.CofferTPS, rd.BaselineTPS, rd.Ratio)
+		} else {
+			fmt.Fprintf(w, "%-7d %12.0f %12s %8s\n", i+1, rd.CofferTPS, "-", "-")
+		}
+	}
+	if r.Baseline != nil {
+		fmt.Fprintf(w, "median ratio coffer/sql: %.2f\n", r.RatioMedian)
+	}
+	l := r.Latency
+	fmt.Fprintf(w, "\ncoffer latency ms: p50 %.2f  p95 %.2f  p99 %.2f  p99.9 %.2f  max %.2f  (mean %.2f, sd %.2f)\n",
+		l.P50, l.P95, l.P99, l.P999, l.Max, l.Mean, l.Std)
+	if b := r.BaselineLat; b != nil {
+		fmt.Fprintf(w, "sql    latency ms: p50 %.2f  p95 %.2f  p99 %.2f  p99.9 %.2f  max %.2f  (mean %.2f, sd %.2f)\n",
+			b.P50, b.P95, b.P99, b.P999, b.Max, b.Mean, b.Std)
+	}
+	fmt.Fprintf(w, "errors: %s\n", errorList(r.Errors))
+	fmt.Fprintf(w, "\n%-28s %12s %12s\n", "per operation", "coffer", "sql")
+	row := func(name string, c float64, b func(*Side) float64, format string) {
+		bs := "-"
+		if r.Baseline != nil {
+			bs = fmt.Sprintf(format, b(r.Baseline))
+		}
+		fmt.Fprintf(w, "%-28s %12s %12s\n", name, fmt.Sprintf(format, c), bs)
+	}
+	row("WAL bytes", r.Coffer.WALBytesPerOp, func(s *Side) float64 { return s.WALBytesPerOp }, "%.0f")
+	row("database growth bytes", r.Coffer.DBBytesPerOp, func(s *Side) float64 { return s.DBBytesPerOp }, "%.0f")
+	row("PostgreSQL CPU s / 1000 ops", r.Coffer.PostgresCPUPer1000Op, func(s *Side) float64 { return s.PostgresCPUPer1000Op }, "%.3f")
+	fmt.Fprintf(w, "%-28s %12.3f\n", "coffer CPU s / 1000 ops", r.Coffer.CofferCPUPer1000Op)
+	fmt.Fprintf(w, "%-28s %12.2f\n", "lot updates that were HOT", r.Coffer.LotHOTShare)
+	if r.RSSPeakBytes > 0 {
+		fmt.Fprintf(w, "coffer serve peak RSS: %.1f MB\n", float64(r.RSSPeakBytes)/1e6)
+	}
+	fmt.Fprintf(w, "writes acknowledged %d, trx rows written %d\n", r.Writes, r.TrxWritten)
+	if d := r.Decay; d != nil {
+		fmt.Fprintf(w, "decay over %d ops: first tenth %.0f tps, last tenth %.0f tps (%.0f %%)\n", d.Ops, d.FirstTPS, d.LastTPS, 100*d.Ratio)
+	}
+}
+
+func errorList(errs map[string]int64) string {
+	if len(errs) == 0 {
+		return "none"
+	}
+	var parts []string
+	for code, n := range errs {
+		parts = append(parts, fmt.Sprintf("%s %d", code, n))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+// WriteJSON writes the report as JSON to path.
+func (r *Report) WriteJSON(path string) error {
+	raw, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(raw, '\n'), 0o644)
+}
+
+// WriteMarkdown writes dir/report.md and its charts: throughput and p99
+// over time, and the latency distribution.
+func (r *Report) WriteMarkdown(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	charts := []struct {
+		file, title, y string
+		value          func(Point) float64
+	}{
+		{"throughput.png", "Throughput", "ops/s", func(p Point) float64 { return p.TPS }},
+		{"p99.png", "p99 latency", "ms", func(p Point) float64 { return p.P99Ms }},
+	}
+	for _, c := range charts {
+		if err := r.timeChart(filepath.Join(dir, c.file), c.title, c.y, c.value); err != nil {
+			return err
+		}
+	}
+	if err := r.latencyChart(filepath.Join(dir, "latency.png")); err != nil {
+		return err
+	}
+	var text strings.Builder
+	r.WriteText(&text)
+	md := fmt.Sprintf("# coffer bench: %s\n\n```\n%s```\n\n![throughput](throughput.png)\n\n![p99](p99.png)\n\n![latency distribution](latency.png)\n",
+		r.Workload, strings.TrimLeft(text.String(), "\n"))
+	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(md), 0o644)
+}
+
+func (r *Report) timeChart(path, title, y string, value func(Point) float64) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s — %s, %d clients", title, r.Workload, r.Clients)
+	p.X.Label.Text, p.Y.Label.Text = "seconds into the run", y
+	p.Add(plotter.NewGrid())
+	for i, run := range r.Runs {
+		pts := make(plotter.XYs, len(run.Series))
+		for j, pt := range run.Series {
+			pts[j] = plotter.XY{X: pt.Second, Y: value(pt)}
+		}
+		line, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		line.Color = plotColors[i%len(plotColors)]
+		p.Add(line)
+		p.Legend.Add(run.Label, line)
+	}
+	p.Legend.Top = true
+	return p.Save(8*vg.Inch, 4*vg.Inch, path)
+}
+
+// latencyChart plots latency against percentile on a "nines" axis, for
+// each run.
+func (r *Report) latencyChart(path string) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Latency distribution — %s", r.Workload)
+	p.X.Label.Text, p.Y.Label.Text = "percentile (50, 90, 99, 99.9, 99.99)", "ms"
+	p.Add(plotter.NewGrid())
+	quantiles := []float64{50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99}
+	for i, run := range r.Runs {
+		if run.hist == nil || run.hist.TotalCount() == 0 {
+			continue
+		}
+		pts := make(plotter.XYs, len(quantiles))
+		for j, q := range quantiles {
+			pts[j] = plotter.XY{X: -math.Log10(1 - q/100), Y: float64(run.hist.ValueAtQuantile(q)) / 1000}
+		}
+		line, _, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return err
+		}
+		line.Color = plotColors[i%len(plotColors)]
+		p.Add(line)
+		p.Legend.Add(run.Label, line)
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	return p.Save(8*vg.Inch, 4*vg.Inch, path)
+}

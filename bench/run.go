@@ -1,0 +1,192 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Target performs ops. Do returns "" for success or the error code: the
+// service's stable code, or "transport" when no answer came. It is called
+// from many goroutines at once.
+type Target interface {
+	Do(ctx context.Context, op *Op) string
+}
+
+// RunConfig is one run of one target.
+type RunConfig struct {
+	Workload Workload
+	Scale    float64
+	Seed     uint64
+	Clients  int
+	// Duration ends the run, unless Ops is set: then the run ends after
+	// that many ops.
+	Duration time.Duration
+	Ops      int64
+	// Rate > 0 makes an open loop: ops start at this rate per second
+	// whatever the latency, and latency counts from the intended start.
+	Rate float64
+	// Progress prints a line to Out every Progress.
+	Progress time.Duration
+	Out      io.Writer
+	Label    string
+}
+
+// Result is what one run measured.
+type Result struct {
+	Label   string           `json:"label"`
+	Ops     int64            `json:"ops"`
+	Elapsed float64          `json:"elapsed_s"`
+	TPS     float64          `json:"tps"`
+	Latency Latency          `json:"latency_ms"`
+	Errors  map[string]int64 `json:"errors"`
+	Series  []Point          `json:"series"`
+	// Tenths are the seconds each tenth of Ops took (runs with Ops).
+	Tenths []float64 `json:"tenths_s,omitempty"`
+
+	hist   *hdrhistogram.Histogram
+	writes int64 // acknowledged writes: each added one trx row
+}
+
+// backlogMax bounds the ops an open loop may have waiting for a client;
+// beyond it an op is counted as error "backlog" rather than queued.
+const backlogMax = 100_000
+
+// Run drives t with cfg's workload until the duration or op count is
+// reached or ctx ends.
+func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
+	gens := make([]*Generator, cfg.Clients)
+	for i := range gens {
+		g, err := NewGenerator(cfg.Workload, cfg.Scale, cfg.Seed, i)
+		if err != nil {
+			return nil, err
+		}
+		gens[i] = g
+	}
+	// The run stops issuing ops at the deadline but lets those in flight
+	// finish: a write cut off mid-flight would have an unknown outcome,
+	// and every acknowledged write must match a row.
+	start := time.Now()
+	stopAt := start.Add(cfg.Duration)
+	running := func() bool { return ctx.Err() == nil && (cfg.Ops > 0 || time.Now().Before(stopAt)) }
+	rec := newRecorder(start)
+	var claimed, done, writes atomic.Int64
+	tenths := make([]atomic.Int64, 10) // unix ns when each tenth completed
+	complete := func(d time.Duration, code string, op *Op) {
+		rec.record(d, code)
+		if code == "" && op.Call != CallRead {
+			writes.Add(1)
+		}
+		if n := done.Add(1); cfg.Ops >= 10 && n%(cfg.Ops/10) == 0 && n/(cfg.Ops/10) <= 10 {
+			tenths[n/(cfg.Ops/10)-1].Store(time.Now().UnixNano())
+		}
+	}
+	claim := func() bool { return running() && (cfg.Ops == 0 || claimed.Add(1) <= cfg.Ops) }
+
+	stopTicks := make(chan struct{})
+	ticksDone := make(chan struct{})
+	go tickLoop(rec, cfg, stopTicks, ticksDone)
+	var wg sync.WaitGroup
+	if cfg.Rate > 0 {
+		openLoop(ctx, cfg, gens, t, claim, complete, &wg, stopAt)
+	} else {
+		for i := range cfg.Clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for claim() {
+					op := gens[i].Next()
+					t0 := time.Now()
+					code := t.Do(ctx, &op)
+					complete(time.Since(t0), code, &op)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(stopTicks)
+	<-ticksDone
+	res := &Result{Label: cfg.Label, Ops: rec.ops, Elapsed: elapsed.Seconds(), TPS: float64(rec.ops) / elapsed.Seconds(),
+		Latency: summarize(rec.total), Errors: rec.errors, Series: rec.series, hist: rec.total, writes: writes.Load()}
+	if cfg.Ops > 0 {
+		prev := start.UnixNano()
+		for i := range tenths {
+			at := tenths[i].Load()
+			if at == 0 {
+				break
+			}
+			res.Tenths = append(res.Tenths, float64(at-prev)/1e9)
+			prev = at
+		}
+	}
+	return res, nil
+}
+
+// openLoop starts ops at cfg.Rate on cfg.Clients workers. An op's latency
+// counts from when it should have started, so a slow answer delays no
+// measurement (no coordinated omission).
+func openLoop(ctx context.Context, cfg RunConfig, gens []*Generator, t Target, claim func() bool,
+	complete func(time.Duration, string, *Op), wg *sync.WaitGroup, stopAt time.Time) {
+	due := make(chan time.Time, backlogMax)
+	for i := range cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for at := range due {
+				op := gens[i].Next()
+				code := t.Do(ctx, &op)
+				complete(time.Since(at), code, &op)
+			}
+		}()
+	}
+	interval := time.Duration(float64(time.Second) / cfg.Rate)
+	start := time.Now()
+	for n := int64(0); claim(); n++ {
+		at := start.Add(time.Duration(n) * interval)
+		if cfg.Ops == 0 && !at.Before(stopAt) {
+			break
+		}
+		if d := time.Until(at); d > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+		}
+		select {
+		case due <- at:
+		default:
+			complete(0, "backlog", &Op{Call: CallRead})
+		}
+	}
+	close(due)
+}
+
+func tickLoop(rec *recorder, cfg RunConfig, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	second := time.NewTicker(time.Second)
+	defer second.Stop()
+	var progress <-chan time.Time
+	if cfg.Progress > 0 && cfg.Out != nil {
+		t := time.NewTicker(cfg.Progress)
+		defer t.Stop()
+		progress = t.C
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-second.C:
+			rec.tick(now)
+		case now := <-progress:
+			p, l := rec.progressLine(now)
+			fmt.Fprintf(cfg.Out, "%-9s %6.0fs  %8.0f tps  avg %6.2f ms  sd %6.2f ms  p99 %7.2f ms\n",
+				cfg.Label, p.Second, p.TPS, l.Mean, l.Std, l.P99)
+		}
+	}
+}

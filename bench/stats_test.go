@@ -1,0 +1,79 @@
+package bench
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func TestMedianAndRatio(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(c.xs); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.xs, got, c.want)
+		}
+	}
+	xs := []float64{3, 1, 2}
+	median(xs)
+	if xs[0] != 3 {
+		t.Error("median sorted its argument")
+	}
+	if ratio(3, 2) != 1.5 || !math.IsNaN(ratio(1, 0)) {
+		t.Error("ratio")
+	}
+}
+
+// TestPercentiles: 1..1000 ms recorded once each; the summary reads the
+// percentiles back within the histogram's 3 significant digits.
+func TestPercentiles(t *testing.T) {
+	r := newRecorder(time.Now())
+	for i := 1; i <= 1000; i++ {
+		code := ""
+		if i%100 == 0 {
+			code = "insufficient_funds"
+		}
+		r.record(time.Duration(i)*time.Millisecond, code)
+	}
+	l := summarize(r.total)
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{{"p50", l.P50, 500}, {"p95", l.P95, 950}, {"p99", l.P99, 990}, {"p999", l.P999, 999}, {"max", l.Max, 1000}, {"mean", l.Mean, 500.5}} {
+		if math.Abs(c.got-c.want)/c.want > 0.002 {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if r.ops != 1000 || r.errors["insufficient_funds"] != 10 {
+		t.Errorf("ops %d errors %v", r.ops, r.errors)
+	}
+	// A latency past the histogram's range is clamped, not lost.
+	r.record(time.Hour, "")
+	if r.total.TotalCount() != 1001 {
+		t.Error("an hour-long op was dropped")
+	}
+}
+
+func TestDecay(t *testing.T) {
+	d := decay(1000, []float64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1.25})
+	if d == nil || d.FirstTPS != 100 || d.LastTPS != 80 || d.Ratio != 0.8 {
+		t.Fatalf("%+v", d)
+	}
+	if decay(1000, []float64{1, 1}) != nil {
+		t.Error("decay from an unfinished run")
+	}
+}
+
+func TestSideTotals(t *testing.T) {
+	var s sideTotals
+	before := counters{pgCPU: 1, cofferCPU: 2}
+	before.db.WALBytes, before.db.LotUpdates, before.db.LotHOTUpdates = 1000, 10, 5
+	after := counters{pgCPU: 3, cofferCPU: 3}
+	after.db.WALBytes, after.db.LotUpdates, after.db.LotHOTUpdates, after.db.Trx = 6000, 20, 14, 10
+	s.add(before, after, 10)
+	side := s.side()
+	if side.WALBytesPerOp != 500 || side.PostgresCPUPer1000Op != 200 || side.CofferCPUPer1000Op != 100 || side.LotHOTShare != 0.9 || s.trx != 10 {
+		t.Fatalf("%+v", side)
+	}
+}

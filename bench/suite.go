@@ -1,0 +1,227 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/cofferhq/coffer/postgres"
+	"github.com/cofferhq/coffer/shard"
+)
+
+// Options is a whole benchmark: rounds of coffer (and of the baseline,
+// alternating A B A B …) with the same run config.
+type Options struct {
+	RunConfig
+	Transport string
+	Rounds    int
+}
+
+// Env is what the benchmark drives and watches. Router, CofferPID and
+// PostgresPIDs may be zero when unknown (a remote target): the figures
+// that need them are left out.
+type Env struct {
+	Coffer       Target
+	Baseline     Target
+	Router       *shard.Router
+	CofferPID    int
+	PostgresPIDs func() []int
+}
+
+// Round is one pair of runs.
+type Round struct {
+	CofferTPS   float64 `json:"coffer_tps"`
+	BaselineTPS float64 `json:"baseline_tps,omitempty"`
+	Ratio       float64 `json:"ratio,omitempty"`
+}
+
+// Decay compares the first and last tenth of a long run.
+type Decay struct {
+	Ops      int64   `json:"ops"`
+	FirstTPS float64 `json:"first_tenth_tps"`
+	LastTPS  float64 `json:"last_tenth_tps"`
+	Ratio    float64 `json:"ratio"`
+}
+
+// Side is what one side (coffer or the baseline) cost, from the database
+// and process counters around its runs.
+type Side struct {
+	Ops                  int64   `json:"ops"`
+	WALBytesPerOp        float64 `json:"wal_bytes_per_op"`
+	DBBytesPerOp         float64 `json:"db_bytes_per_op"`
+	PostgresCPUPer1000Op float64 `json:"postgres_cpu_s_per_1000_ops"`
+	CofferCPUPer1000Op   float64 `json:"coffer_cpu_s_per_1000_ops,omitempty"`
+	LotHOTShare          float64 `json:"lot_hot_update_share,omitempty"`
+}
+
+// Report is the benchmark's result; its JSON form is what --json writes.
+type Report struct {
+	Workload      Workload         `json:"workload"`
+	Transport     string           `json:"transport"`
+	Clients       int              `json:"clients"`
+	Rate          float64          `json:"rate,omitempty"`
+	Scale         float64          `json:"scale"`
+	DurationS     float64          `json:"duration_s"`
+	Rounds        []Round          `json:"rounds"`
+	RatioMedian   float64          `json:"ratio_median,omitempty"`
+	TPS           float64          `json:"tps"`
+	Latency       Latency          `json:"latency_ms"`
+	Errors        map[string]int64 `json:"errors"`
+	WALBytesPerOp float64          `json:"wal_bytes_per_op"`
+	RSSPeakBytes  int64            `json:"rss_peak_bytes"`
+	Coffer        Side             `json:"coffer"`
+	Baseline      *Side            `json:"baseline,omitempty"`
+	BaselineLat   *Latency         `json:"baseline_latency_ms,omitempty"`
+	Decay         *Decay           `json:"decay,omitempty"`
+	// Writes is how many writes coffer acknowledged; TrxWritten how many
+	// trx rows its databases gained.
+	Writes     int64 `json:"writes_acked"`
+	TrxWritten int64 `json:"trx_rows_written"`
+	// Audited tells whether the audit ran after the runs (--self), and
+	// AuditViolations what it found.
+	Audited         bool      `json:"audited"`
+	AuditViolations int       `json:"audit_violations"`
+	Runs            []*Result `json:"runs"`
+}
+
+// counters are the readings around a run.
+type counters struct {
+	db                  postgres.ServerStats
+	pgCPU, cofferCPU    float64
+	haveDB, haveProcess bool
+}
+
+func (e *Env) read(ctx context.Context) (counters, error) {
+	var c counters
+	if e.Router != nil {
+		// Statistics reach pg_stat_* up to a second after a commit.
+		time.Sleep(1100 * time.Millisecond)
+		st, err := postgres.ReadServerStats(ctx, e.Router)
+		if err != nil {
+			return c, fmt.Errorf("database counters: %w", err)
+		}
+		c.db, c.haveDB = st, true
+	}
+	if e.PostgresPIDs != nil {
+		c.pgCPU, c.haveProcess = cpuSeconds(e.PostgresPIDs()), true
+	}
+	if e.CofferPID != 0 {
+		c.cofferCPU = cpuSeconds([]int{e.CofferPID})
+	}
+	return c, nil
+}
+
+// sideTotals accumulates the deltas of one side's runs.
+type sideTotals struct {
+	ops                      int64
+	wal, size, upd, hot, trx int64
+	pgCPU, cofferCPU         float64
+}
+
+func (s *sideTotals) add(before, after counters, ops int64) {
+	s.ops += ops
+	s.wal += after.db.WALBytes - before.db.WALBytes
+	s.size += after.db.SizeBytes - before.db.SizeBytes
+	s.upd += after.db.LotUpdates - before.db.LotUpdates
+	s.hot += after.db.LotHOTUpdates - before.db.LotHOTUpdates
+	s.trx += after.db.Trx - before.db.Trx
+	s.pgCPU += after.pgCPU - before.pgCPU
+	s.cofferCPU += after.cofferCPU - before.cofferCPU
+}
+
+func (s *sideTotals) side() Side {
+	per := func(x float64) float64 { return x / float64(max(s.ops, 1)) }
+	out := Side{Ops: s.ops, WALBytesPerOp: per(float64(s.wal)), DBBytesPerOp: per(float64(s.size)),
+		PostgresCPUPer1000Op: 1000 * per(s.pgCPU), CofferCPUPer1000Op: 1000 * per(s.cofferCPU)}
+	if s.upd > 0 {
+		out.LotHOTShare = float64(s.hot) / float64(s.upd)
+	}
+	return out
+}
+
+// Bench runs the rounds and builds the report. Progress goes to out.
+func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, error) {
+	rep := &Report{Workload: o.Workload, Transport: o.Transport, Clients: o.Clients, Rate: o.Rate, Scale: o.Scale,
+		DurationS: o.Duration.Seconds(), Errors: map[string]int64{}}
+	var cofferSide, baseSide sideTotals
+	hist := newHistogram()
+	baseHist := newHistogram()
+	var ratios []float64
+	for i := 0; i < o.Rounds; i++ {
+		res, err := runSide(ctx, o, env, env.Coffer, fmt.Sprintf("coffer#%d", i+1), i, &cofferSide, out)
+		if err != nil {
+			return nil, err
+		}
+		hist.Merge(res.hist)
+		rep.Runs = append(rep.Runs, res)
+		rep.Writes += res.writes
+		for code, n := range res.Errors {
+			rep.Errors[code] += n
+		}
+		round := Round{CofferTPS: res.TPS}
+		if env.Baseline != nil {
+			b, err := runSide(ctx, o, env, env.Baseline, fmt.Sprintf("sql#%d", i+1), i, &baseSide, out)
+			if err != nil {
+				return nil, err
+			}
+			baseHist.Merge(b.hist)
+			rep.Runs = append(rep.Runs, b)
+			round.BaselineTPS, round.Ratio = b.TPS, ratio(res.TPS, b.TPS)
+			ratios = append(ratios, round.Ratio)
+		}
+		rep.Rounds = append(rep.Rounds, round)
+		rep.TPS += res.TPS / float64(o.Rounds)
+	}
+	rep.Latency = summarize(hist)
+	rep.Coffer = cofferSide.side()
+	rep.WALBytesPerOp = rep.Coffer.WALBytesPerOp
+	rep.TrxWritten = cofferSide.trx
+	if env.Baseline != nil {
+		rep.RatioMedian = median(ratios)
+		side := baseSide.side()
+		rep.Baseline = &side
+		bl := summarize(baseHist)
+		rep.BaselineLat = &bl
+	}
+	if env.CofferPID != 0 {
+		rep.RSSPeakBytes = rssPeakBytes(env.CofferPID)
+	}
+	if o.Ops > 0 && len(rep.Runs) > 0 {
+		rep.Decay = decay(o.Ops, rep.Runs[0].Tenths)
+	}
+	return rep, nil
+}
+
+func runSide(ctx context.Context, o Options, env Env, t Target, label string, round int, totals *sideTotals, out io.Writer) (*Result, error) {
+	before, err := env.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg := o.RunConfig
+	cfg.Label, cfg.Out = label, out
+	// Each round draws other players and keys, the same for both sides.
+	cfg.Seed += uint64(round) * 1_000_003
+	res, err := Run(ctx, cfg, t)
+	if err != nil {
+		return nil, err
+	}
+	after, err := env.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	totals.add(before, after, res.Ops)
+	fmt.Fprintf(out, "%-9s done: %d ops in %.1fs, %.0f tps, p99 %.2f ms, errors %v\n", label, res.Ops, res.Elapsed, res.TPS, res.Latency.P99, res.Errors)
+	return res, nil
+}
+
+// decay compares the throughput of the first and last tenth of ops.
+func decay(ops int64, tenths []float64) *Decay {
+	if len(tenths) < 10 || tenths[0] <= 0 || tenths[9] <= 0 {
+		return nil
+	}
+	per := float64(ops / 10)
+	d := &Decay{Ops: ops, FirstTPS: per / tenths[0], LastTPS: per / tenths[9]}
+	d.Ratio = d.LastTPS / d.FirstTPS
+	return d
+}

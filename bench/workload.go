@@ -1,0 +1,150 @@
+// Package bench is coffer's benchmark: workload generators with the
+// distributions of production-like pgbench scripts, closed- and open-loop
+// runners, HDR latency histograms, and the reports (terminal table, JSON,
+// Markdown with PNG charts). It drives a Target: coffer over HTTP or gRPC,
+// or the raw-SQL baseline.
+package bench
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+)
+
+// Workload names what a run does.
+type Workload string
+
+// The workloads.
+const (
+	// Write grants 1–10000 of a currency to a random player.
+	Write Workload = "write"
+	// Spend alternates grants and consumes; some consumes fail for lack
+	// of funds.
+	Spend Workload = "spend"
+	// Read reads a random player's balances.
+	Read Workload = "read"
+	// Mix is 80 % Write, 20 % Read.
+	Mix Workload = "mix"
+	// Hold begins a hold that grants, then commits it (1 in 10 is rolled
+	// back instead): one operation, two calls.
+	Hold Workload = "hold"
+	// Exchange alternates grants and exchanges into the next currency.
+	Exchange Workload = "exchange"
+)
+
+// Workloads lists them in the order of the docs.
+var Workloads = []Workload{Write, Spend, Read, Mix, Hold, Exchange}
+
+// Bench deployment shape: the namespaces and currencies of the bench
+// config, and the players per unit of scale.
+const (
+	Namespaces      = 10
+	Currencies      = 50
+	PlayersPerScale = 100_000
+	// zipfS is the skew of namespaces and currencies (s≈1.1).
+	zipfS = 1.1
+)
+
+// CurrencyCode is the code of bench currency i (1-based).
+func CurrencyCode(i int) string { return "c" + strconv.Itoa(i) }
+
+// Call is one request a Target performs.
+type Call int
+
+// The calls.
+const (
+	CallGrant Call = iota
+	CallConsume
+	CallRead
+	CallHold // begin a hold, then commit or roll back
+	CallExchange
+)
+
+func (c Call) String() string {
+	return [...]string{"grant", "consume", "read", "hold", "exchange"}[c]
+}
+
+// Op is one operation of a workload.
+type Op struct {
+	Call      Call
+	Namespace int32
+	Player    int64
+	// Currency is 1-based; an exchange goes from Currency to Currency+1
+	// (50 wraps to 1).
+	Currency int
+	Amount   int64
+	// Key is a fresh idempotency key.
+	Key string
+	// Rollback ends a hold with a rollback instead of a commit.
+	Rollback bool
+}
+
+// Generator makes the ops of one client. It is not safe for concurrent
+// use: each client has its own, seeded from the run's seed and its index.
+type Generator struct {
+	workload Workload
+	players  int64
+	rng      *rand.Rand
+	ns, cur  *rand.Zipf
+	client   int
+	n        uint64
+	flip     bool
+}
+
+// NewGenerator returns the generator of client number client.
+func NewGenerator(w Workload, scale float64, seed uint64, client int) (*Generator, error) {
+	known := false
+	for _, k := range Workloads {
+		known = known || k == w
+	}
+	if !known {
+		return nil, fmt.Errorf("unknown workload %q (want one of %v)", w, Workloads)
+	}
+	players := int64(PlayersPerScale * scale)
+	if players < 1 {
+		return nil, fmt.Errorf("scale %g leaves no players", scale)
+	}
+	rng := rand.New(rand.NewPCG(seed, uint64(client)))
+	return &Generator{
+		workload: w, players: players, rng: rng, client: client,
+		ns:  rand.NewZipf(rng, zipfS, 1, Namespaces-1),
+		cur: rand.NewZipf(rng, zipfS, 1, Currencies-1),
+	}, nil
+}
+
+// Next is the next op.
+func (g *Generator) Next() Op {
+	g.n++
+	op := Op{
+		Namespace: int32(g.ns.Uint64() + 1),
+		Player:    g.rng.Int64N(g.players) + 1,
+		Currency:  int(g.cur.Uint64() + 1),
+		Amount:    g.rng.Int64N(10000) + 1,
+		Key:       "b" + strconv.Itoa(g.client) + "-" + strconv.FormatUint(g.n, 36) + "-" + strconv.FormatUint(g.rng.Uint64(), 36),
+	}
+	g.flip = !g.flip
+	switch g.workload {
+	case Write:
+		op.Call = CallGrant
+	case Read:
+		op.Call = CallRead
+	case Mix:
+		op.Call = CallGrant
+		if g.rng.IntN(5) == 0 {
+			op.Call = CallRead
+		}
+	case Spend:
+		op.Call = CallGrant
+		if !g.flip {
+			op.Call = CallConsume
+		}
+	case Hold:
+		op.Call, op.Rollback = CallHold, g.rng.IntN(10) == 0
+	case Exchange:
+		op.Call = CallGrant
+		if !g.flip {
+			op.Call, op.Amount = CallExchange, op.Amount/10+1
+		}
+	}
+	return op
+}

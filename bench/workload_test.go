@@ -1,0 +1,74 @@
+package bench
+
+import (
+	"math"
+	"testing"
+)
+
+// TestDistributions: namespaces and currencies follow Zipf(s≈1.1) over
+// their ranges, players are uniform, keys are unique, and the mix is 80/20.
+func TestDistributions(t *testing.T) {
+	g, err := NewGenerator(Mix, 0.01, 7, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200_000
+	ns := make([]int, Namespaces+1)
+	cur := make([]int, Currencies+1)
+	players := map[int64]int{}
+	keys := map[string]bool{}
+	reads := 0
+	for i := 0; i < n; i++ {
+		op := g.Next()
+		if op.Namespace < 1 || op.Namespace > Namespaces || op.Currency < 1 || op.Currency > Currencies ||
+			op.Player < 1 || op.Player > 1000 || op.Amount < 1 || op.Amount > 10000 {
+			t.Fatalf("op out of range: %+v", op)
+		}
+		if keys[op.Key] {
+			t.Fatalf("key %s twice", op.Key)
+		}
+		keys[op.Key] = true
+		ns[op.Namespace]++
+		cur[op.Currency]++
+		players[op.Player]++
+		if op.Call == CallRead {
+			reads++
+		}
+	}
+	// Zipf: P(k) ∝ k^-s, so count(1)/count(2) ≈ 2^1.1 ≈ 2.14 and
+	// count(1)/count(10) ≈ 12.6.
+	for _, c := range []struct {
+		counts []int
+		k      int
+		want   float64
+	}{{ns, 2, math.Pow(2, zipfS)}, {ns, 10, math.Pow(10, zipfS)}, {cur, 2, math.Pow(2, zipfS)}, {cur, 50, math.Pow(50, zipfS)}} {
+		got := float64(c.counts[1]) / float64(c.counts[c.k])
+		if math.Abs(got-c.want)/c.want > 0.15 {
+			t.Errorf("count(1)/count(%d) = %.2f, want ≈ %.2f", c.k, got, c.want)
+		}
+	}
+	if len(players) < 990 {
+		t.Errorf("only %d of 1000 players drawn", len(players))
+	}
+	for p, c := range players {
+		if c > 2*n/1000 {
+			t.Errorf("player %d drawn %d times: not uniform", p, c)
+		}
+	}
+	if share := float64(reads) / n; math.Abs(share-0.2) > 0.01 {
+		t.Errorf("read share %.3f, want 0.2", share)
+	}
+	if _, err := NewGenerator("nap", 1, 1, 0); err == nil {
+		t.Error("unknown workload accepted")
+	}
+}
+
+func TestGeneratorsReproducible(t *testing.T) {
+	a, _ := NewGenerator(Hold, 1, 42, 1)
+	b, _ := NewGenerator(Hold, 1, 42, 1)
+	for i := 0; i < 100; i++ {
+		if x, y := a.Next(), b.Next(); x != y {
+			t.Fatalf("op %d differs: %+v %+v", i, x, y)
+		}
+	}
+}

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/audit"
+	"github.com/cofferhq/coffer/bench"
+	"github.com/cofferhq/coffer/postgres"
+	"github.com/cofferhq/coffer/shard"
+)
+
+// benchFlags are the flags of `coffer bench`.
+type benchFlags struct {
+	bench.Options
+	self                       bool
+	target, apiKey, configPath string
+	baseline                   string
+	jsonPath, reportDir        string
+	decay                      int64
+	keep                       bool
+}
+
+func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
+	f := &benchFlags{}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	workload := fs.String("workload", "write", "write, spend, read, mix, hold or exchange")
+	fs.IntVar(&f.Clients, "clients", 32, "concurrent clients (closed loop), or the workers of an open loop")
+	fs.DurationVar(&f.Duration, "duration", 30*time.Second, "length of each run")
+	fs.Float64Var(&f.Rate, "rate", 0, "open loop: start this many ops per second whatever the latency")
+	fs.DurationVar(&f.Progress, "progress", 5*time.Second, "print a progress line this often")
+	fs.IntVar(&f.Rounds, "rounds", 3, "rounds; with --baseline each is a coffer run then a baseline run")
+	fs.Float64Var(&f.Scale, "scale", 1, "players: 100000 × scale")
+	seed := fs.Uint64("seed", 1, "seed of the workload")
+	fs.StringVar(&f.Transport, "transport", "http", "http or grpc")
+	fs.BoolVar(&f.self, "self", false, "start a local stack (PostgreSQL with fsync, coffer serve) in a temp dir, remove it after")
+	fs.BoolVar(&f.keep, "keep", false, "with --self: keep the temp dir")
+	fs.StringVar(&f.target, "target", "", "a running coffer: http://host:port (http) or host:port (grpc)")
+	fs.StringVar(&f.apiKey, "api-key", "", "with --target: the API key (needs write and read on namespaces 1–10)")
+	fs.StringVar(&f.configPath, "c", "", "with --target: its config, for database figures and the baseline")
+	fs.StringVar(&f.baseline, "baseline", "", "sql: alternate with the same operations as plain SQL (write, read, mix)")
+	fs.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")
+	fs.StringVar(&f.reportDir, "report", "", "write report.md and PNG charts into this directory")
+	fs.Int64Var(&f.decay, "decay", 0, "run this many ops (one round) and compare the first and last tenth")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	f.Workload, f.Seed = bench.Workload(*workload), *seed
+	if f.decay > 0 {
+		f.Ops, f.Rounds = f.decay, 1
+	}
+	switch {
+	case f.self == (f.target != ""):
+		return nil, errors.New("give --self or --target")
+	case f.target != "" && f.apiKey == "":
+		return nil, errors.New("--target needs --api-key")
+	case f.Transport != "http" && f.Transport != "grpc":
+		return nil, errors.New("--transport must be http or grpc")
+	case f.baseline != "" && f.baseline != "sql":
+		return nil, errors.New("--baseline must be sql")
+	case f.baseline == "sql" && f.Workload != bench.Write && f.Workload != bench.Read && f.Workload != bench.Mix:
+		return nil, fmt.Errorf("--baseline sql covers write, read and mix, not %s", f.Workload)
+	case f.baseline == "sql" && f.target != "" && f.configPath == "":
+		return nil, errors.New("--baseline sql with --target needs -c (the databases)")
+	case f.Clients < 1 || f.Rounds < 1 || f.Scale <= 0 || f.Duration <= 0:
+		return nil, errors.New("--clients, --rounds, --scale and --duration must be > 0")
+	}
+	if _, err := bench.NewGenerator(f.Workload, f.Scale, 0, 0); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// runBench is `coffer bench`.
+func runBench(args []string, stdout, stderr io.Writer) int {
+	f, err := parseBenchFlags(args, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "coffer bench:", err)
+		}
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := f.run(ctx, stdout)
+	if err != nil {
+		fmt.Fprintln(stderr, "coffer bench:", err)
+		return 1
+	}
+	rep.WriteText(stdout)
+	if f.jsonPath != "" {
+		if err := rep.WriteJSON(f.jsonPath); err != nil {
+			fmt.Fprintln(stderr, "coffer bench:", err)
+			return 1
+		}
+	}
+	if f.reportDir != "" {
+		if err := rep.WriteMarkdown(f.reportDir); err != nil {
+			fmt.Fprintln(stderr, "coffer bench:", err)
+			return 1
+		}
+	}
+	if rep.AuditViolations > 0 {
+		fmt.Fprintf(stderr, "coffer bench: the audit found %d violations\n", rep.AuditViolations)
+		return 1
+	}
+	return 0
+}
+
+func (f *benchFlags) run(ctx context.Context, out io.Writer) (*bench.Report, error) {
+	if f.self {
+		return f.runSelf(ctx, out)
+	}
+	env := bench.Env{}
+	if f.configPath != "" {
+		cfg, m, err := loadConfig(f.configPath)
+		if err != nil {
+			return nil, err
+		}
+		if env.Router, err = f.openRouter(ctx, m, cfg); err != nil {
+			return nil, err
+		}
+		defer env.Router.Close()
+	}
+	var err error
+	if env.Coffer, err = f.cofferTarget(f.target, f.target, f.apiKey); err != nil {
+		return nil, err
+	}
+	return bench.Bench(ctx, f.Options, env, out)
+}
+
+// openRouter opens pools for the database figures and, with --baseline,
+// sets the baseline up.
+func (f *benchFlags) openRouter(ctx context.Context, m *shard.Map, cfg *Config) (*shard.Router, error) {
+	pc := cfg.Pool
+	pc.ConnsMax = int32(max(f.Clients, 4))
+	router, err := shard.Open(m, pc)
+	if err != nil {
+		return nil, err
+	}
+	if f.baseline == "sql" {
+		if err := postgres.NewBaseline(router).Setup(ctx); err != nil {
+			router.Close()
+			return nil, err
+		}
+	}
+	return router, nil
+}
+
+func (f *benchFlags) cofferTarget(httpURL, grpcAddr, key string) (bench.Target, error) {
+	if f.Transport == "grpc" {
+		return bench.NewGRPCTarget(grpcAddr, key)
+	}
+	return bench.NewHTTPTarget(httpURL, key, f.Clients), nil
+}
+
+// runSelf runs the benchmark on a local stack of its own: PostgreSQL with
+// real fsync (two databases, 16 shards) and `coffer serve` as a separate
+// process, so that its CPU and memory are its own.
+func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report, error) {
+	dir, err := os.MkdirTemp("", "coffer-bench-")
+	if err != nil {
+		return nil, err
+	}
+	if f.keep {
+		fmt.Fprintln(out, "coffer bench: stack in", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	key := newAPIKey()
+	st, err := startLocalStack(ctx, dir, benchConfig(key), 2, true, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	defer st.stop()
+	m, err := st.shardMap()
+	if err != nil {
+		return nil, err
+	}
+	svc, err := startServe(ctx, st.configPath)
+	if err != nil {
+		return nil, err
+	}
+	defer svc.stop()
+	env := bench.Env{CofferPID: svc.cmd.Process.Pid, PostgresPIDs: st.server.PIDs}
+	if env.Router, err = f.openRouter(ctx, m, st.config); err != nil {
+		return nil, err
+	}
+	defer env.Router.Close()
+	if env.Coffer, err = f.cofferTarget("http://"+svc.httpAddr, svc.grpcAddr, key); err != nil {
+		return nil, err
+	}
+	if f.baseline == "sql" {
+		env.Baseline = bench.NewSQLTarget(postgres.NewBaseline(env.Router))
+	}
+	fmt.Fprintf(out, "coffer bench: %s on a local stack (coffer serve pid %d), %d clients, %d round(s)\n", f.Workload, env.CofferPID, f.Clients, f.Rounds)
+	rep, err := bench.Bench(ctx, f.Options, env, out)
+	if err != nil {
+		return nil, err
+	}
+	ar, err := (&audit.Checker{Router: env.Router}).Check(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	rep.Audited, rep.AuditViolations = true, len(ar.Violations)
+	return rep, nil
+}
+
+// benchConfig is the bench deployment: 10 namespaces, 50 currencies that
+// can all be bought, each namespace exchanging c_i into c_i+1 at 1:1, and
+// one client with every permission.
+func benchConfig(key string) *Config {
+	cfg := DefaultConfig()
+	cfg.ShardCount = 16
+	cfg.Listen = ListenConfig{HTTP: "127.0.0.1:0", GRPC: "127.0.0.1:0"}
+	cfg.Log.Level = "info"
+	cl := ClientConfig{Name: "bench", Emitter: 1, Permissions: []string{"read", "write", "admin"}}
+	h := coffer.HashKey(key)
+	cl.KeySHA256 = []string{hex.EncodeToString(h[:])}
+	for i := 1; i <= bench.Currencies; i++ {
+		cfg.Currencies = append(cfg.Currencies, CurrencyConfig{ID: int32(i), Code: bench.CurrencyCode(i), Paid: true})
+	}
+	for ns := int32(1); ns <= bench.Namespaces; ns++ {
+		nc := NamespaceConfig{ID: ns}
+		for i := 1; i <= bench.Currencies; i++ {
+			nc.Exchanges = append(nc.Exchanges, ExchangeConfig{From: bench.CurrencyCode(i), To: bench.CurrencyCode(i%bench.Currencies + 1), Rate: "1:1"})
+		}
+		cfg.Namespaces = append(cfg.Namespaces, nc)
+		cl.Namespaces = append(cl.Namespaces, ns)
+	}
+	cfg.Clients = []ClientConfig{cl}
+	return cfg
+}
+
+// serveProcess is `coffer serve` run as a child process.
+type serveProcess struct {
+	cmd                *exec.Cmd
+	httpAddr, grpcAddr string
+	exited             chan struct{}
+}
+
+// startServe starts this binary's `serve` on config and waits for its
+// "serving" log line, which names the addresses it bound.
+func startServe(ctx context.Context, config string) (*serveProcess, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "serve", "-c", config)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &serveProcess{cmd: cmd, exited: make(chan struct{})}
+	up := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var line struct{ Msg, HTTP, GRPC string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
+				p.httpAddr, p.grpcAddr = line.HTTP, line.GRPC
+				up <- nil
+			}
+		}
+		up <- errors.New("coffer serve exited before serving")
+		close(p.exited)
+	}()
+	select {
+	case err = <-up:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-time.After(60 * time.Second):
+		err = errors.New("coffer serve not up in 60 s")
+	}
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// stop ends the process with SIGTERM (a drain), or SIGKILL after 30 s.
+func (p *serveProcess) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+	}
+	_ = p.cmd.Wait()
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cofferhq/coffer/bench"
+)
+
+// TestBenchSelf runs a short `coffer bench --self` with the SQL baseline
+// and checks the report: produced in every format, numbers consistent, no
+// errors, every acknowledged write a trx row, the audit clean.
+func TestBenchSelf(t *testing.T) {
+	bin := cofferBinary(t)
+	dir := t.TempDir()
+	jsonPath, reportDir := filepath.Join(dir, "bench.json"), filepath.Join(dir, "report")
+	cmd := exec.Command(bin, "bench", "--self", "--workload", "write", "--clients", "4", "--duration", "2s",
+		"--rounds", "2", "--baseline", "sql", "--progress", "1s", "--scale", "0.01", "--json", jsonPath, "--report", reportDir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("coffer bench: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "median ratio coffer/sql") || !strings.Contains(string(out), "coffer#1") {
+		t.Fatalf("terminal report:\n%s", out)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	must(t, err)
+	var rep bench.Report
+	must(t, json.Unmarshal(raw, &rep))
+	l := rep.Latency
+	switch {
+	case rep.Workload != bench.Write || rep.Clients != 4 || len(rep.Rounds) != 2:
+		t.Fatalf("header: %s", raw)
+	case rep.Rounds[0].CofferTPS <= 0 || rep.Rounds[0].BaselineTPS <= 0 || rep.Rounds[1].Ratio <= 0 || rep.RatioMedian <= 0:
+		t.Fatalf("rounds: %+v, median %v", rep.Rounds, rep.RatioMedian)
+	case !(0 < l.P50 && l.P50 <= l.P95 && l.P95 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max):
+		t.Fatalf("latency not ordered: %+v", l)
+	case len(rep.Errors) != 0:
+		t.Fatalf("errors: %v", rep.Errors)
+	case rep.Writes == 0 || rep.Writes != rep.TrxWritten:
+		t.Fatalf("writes acknowledged %d, trx rows written %d", rep.Writes, rep.TrxWritten)
+	case !rep.Audited || rep.AuditViolations != 0:
+		t.Fatalf("audit: ran %v, %d violations", rep.Audited, rep.AuditViolations)
+	case rep.WALBytesPerOp <= 0 || rep.Baseline == nil || rep.Baseline.WALBytesPerOp <= 0 || rep.RSSPeakBytes <= 0 || rep.Coffer.CofferCPUPer1000Op <= 0:
+		t.Fatalf("costs: %s", raw)
+	}
+	var ops int64
+	for _, r := range rep.Runs {
+		if strings.HasPrefix(r.Label, "coffer") {
+			ops += r.Ops
+		}
+	}
+	if ops != rep.Writes {
+		t.Fatalf("coffer ops %d, writes %d", ops, rep.Writes)
+	}
+	for _, f := range []string{"throughput.png", "p99.png", "latency.png"} {
+		b, err := os.ReadFile(filepath.Join(reportDir, f))
+		if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+			t.Fatalf("%s: not a PNG (%v)", f, err)
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(reportDir, "report.md"))
+	if err != nil || !strings.Contains(string(md), "![throughput](throughput.png)") {
+		t.Fatalf("report.md: %v", err)
+	}
+}
+
+func TestBenchFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--workload", "write"},
+		{"--self", "--target", "http://x"},
+		{"--self", "--workload", "nap"},
+		{"--self", "--workload", "hold", "--baseline", "sql"},
+		{"--self", "--transport", "smoke"},
+		{"--target", "http://x"},
+	} {
+		if code, _, _ := run(t, append([]string{"bench"}, args...)...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/shard"
+	"github.com/jackc/pgx/v5"
+)
+
+// Baseline is the raw-SQL reference the benchmark compares coffer with: the
+// same logical operations written as a production-like pgbench script
+// would, statement by statement, on tables of its own (bench_*_N) beside
+// coffer's. It is safe for concurrent use.
+type Baseline struct {
+	router *shard.Router
+}
+
+// NewBaseline returns the baseline on router's databases.
+func NewBaseline(router *shard.Router) *Baseline { return &Baseline{router: router} }
+
+// baselineSchema is one shard's baseline tables: a trx with its
+// idempotency key, its op, the player's version, the player's balance.
+const baselineSchema = `
+CREATE TABLE IF NOT EXISTS bench_trx_N (ns integer NOT NULL, player_id bigint NOT NULL, created_at timestamptz NOT NULL,
+	trx_id bigserial NOT NULL, idempotency_key text NOT NULL, amount bigint NOT NULL, PRIMARY KEY (ns, player_id, created_at, trx_id));
+CREATE UNIQUE INDEX IF NOT EXISTS bench_trx_N_key ON bench_trx_N (ns, player_id, idempotency_key);
+CREATE TABLE IF NOT EXISTS bench_op_N (trx_id bigint NOT NULL, ns integer NOT NULL, player_id bigint NOT NULL,
+	currency integer NOT NULL, amount bigint NOT NULL, balance_after bigint NOT NULL, PRIMARY KEY (trx_id));
+CREATE TABLE IF NOT EXISTS bench_version_N (ns integer NOT NULL, player_id bigint NOT NULL, version bigint NOT NULL,
+	PRIMARY KEY (ns, player_id)) WITH (fillfactor = 80);
+CREATE TABLE IF NOT EXISTS bench_balance_N (ns integer NOT NULL, player_id bigint NOT NULL, currency integer NOT NULL,
+	amount bigint NOT NULL, PRIMARY KEY (ns, player_id, currency)) WITH (fillfactor = 80);`
+
+// Setup creates the baseline tables on every shard.
+func (b *Baseline) Setup(ctx context.Context) error {
+	return b.eachShard(ctx, baselineSchema)
+}
+
+// Drop removes the baseline tables.
+func (b *Baseline) Drop(ctx context.Context) error {
+	return b.eachShard(ctx, `DROP TABLE IF EXISTS bench_trx_N, bench_op_N, bench_version_N, bench_balance_N`)
+}
+
+func (b *Baseline) eachShard(ctx context.Context, sql string) error {
+	for s := 0; s < b.router.Map().ShardCount(); s++ {
+		id := coffer.ShardID(s)
+		if _, err := b.router.Shard(id).Exec(ctx, shardSQL(sql, id)); err != nil {
+			return fmt.Errorf("baseline: shard %d: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// Write grants amount of currency to a player: BEGIN, insert the trx,
+// insert the op, upsert the version, upsert the balance, COMMIT — six
+// round trips, as pgbench runs a script.
+func (b *Baseline) Write(ctx context.Context, ns coffer.Namespace, player coffer.PlayerID, currency coffer.CurrencyID, amount coffer.Amount, key string) error {
+	id := b.router.Map().ShardOf(player)
+	q := shardSQL
+	return pgx.BeginFunc(ctx, b.router.Shard(id), func(tx pgx.Tx) error {
+		var trxID int64
+		if err := tx.QueryRow(ctx, q(`INSERT INTO bench_trx_N (ns, player_id, created_at, idempotency_key, amount)
+			VALUES ($1, $2, now(), $3, $4) RETURNING trx_id`, id), ns, player, key, amount).Scan(&trxID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, q(`INSERT INTO bench_op_N (trx_id, ns, player_id, currency, amount, balance_after)
+			VALUES ($1, $2, $3, $4, $5, $5)`, id), trxID, ns, player, currency, amount); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, q(`INSERT INTO bench_version_N AS v (ns, player_id, version) VALUES ($1, $2, 1)
+			ON CONFLICT (ns, player_id) DO UPDATE SET version = v.version + 1`, id), ns, player); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, q(`INSERT INTO bench_balance_N AS b (ns, player_id, currency, amount) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (ns, player_id, currency) DO UPDATE SET amount = b.amount + EXCLUDED.amount`, id), ns, player, currency, amount)
+		return err
+	})
+}
+
+// Read reads a player's balances from coffer's own tables with the plain
+// SQL of a balance read: the version and the live lots, one round trip.
+func (b *Baseline) Read(ctx context.Context, ns coffer.Namespace, player coffer.PlayerID) error {
+	id := b.router.Map().ShardOf(player)
+	rows, err := b.router.Shard(id).Query(ctx, shardSQL(`SELECT b.version, l.currency, l.paid, l.amount
+		FROM balance_N b LEFT JOIN lot_N l ON l.ns = b.ns AND l.player_id = b.player_id
+			AND l.amount > 0 AND (l.expires_at IS NULL OR l.expires_at > now())
+		WHERE b.ns = $1 AND b.player_id = $2`, id), ns, player)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+	}
+	return rows.Err()
+}
+
+// ServerStats are the counters the benchmark reads before and after a run.
+type ServerStats struct {
+	// WALBytes is pg_current_wal_lsn() in bytes, summed over the servers.
+	WALBytes int64
+	// SizeBytes is the size of the databases.
+	SizeBytes int64
+	// LotUpdates and LotHOTUpdates count updates of coffer's lot tables.
+	LotUpdates, LotHOTUpdates int64
+	// Trx counts the rows of coffer's trx tables.
+	Trx int64
+}
+
+// ReadServerStats reads the counters of every database of router. WAL is
+// per server, so it is read once per distinct address.
+func ReadServerStats(ctx context.Context, router *shard.Router) (ServerStats, error) {
+	var st ServerStats
+	servers := map[string]bool{}
+	for i, db := range router.Map().Databases() {
+		pool := router.Database(i)
+		addr := db.Name()[:len(db.Name())-len(db.Config.Name)]
+		if !servers[addr] {
+			servers[addr] = true
+			var lsn int64
+			if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn() - '0/0'`).Scan(&lsn); err != nil {
+				return st, err
+			}
+			st.WALBytes += lsn
+		}
+		var size, upd, hot int64
+		if err := pool.QueryRow(ctx, `SELECT pg_database_size(current_database()),
+			COALESCE(sum(n_tup_upd), 0), COALESCE(sum(n_tup_hot_upd), 0)
+			FROM pg_stat_user_tables WHERE relname ~ '^lot_[0-9]+$'`).Scan(&size, &upd, &hot); err != nil {
+			return st, err
+		}
+		st.SizeBytes += size
+		st.LotUpdates += upd
+		st.LotHOTUpdates += hot
+		for _, s := range db.Shards {
+			var n int64
+			if err := pool.QueryRow(ctx, shardSQL(`SELECT count(*) FROM trx_N`, s)).Scan(&n); err != nil {
+				return st, err
+			}
+			st.Trx += n
+		}
+	}
+	return st, nil
+}
+
+// shardSQL names shard id's tables in sql: table_N becomes table_7.
+func shardSQL(sql string, id coffer.ShardID) string {
+	return strings.ReplaceAll(sql, "_N", "_"+strconv.Itoa(int(id)))
+}
