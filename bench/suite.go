@@ -16,6 +16,9 @@ type Options struct {
 	RunConfig
 	Transport string
 	Rounds    int
+	// Preload grants this many times through coffer before the rounds,
+	// so that reads find players with balances. It is not measured.
+	Preload int64
 }
 
 // Env is what the benchmark drives and watches. Router, CofferPID and
@@ -63,6 +66,7 @@ type Report struct {
 	Rate          float64          `json:"rate,omitempty"`
 	Scale         float64          `json:"scale"`
 	DurationS     float64          `json:"duration_s"`
+	Preload       int64            `json:"preload,omitempty"`
 	Rounds        []Round          `json:"rounds"`
 	RatioMedian   float64          `json:"ratio_median,omitempty"`
 	TPS           float64          `json:"tps"`
@@ -148,6 +152,16 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 	hist := newHistogram()
 	baseHist := newHistogram()
 	var ratios []float64
+	if o.Preload > 0 {
+		cfg := o.RunConfig
+		cfg.Workload, cfg.Ops, cfg.Label, cfg.Out, cfg.Seed = Write, o.Preload, "preload", out, o.Seed+7_777_777
+		res, err := Run(ctx, cfg, env.Coffer)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(out, "preload   done: %d grants in %.1fs, errors %v\n", res.Ops, res.Elapsed, res.Errors)
+		rep.Preload = res.Ops
+	}
 	for i := 0; i < o.Rounds; i++ {
 		res, err := runSide(ctx, o, env, env.Coffer, fmt.Sprintf("coffer#%d", i+1), i, &cofferSide, out)
 		if err != nil {

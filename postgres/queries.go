@@ -28,12 +28,13 @@ func newQueries(id coffer.ShardID) *queries {
 	return &queries{
 		// Every write locks the player first and bumps the version; the
 		// timestamp never goes back for a player, so the finlog and the
-		// balance_after chains are in time order.
+		// balance_after chains are in time order. The same statement
+		// draws the trx's ids ($3 of them): one statement fewer per write.
 		lockPlayer: n(`INSERT INTO balance_N AS b (ns, player_id, version, updated_at)
 			VALUES ($1, $2, 1, clock_timestamp())
 			ON CONFLICT (ns, player_id) DO UPDATE
 			SET version = b.version + 1, updated_at = greatest(clock_timestamp(), b.updated_at + interval '1 microsecond')
-			RETURNING version, updated_at`),
+			RETURNING version, updated_at, ARRAY(SELECT nextval('id_seq_N') FROM generate_series(1, $3))`),
 		lockPlayerSkip: n(`SELECT 1 FROM balance_N WHERE ns = $1 AND player_id = $2 FOR UPDATE SKIP LOCKED`),
 		nextIDs:        n(`SELECT nextval('id_seq_N') FROM generate_series(1, $1)`),
 		lots: n(`SELECT lot_id, currency, paid, amount, expires_at, priority FROM lot_N

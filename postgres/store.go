@@ -217,13 +217,8 @@ func (s *Store) withPlayer(ctx context.Context, ns coffer.Namespace, player coff
 func (t *playerTx) start(ctx context.Context, b *pgx.Batch, nIDs int) error {
 	head := &pgx.Batch{}
 	head.Queue("BEGIN")
-	head.Queue(t.q.lockPlayer, t.ns, t.player).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&t.version, &t.now)
-	})
-	head.Queue(t.q.nextIDs, nIDs).Query(func(rows pgx.Rows) error {
-		var err error
-		t.ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		return err
+	head.Queue(t.q.lockPlayer, t.ns, t.player, nIDs).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&t.version, &t.now, &t.ids)
 	})
 	head.QueuedQueries = append(head.QueuedQueries, b.QueuedQueries...)
 	t.open = true

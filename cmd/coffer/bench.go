@@ -31,6 +31,7 @@ type benchFlags struct {
 	jsonPath, reportDir        string
 	decay                      int64
 	keep                       bool
+	pprof                      string
 }
 
 func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
@@ -48,12 +49,14 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.StringVar(&f.Transport, "transport", "http", "http or grpc")
 	fs.BoolVar(&f.self, "self", false, "start a local stack (PostgreSQL with fsync, coffer serve) in a temp dir, remove it after")
 	fs.BoolVar(&f.keep, "keep", false, "with --self: keep the temp dir")
+	fs.StringVar(&f.pprof, "pprof", "", "with --self: coffer serve serves /debug/pprof/ on this address, for profiling")
 	fs.StringVar(&f.target, "target", "", "a running coffer: http://host:port (http) or host:port (grpc)")
 	fs.StringVar(&f.apiKey, "api-key", "", "with --target: the API key (needs write and read on namespaces 1–10)")
 	fs.StringVar(&f.configPath, "c", "", "with --target: its config, for database figures and the baseline")
 	fs.StringVar(&f.baseline, "baseline", "", "sql: alternate with the same operations as plain SQL (write, read, mix)")
 	fs.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&f.reportDir, "report", "", "write report.md and PNG charts into this directory")
+	fs.Int64Var(&f.Preload, "preload", 0, "grant this many times first (not measured), so that reads find balances")
 	fs.Int64Var(&f.decay, "decay", 0, "run this many ops (one round) and compare the first and last tenth")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -181,7 +184,9 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 		defer os.RemoveAll(dir)
 	}
 	key := newAPIKey()
-	st, err := startLocalStack(ctx, dir, benchConfig(key), 2, true, io.Discard)
+	cfg := benchConfig(key)
+	cfg.Listen.Pprof = f.pprof
+	st, err := startLocalStack(ctx, dir, cfg, 2, true, io.Discard)
 	if err != nil {
 		return nil, err
 	}

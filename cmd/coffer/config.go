@@ -37,10 +37,12 @@ type Config struct {
 }
 
 // ListenConfig is where the service listens; an empty address turns that
-// transport off.
+// transport off. Pprof, off by default, serves Go's profiler
+// (/debug/pprof/) for operators; keep it on a private address.
 type ListenConfig struct {
-	HTTP string `yaml:"http"`
-	GRPC string `yaml:"grpc"`
+	HTTP  string `yaml:"http"`
+	GRPC  string `yaml:"grpc"`
+	Pprof string `yaml:"pprof,omitempty"`
 }
 
 // LimitsConfig bounds requests.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -118,6 +119,17 @@ func (m *Main) listen(store *postgres.Store, clients *coffer.Clients) error {
 			ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
 		m.HTTPAddr = ln.Addr().String()
 		go func() { _ = m.httpServer.Serve(ln) }()
+	}
+	if cfg.Listen.Pprof != "" {
+		ln, err := net.Listen("tcp", cfg.Listen.Pprof)
+		if err != nil {
+			return fmt.Errorf("listen.pprof: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		go func() { _ = http.Serve(ln, mux) }()
 	}
 	if cfg.Listen.GRPC != "" {
 		ln, err := net.Listen("tcp", cfg.Listen.GRPC)
