@@ -39,6 +39,7 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 	}
 	if q.At != nil {
 		err := s.balancesAt(ctx, pool, s.q(id), q, currencies, &out)
+		out.Balances = held(q, out.Balances)
 		return out, s.fail(id, err)
 	}
 	rows, err := pool.Query(ctx, s.q(id).balancesNow, q.Namespace, q.PlayerID)
@@ -82,7 +83,27 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 			bal.Lots = append(bal.Lots, l)
 		}
 	}
-	return out, s.fail(id, rows.Err())
+	if err := rows.Err(); err != nil {
+		return out, s.fail(id, err)
+	}
+	out.Balances = held(q, out.Balances)
+	return out, nil
+}
+
+// held keeps, unless the query names a currency, only the currencies the
+// player holds: with 50 configured currencies, a reply of 50 zeros would
+// cost more than the read.
+func held(q coffer.BalanceQuery, all []coffer.Balance) []coffer.Balance {
+	if q.Currency != "" {
+		return all
+	}
+	out := all[:0]
+	for _, b := range all {
+		if b.Total != 0 {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 func (s *Store) balancesAt(ctx context.Context, pool *pgxpool.Pool, qs *queries, q coffer.BalanceQuery, currencies []*coffer.Currency, out *coffer.Balances) error {

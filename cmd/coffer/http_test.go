@@ -66,6 +66,13 @@ func TestHTTPChangeReplayAndConflict(t *testing.T) {
 	if b.Version != 1 || b.Balances[0].Total != 500 || b.Balances[0].Paid != 500 || b.Balances[1].Total != 30 {
 		t.Fatalf("after insufficient funds: %+v", b)
 	}
+	// Only held currencies are listed, unless one is asked for.
+	if len(b.Balances) != 2 || b.Balances[0].Currency != "gold" || b.Balances[1].Currency != "silver" {
+		t.Fatalf("held currencies: %+v", b.Balances)
+	}
+	if c := balanceOf(t, s.dev, 42, "credits"); c.Total != 0 {
+		t.Fatalf("credits: %+v", c)
+	}
 	// The corrected request with the same key goes through.
 	ok := s.call("POST", path, devKey, `{"idempotency_key": "spend-1", "ops": [{"currency": "silver", "amount": -10}, {"currency": "gold", "amount": -500}]}`)
 	wantStatus(t, ok, http.StatusCreated, "")
