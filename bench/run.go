@@ -28,6 +28,9 @@ type RunConfig struct {
 	// that many ops.
 	Duration time.Duration
 	Ops      int64
+	// Warmup runs the workload before Duration starts without measuring
+	// it: connections open and caches fill (not with Ops).
+	Warmup time.Duration
 	// Rate > 0 makes an open loop: ops start at this rate per second
 	// whatever the latency, and latency counts from the intended start.
 	Rate float64
@@ -71,17 +74,25 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	// The run stops issuing ops at the deadline but lets those in flight
 	// finish: a write cut off mid-flight would have an unknown outcome,
 	// and every acknowledged write must match a row.
-	start := time.Now()
+	warmup := cfg.Warmup
+	if cfg.Ops > 0 {
+		warmup = 0
+	}
+	begin := time.Now()
+	start := begin.Add(warmup)
 	stopAt := start.Add(cfg.Duration)
 	running := func() bool { return ctx.Err() == nil && (cfg.Ops > 0 || time.Now().Before(stopAt)) }
 	rec := newRecorder(start)
 	var claimed, done, writes atomic.Int64
 	tenths := make([]atomic.Int64, 10) // unix ns when each tenth completed
 	complete := func(d time.Duration, code string, op *Op) {
-		rec.record(d, code)
 		if code == "" && op.Call != CallRead {
 			writes.Add(1)
 		}
+		if warmup > 0 && time.Now().Before(start) {
+			return
+		}
+		rec.record(d, code)
 		if n := done.Add(1); cfg.Ops >= 10 && n%(cfg.Ops/10) == 0 && n/(cfg.Ops/10) <= 10 {
 			tenths[n/(cfg.Ops/10)-1].Store(time.Now().UnixNano())
 		}
@@ -90,10 +101,13 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 
 	stopTicks := make(chan struct{})
 	ticksDone := make(chan struct{})
-	go tickLoop(rec, cfg, stopTicks, ticksDone)
+	go func() {
+		time.Sleep(time.Until(start))
+		tickLoop(rec, cfg, stopTicks, ticksDone)
+	}()
 	var wg sync.WaitGroup
 	if cfg.Rate > 0 {
-		openLoop(ctx, cfg, gens, t, claim, complete, &wg, stopAt)
+		openLoop(ctx, cfg, gens, t, claim, complete, &wg, begin, stopAt)
 	} else {
 		for i := range cfg.Clients {
 			wg.Add(1)
@@ -132,7 +146,7 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 // counts from when it should have started, so a slow answer delays no
 // measurement (no coordinated omission).
 func openLoop(ctx context.Context, cfg RunConfig, gens []*Generator, t Target, claim func() bool,
-	complete func(time.Duration, string, *Op), wg *sync.WaitGroup, stopAt time.Time) {
+	complete func(time.Duration, string, *Op), wg *sync.WaitGroup, start, stopAt time.Time) {
 	due := make(chan time.Time, backlogMax)
 	for i := range cfg.Clients {
 		wg.Add(1)
@@ -146,7 +160,6 @@ func openLoop(ctx context.Context, cfg RunConfig, gens []*Generator, t Target, c
 		}()
 	}
 	interval := time.Duration(float64(time.Second) / cfg.Rate)
-	start := time.Now()
 	for n := int64(0); claim(); n++ {
 		at := start.Add(time.Duration(n) * interval)
 		if cfg.Ops == 0 && !at.Before(stopAt) {

@@ -12,7 +12,15 @@ import (
 	"github.com/cofferhq/coffer/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, 2) }
+// TestMain starts the test servers. When a test runs `coffer serve` as a
+// child process from inside this binary (bench, torture), os.Executable is
+// the test binary: it then acts as coffer itself.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	pgtest.Main(m, 2)
+}
 
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()

@@ -23,9 +23,10 @@ var commands = map[string]command{
 	"keygen":  {"make a new API key and the hash to put in the config", runKeygen},
 	"migrate": {"apply, check or generate schema migrations (sdbmigrate-compatible)", runMigrate},
 	"shard":   {"print the shard (and database) of player ids", runShard},
+	"torture": {"fault-injection run: kills, freezes and cuts databases and instances under load, then checks no currency was created or lost", runTortureCmd},
 }
 
-var commandOrder = []string{"dev", "serve", "migrate", "audit", "bench", "shard", "keygen"}
+var commandOrder = []string{"dev", "serve", "migrate", "audit", "bench", "torture", "shard", "keygen"}
 
 func main() {
 	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))

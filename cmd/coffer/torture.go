@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/audit"
+	"github.com/cofferhq/coffer/client"
+	"github.com/cofferhq/coffer/internal/pgserver"
+	"github.com/cofferhq/coffer/migrate"
+	"github.com/cofferhq/coffer/shard"
+	"github.com/cofferhq/coffer/torture"
+	"gopkg.in/yaml.v3"
+)
+
+// tortureRun is one `coffer torture`: three PostgreSQL servers holding 16
+// shards behind fault proxies, two `coffer serve` instances, the workload
+// and the nemesis. It implements torture.Target.
+type tortureRun struct {
+	duration time.Duration
+	seed     uint64
+	clients  int
+	kinds    []string
+	out      io.Writer
+	// damage, if set, runs before the checks: the tests use it to prove
+	// the checks fail on a damaged ledger.
+	damage func(ctx context.Context, direct *shard.Map) error
+
+	dir       string
+	servers   []*pgserver.Server
+	proxies   []*torture.Proxy
+	direct    *shard.Map // to the servers themselves, for migrations and the audit
+	served    *shard.Map // through the proxies, as coffer sees it
+	cfgPath   string
+	key       string
+	mu        sync.Mutex
+	procs     []*serveProcess
+	instances *torture.Instances
+	probes    []coffer.PlayerID // one player on each database
+}
+
+// runTortureCmd is `coffer torture`.
+func runTortureCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("torture", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	t := &tortureRun{out: stdout}
+	fs.DurationVar(&t.duration, "duration", 2*time.Minute, "how long the workload and the nemesis run")
+	fs.Uint64Var(&t.seed, "seed", 1, "seed of the workload and of the fault schedule")
+	fs.IntVar(&t.clients, "clients", 8, "concurrent clients")
+	faults := fs.String("faults", strings.Join(torture.FaultKinds, ","), "fault kinds, comma-separated: "+strings.Join(torture.FaultKinds, ", "))
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	for _, k := range strings.Split(*faults, ",") {
+		if k = strings.TrimSpace(k); k == "" {
+			continue
+		}
+		known := false
+		for _, f := range torture.FaultKinds {
+			known = known || f == k
+		}
+		if !known {
+			fmt.Fprintf(stderr, "coffer torture: unknown fault kind %q\n", k)
+			return 2
+		}
+		t.kinds = append(t.kinds, k)
+	}
+	if t.clients < 1 || t.duration < 10*time.Second {
+		fmt.Fprintln(stderr, "coffer torture: --clients must be ≥ 1 and --duration ≥ 10s")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	violations, err := t.run(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "coffer torture:", err)
+		return 1
+	}
+	if len(violations) > 0 {
+		fmt.Fprintf(stdout, "\nFAILED: %d violation(s)\n", len(violations))
+		for _, v := range violations {
+			fmt.Fprintln(stdout, "  "+v)
+		}
+		return 1
+	}
+	fmt.Fprintln(stdout, "\nPASSED: no currency created or lost")
+	return 0
+}
+
+func (t *tortureRun) run(ctx context.Context) ([]string, error) {
+	dir, err := os.MkdirTemp("", "coffer-torture-")
+	if err != nil {
+		return nil, err
+	}
+	t.dir = dir
+	defer os.RemoveAll(dir)
+	defer t.teardown()
+	if err := t.setup(ctx); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	w := &torture.Workload{Instances: t.instances, Seed: t.seed, Until: start.Add(t.duration), GiveUpAt: start.Add(t.duration + 30*time.Second)}
+	for p := coffer.PlayerID(1); p <= 64; p++ {
+		w.Players = append(w.Players, p)
+	}
+	plan := torture.Plan(t.seed, t.kinds, t.duration, len(t.servers), 2)
+	fmt.Fprintf(t.out, "coffer torture: %d clients for %s, seed %d, %d faults planned\n", t.clients, t.duration, t.seed, len(plan))
+	var injected *torture.Injected
+	done := make(chan struct{})
+	go func() { injected = torture.Run(ctx, t, plan, start); close(done) }()
+	w.Run(ctx, t.clients)
+	<-done
+	// Let abandoned holds pass their TTL and the sweepers roll them back.
+	time.Sleep(3*time.Second + 2*time.Second)
+	return t.check(ctx, w, injected)
+}
+
+// check prints the report and returns every violation.
+func (t *tortureRun) check(ctx context.Context, w *torture.Workload, injected *torture.Injected) ([]string, error) {
+	if t.damage != nil {
+		if err := t.damage(ctx, t.direct); err != nil {
+			return nil, err
+		}
+	}
+	w.GiveUpAt = time.Now().Add(time.Minute)
+	violations := w.Verify(ctx)
+	router, err := shard.Open(t.direct, shard.DefaultPoolConfig())
+	if err != nil {
+		return nil, err
+	}
+	defer router.Close()
+	rep, err := (&audit.Checker{Router: router, HoldGrace: 2 * time.Second}).Check(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	for _, v := range rep.Violations {
+		violations = append(violations, fmt.Sprintf("audit: %+v", v))
+	}
+	violations = append(violations, injected.Errors...)
+	c := torture.Count(w.Records())
+	fmt.Fprintf(t.out, "\nwrites %d: acknowledged %d, rejected %d, unknown %d; %d needed retries\n", c.Writes, c.Acked, c.Rejected, c.Unknown, c.Retried)
+	fmt.Fprintf(t.out, "holds acknowledged: %d committed by the client, %d rolled back, %d abandoned\n", c.Holds["commit"], c.Holds["rollback"], c.Holds["abandon"])
+	fmt.Fprintf(t.out, "faults injected:\n%s", injected.Summary())
+	for i, db := range t.direct.Databases() {
+		fmt.Fprintf(t.out, "  database %d (shards %d–%d): %s without full service\n", i, db.Shards[0], db.Shards[len(db.Shards)-1], injected.Outage[i].Round(time.Millisecond))
+	}
+	return violations, nil
+}
+
+// setup starts the servers, proxies and instances.
+func (t *tortureRun) setup(ctx context.Context) error {
+	t.key = newAPIKey()
+	cfg := devConfig("127.0.0.1:0", "", t.key)
+	cfg.ShardCount, cfg.DistributionMode = 16, "manual"
+	cfg.Holds.TTLDefault, cfg.Sweep.Interval = 3*time.Second, 500*time.Millisecond
+	cfg.Timeouts.Request, cfg.Pool.ConnectTimeout = 2*time.Second, time.Second
+	cfg.Log.Level = "info"
+	ranges := [][2]int{{0, 5}, {6, 10}, {11, 15}}
+	direct := cfg.Config
+	for i, r := range ranges {
+		s, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(t.dir, fmt.Sprintf("pg%d", i)), Durable: true})
+		if err != nil {
+			return err
+		}
+		t.servers = append(t.servers, s)
+		if err := createDatabase(ctx, s, "coffer"); err != nil {
+			return err
+		}
+		p, err := torture.NewProxy(fmt.Sprintf("127.0.0.1:%d", s.Port()))
+		if err != nil {
+			return err
+		}
+		t.proxies = append(t.proxies, p)
+		db := shard.DatabaseConfig{Name: "coffer", Host: "127.0.0.1", Port: s.Port(), Type: "postgres",
+			User: pgserver.Superuser, Password: pgserver.Password, Shards: []shard.Range{{Min: r[0], Max: r[1]}}}
+		direct.Databases = append(direct.Databases, db)
+		db.Port = p.Port()
+		cfg.Databases = append(cfg.Databases, db)
+	}
+	var err error
+	if t.direct, err = shard.NewMap(direct); err != nil {
+		return err
+	}
+	if t.served, err = shard.NewMap(cfg.Config); err != nil {
+		return err
+	}
+	ms, _ := migrate.Load(migrate.Schema(), "(coffer's schema)")
+	if err := (&migrate.Engine{Map: t.direct, Env: migrate.SchemaEnv, Migrations: ms}).Apply(ctx, migrate.Options{TargetVersion: -1}); err != nil {
+		return err
+	}
+	raw, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	t.cfgPath = filepath.Join(t.dir, "coffer.yaml")
+	if err := os.WriteFile(t.cfgPath, raw, 0o600); err != nil {
+		return err
+	}
+	for i := range t.direct.Databases() {
+		for p := coffer.PlayerID(1); ; p++ {
+			if t.direct.DatabaseOf(t.direct.ShardOf(p)).Index == i {
+				t.probes = append(t.probes, p)
+				break
+			}
+		}
+	}
+	var urls []string
+	for i := 0; i < 2; i++ {
+		p, err := startServe(ctx, t.cfgPath)
+		if err != nil {
+			return err
+		}
+		t.procs = append(t.procs, p)
+		urls = append(urls, "http://"+p.httpAddr)
+	}
+	t.instances = torture.NewInstances(t.key, urls...)
+	return nil
+}
+
+func (t *tortureRun) teardown() {
+	for _, p := range t.procs {
+		if p != nil {
+			p.stop()
+		}
+	}
+	for _, p := range t.proxies {
+		p.Close()
+	}
+	for _, s := range t.servers {
+		_ = s.Resume()
+		_ = s.Stop()
+	}
+}
+
+// Databases is part of torture.Target.
+func (t *tortureRun) Databases() int { return len(t.servers) }
+
+// InstancesCount is part of torture.Target.
+func (t *tortureRun) InstancesCount() int { return len(t.procs) }
+
+// KillServer is part of torture.Target.
+func (t *tortureRun) KillServer(i int) error { return t.servers[i].Kill() }
+
+// RestartServer is part of torture.Target.
+func (t *tortureRun) RestartServer(ctx context.Context, i int) error { return t.servers[i].Start(ctx) }
+
+// PauseServer is part of torture.Target.
+func (t *tortureRun) PauseServer(i int) error { return t.servers[i].Pause() }
+
+// ResumeServer is part of torture.Target.
+func (t *tortureRun) ResumeServer(i int) error { return t.servers[i].Resume() }
+
+// Proxy is part of torture.Target.
+func (t *tortureRun) Proxy(i int) *torture.Proxy { return t.proxies[i] }
+
+// KillInstance is part of torture.Target: kill -9, mid-traffic.
+func (t *tortureRun) KillInstance(i int) error {
+	t.mu.Lock()
+	p := t.procs[i]
+	t.mu.Unlock()
+	if err := p.cmd.Process.Kill(); err != nil {
+		return err
+	}
+	<-p.exited
+	_ = p.cmd.Wait()
+	return nil
+}
+
+// RestartInstance is part of torture.Target.
+func (t *tortureRun) RestartInstance(ctx context.Context, i int) error {
+	p, err := startServe(ctx, t.cfgPath)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.procs[i] = p
+	t.mu.Unlock()
+	t.instances.Set(i, "http://"+p.httpAddr)
+	return nil
+}
+
+// WaitInstance is part of torture.Target: until /readyz answers 200.
+func (t *tortureRun) WaitInstance(ctx context.Context, i int) {
+	start := time.Now()
+	t.mu.Lock()
+	url := "http://" + t.procs[i].httpAddr + "/readyz"
+	t.mu.Unlock()
+	for ctx.Err() == nil && time.Since(start) < time.Minute {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// WaitDatabase is part of torture.Target: until both instances read a
+// player of database i.
+func (t *tortureRun) WaitDatabase(ctx context.Context, i int) {
+	start := time.Now()
+	for ctx.Err() == nil && time.Since(start) < time.Minute {
+		ok := true
+		t.mu.Lock()
+		procs := append([]*serveProcess(nil), t.procs...)
+		t.mu.Unlock()
+		for _, p := range procs {
+			c := client.New("http://"+p.httpAddr, t.key, nil)
+			if _, err := c.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: t.probes[i]}); err != nil {
+				ok = false
+			}
+		}
+		if ok {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

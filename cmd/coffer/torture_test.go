@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cofferhq/coffer/shard"
+	"github.com/cofferhq/coffer/torture"
+	"github.com/jackc/pgx/v5"
+)
+
+// TestTortureShort is the short fault run of make test: every fault kind
+// at least once under load, then every check must pass.
+func TestTortureShort(t *testing.T) {
+	var out bytes.Buffer
+	run := &tortureRun{duration: 75 * time.Second, seed: 1, clients: 6, kinds: append([]string(nil), torture.FaultKinds...), out: &out}
+	violations, err := run.run(context.Background())
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(violations) > 0 {
+		t.Fatalf("%d violations:\n%s", len(violations), strings.Join(violations, "\n"))
+	}
+	for _, k := range torture.FaultKinds {
+		if !strings.Contains(out.String(), "  "+k+" ") {
+			t.Errorf("fault %s was not injected", k)
+		}
+	}
+}
+
+// TestTortureCatchesDamage damages the ledger behind coffer's back before
+// the checks, three ways; each must make the run fail.
+func TestTortureCatchesDamage(t *testing.T) {
+	for name, sql := range map[string]string{
+		"corrupt a lot":     `UPDATE lot_%d SET amount = amount + 7 WHERE lot_id = (SELECT min(lot_id) FROM lot_%d)`,
+		"delete an op":      `DELETE FROM op_%d WHERE (trx_id, seq) = (SELECT trx_id, seq FROM op_%d ORDER BY trx_id LIMIT 1)`,
+		"duplicate a grant": `INSERT INTO op_%d SELECT trx_id, seq + 100, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, purchase FROM op_%d WHERE kind = 'grant' LIMIT 1`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			run := &tortureRun{duration: 10 * time.Second, seed: 2, clients: 4, out: &out,
+				damage: func(ctx context.Context, m *shard.Map) error { return damageShard(ctx, m, sql) }}
+			violations, err := run.run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(violations) == 0 {
+				t.Fatalf("the damage went unnoticed:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// damageShard runs sql (with the shard number twice) on the first shard of
+// player 1, which the workload always writes to.
+func damageShard(ctx context.Context, m *shard.Map, sql string) error {
+	s := m.ShardOf(1)
+	conn, err := pgx.Connect(ctx, m.DatabaseOf(s).Config.ConnString(5))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	tag, err := conn.Exec(ctx, fmt.Sprintf(sql, s, s))
+	if err == nil && tag.RowsAffected() != 1 {
+		err = fmt.Errorf("damage touched %d rows", tag.RowsAffected())
+	}
+	return err
+}
