@@ -19,7 +19,11 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
 		os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	pgtest.Main(m, 2)
+	code := pgtest.Run(m, 2)
+	if binary.path != "" {
+		os.RemoveAll(filepath.Dir(binary.path))
+	}
+	os.Exit(code)
 }
 
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {

@@ -26,10 +26,12 @@ var (
 // Main starts n servers, runs the package's tests and removes the servers.
 // Call it from TestMain: `func TestMain(m *testing.M) { pgtest.Main(m, 2) }`.
 func Main(m *testing.M, n int) {
-	os.Exit(run(m, n))
+	os.Exit(Run(m, n))
 }
 
-func run(m *testing.M, n int) int {
+// Run is Main without the exit, for a TestMain with cleanup of its own:
+// it returns the exit code.
+func Run(m *testing.M, n int) int {
 	ctx := context.Background()
 	removeStale()
 	for i := 0; i < n; i++ {
