@@ -66,14 +66,6 @@ func retryable(err error) bool {
 	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01")
 }
 
-// mapError turns a driver error into a domain error. Domain errors pass
-// through; a database that is down, unreachable or slow is
-// shard_unavailable, which the client may retry with the same key.
-func mapError(id coffer.ShardID, err error) error {
-	mapped, _ := classify(id, err)
-	return mapped
-}
-
 // fail maps err and, when it shows the connection or server failed, marks
 // the shard's database down so that its next requests fail fast.
 func (s *Store) fail(id coffer.ShardID, err error) error {
@@ -93,9 +85,12 @@ func (s *Store) pool(id coffer.ShardID) (*pgxpool.Pool, error) {
 	return s.router.Shard(id), nil
 }
 
-// classify maps err and tells whether it is a failure of the connection or
-// the server rather than of the request. A timeout is not: the request's
-// own deadline may have been short.
+// classify turns a driver error into a domain error and tells whether it is
+// a failure of the connection or the server rather than of the request.
+// Domain errors pass through; a database that is down, unreachable or slow
+// is shard_unavailable, which the client may retry with the same key. A
+// timeout is not a connection failure: the request's own deadline may have
+// been short.
 func classify(id coffer.ShardID, err error) (mapped error, connFailed bool) {
 	if err == nil {
 		return nil, false

@@ -115,7 +115,8 @@ func TestRouterRoutesToTheRightServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for p := coffer.PlayerID(1); p <= 60; p++ {
-		s, pool := r.Player(p)
+		s := m.ShardOf(p)
+		pool := r.Shard(s)
 		var port int
 		if err := pool.QueryRow(ctx, "SELECT current_setting('port')::int").Scan(&port); err != nil {
 			t.Fatal(err)

@@ -83,12 +83,6 @@ func Open(m *Map, pc PoolConfig) (*Router, error) {
 // Map is the shard map the router routes by.
 func (r *Router) Map() *Map { return r.m }
 
-// Player returns the player's shard and the pool of the database holding it.
-func (r *Router) Player(p coffer.PlayerID) (coffer.ShardID, *pgxpool.Pool) {
-	s := r.m.ShardOf(p)
-	return s, r.Shard(s)
-}
-
 // Shard returns the pool of the database holding shard s.
 func (r *Router) Shard(s coffer.ShardID) *pgxpool.Pool { return r.pools[r.m.dbOfShard[s]] }
 

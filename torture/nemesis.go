@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -28,8 +27,6 @@ var FaultKinds = []string{PGKill, PGStop, NetCut, NetSlow, NetReset, CofferKill}
 // server and proxy) or, for CofferKill, an instance. Each method returns
 // once the fault is in place; Heal-type methods once it is undone.
 type Target interface {
-	Databases() int
-	InstancesCount() int
 	KillServer(i int) error
 	RestartServer(ctx context.Context, i int) error
 	PauseServer(i int) error
@@ -80,7 +77,6 @@ func Plan(seed uint64, kinds []string, duration time.Duration, databases, instan
 
 // Injected is what the nemesis did and how long recovery took.
 type Injected struct {
-	mu       sync.Mutex
 	Count    map[string]int
 	Recovery map[string][]time.Duration // by kind: from heal to serving again
 	// Outage sums, per database, the time from a fault on it to serving
@@ -102,7 +98,7 @@ func Run(ctx context.Context, t Target, plan []Fault, start time.Time) *Injected
 		begun := time.Now()
 		healed, err := apply(ctx, t, f)
 		if err != nil {
-			in.add(func() { in.Errors = append(in.Errors, fmt.Sprintf("%s on %d: %v", f.Kind, f.Index, err)) })
+			in.Errors = append(in.Errors, fmt.Sprintf("%s on %d: %v", f.Kind, f.Index, err))
 			continue
 		}
 		if f.Kind == CofferKill {
@@ -111,21 +107,13 @@ func Run(ctx context.Context, t Target, plan []Fault, start time.Time) *Injected
 			t.WaitDatabase(ctx, f.Index)
 		}
 		rec := time.Since(healed)
-		in.add(func() {
-			in.Count[f.Kind]++
-			in.Recovery[f.Kind] = append(in.Recovery[f.Kind], rec)
-			if f.Kind != CofferKill {
-				in.Outage[f.Index] += time.Since(begun)
-			}
-		})
+		in.Count[f.Kind]++
+		in.Recovery[f.Kind] = append(in.Recovery[f.Kind], rec)
+		if f.Kind != CofferKill {
+			in.Outage[f.Index] += time.Since(begun)
+		}
 	}
 	return in
-}
-
-func (in *Injected) add(fn func()) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	fn()
 }
 
 // apply injects f, waits its length, and heals it. It returns when the

@@ -243,12 +243,6 @@ func (t *tortureRun) teardown() {
 	}
 }
 
-// Databases is part of torture.Target.
-func (t *tortureRun) Databases() int { return len(t.servers) }
-
-// InstancesCount is part of torture.Target.
-func (t *tortureRun) InstancesCount() int { return len(t.procs) }
-
 // KillServer is part of torture.Target.
 func (t *tortureRun) KillServer(i int) error { return t.servers[i].Kill() }
 
