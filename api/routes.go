@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/cofferhq/coffer"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
@@ -19,6 +20,9 @@ type Route struct {
 	Method, Path string
 	// Body tells whether the request's other fields come in a JSON body.
 	Body bool
+	// Namespaced tells whether the path names a namespace, which the
+	// permission then applies to.
+	Namespaced bool
 	// Permission is what the calling client needs.
 	Permission coffer.Permission
 }
@@ -51,6 +55,7 @@ func Routes() []Route {
 		case *annotations.HttpRule_Post:
 			r.Method, r.Path = "POST", p.Post
 		}
+		r.Namespaced = strings.Contains(r.Path, "{namespace}")
 		if r.Method == "" || r.Permission == "" {
 			panic(fmt.Sprintf("api: rpc %s needs a GET or POST rule and a permission", r.RPC))
 		}

@@ -36,24 +36,10 @@ func New(baseURL, apiKey string, httpClient *http.Client) *Client {
 }
 
 // Change is a change or the begin of a hold, as sent.
-type Change struct {
-	IdempotencyKey string             `json:"idempotency_key"`
-	Ops            []coffer.OpRequest `json:"ops"`
-	Reason         string             `json:"reason,omitempty"`
-	Meta           json.RawMessage    `json:"meta,omitempty"`
-	Hold           bool               `json:"hold,omitempty"`
-	HoldTTLSeconds int64              `json:"hold_ttl_seconds,omitempty"`
-}
+type Change = coffer.ChangeBody
 
 // Exchange is an exchange, as sent.
-type Exchange struct {
-	IdempotencyKey string          `json:"idempotency_key"`
-	From           string          `json:"from"`
-	To             string          `json:"to"`
-	Amount         coffer.Amount   `json:"amount"`
-	Reason         string          `json:"reason,omitempty"`
-	Meta           json.RawMessage `json:"meta,omitempty"`
-}
+type Exchange = coffer.ExchangeBody
 
 func playerPath(ns coffer.Namespace, p coffer.PlayerID) string {
 	return fmt.Sprintf("/v1/namespaces/%d/players/%d", ns, p)

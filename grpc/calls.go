@@ -2,7 +2,6 @@ package grpc
 
 import (
 	"context"
-	"time"
 
 	"github.com/cofferhq/coffer"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
@@ -32,13 +31,13 @@ func (s *Server) Change(ctx context.Context, req *cofferv1.ChangeRequest) (*coff
 	for i, op := range req.Ops {
 		ops[i] = fromOpRequest(op)
 	}
-	if req.HoldTtlSeconds < 0 || req.HoldTtlSeconds > 1<<32 {
-		return nil, coffer.Errorf(coffer.CodeInvalid, "hold_ttl_seconds: out of range")
+	ttl, err := coffer.HoldTTL(req.HoldTtlSeconds)
+	if err != nil {
+		return nil, err
 	}
 	trx, replay, err := s.Ledger.Change(ctx, coffer.ChangeRequest{
 		Scope: scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey),
-		Ops:   ops, Reason: req.Reason, Meta: meta,
-		Hold: req.Hold, HoldTTL: time.Duration(req.HoldTtlSeconds) * time.Second,
+		Ops:   ops, Reason: req.Reason, Meta: meta, Hold: req.Hold, HoldTTL: ttl,
 	})
 	return written(ctx, trx, replay, err)
 }

@@ -1,33 +1,11 @@
 package http
 
 import (
-	"encoding/json"
 	"net/http"
 	"time"
 
 	"github.com/cofferhq/coffer"
 )
-
-// changeBody is the JSON body of Change (ChangeRequest of the contract,
-// less the path fields).
-type changeBody struct {
-	IdempotencyKey string             `json:"idempotency_key"`
-	Ops            []coffer.OpRequest `json:"ops"`
-	Reason         string             `json:"reason"`
-	Meta           json.RawMessage    `json:"meta"`
-	Hold           bool               `json:"hold"`
-	HoldTTLSeconds int64              `json:"hold_ttl_seconds"`
-}
-
-// exchangeBody is the JSON body of Exchange.
-type exchangeBody struct {
-	IdempotencyKey string          `json:"idempotency_key"`
-	From           string          `json:"from"`
-	To             string          `json:"to"`
-	Amount         coffer.Amount   `json:"amount"`
-	Reason         string          `json:"reason"`
-	Meta           json.RawMessage `json:"meta"`
-}
 
 // revenueReport is the body of a revenue report.
 type revenueReport struct {
@@ -58,17 +36,17 @@ func (s *Server) getBalances(r *http.Request, _ *coffer.Client) (int, any, error
 }
 
 func (s *Server) change(r *http.Request, c *coffer.Client) (int, any, error) {
-	var body changeBody
-	sc, err := s.scope(r, c, &body.IdempotencyKey, &body)
+	var body coffer.ChangeBody
+	sc, err := s.scope(r, c, &body, &body.IdempotencyKey)
 	if err != nil {
 		return 0, nil, err
 	}
-	if body.HoldTTLSeconds < 0 || body.HoldTTLSeconds > 1<<32 {
-		return 0, nil, coffer.Errorf(coffer.CodeInvalid, "hold_ttl_seconds: out of range")
+	ttl, err := coffer.HoldTTL(body.HoldTTLSeconds)
+	if err != nil {
+		return 0, nil, err
 	}
 	trx, replay, err := s.Ledger.Change(r.Context(), coffer.ChangeRequest{
-		Scope: sc, Ops: body.Ops, Reason: body.Reason, Meta: body.Meta,
-		Hold: body.Hold, HoldTTL: time.Duration(body.HoldTTLSeconds) * time.Second,
+		Scope: sc, Ops: body.Ops, Reason: body.Reason, Meta: body.Meta, Hold: body.Hold, HoldTTL: ttl,
 	})
 	return written(trx, replay, err)
 }
@@ -104,8 +82,8 @@ func (s *Server) getTrx(r *http.Request, c *coffer.Client) (int, any, error) {
 }
 
 func (s *Server) exchange(r *http.Request, c *coffer.Client) (int, any, error) {
-	var body exchangeBody
-	sc, err := s.scope(r, c, &body.IdempotencyKey, &body)
+	var body coffer.ExchangeBody
+	sc, err := s.scope(r, c, &body, &body.IdempotencyKey)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -13,26 +13,23 @@ import (
 	"github.com/cofferhq/coffer"
 )
 
-// scope reads a write's scope: namespace and player from the path, the
-// emitter from the client, and the idempotency key from the path or, when
-// key is set, from the body decoded into body. Without a body, the request
-// may carry none (or {}).
-func (s *Server) scope(r *http.Request, c *coffer.Client, key *string, body any) (coffer.Scope, error) {
+// scope reads a call's scope: namespace and player from the path, the
+// emitter from the client. With body nil the idempotency key is in the path
+// and the request carries no body (or {}); otherwise the JSON body is
+// decoded into body and the key is the one key points to in it.
+func (s *Server) scope(r *http.Request, c *coffer.Client, body any, key *string) (coffer.Scope, error) {
 	ns, player, err := pathPlayer(r)
 	if err != nil {
 		return coffer.Scope{}, err
 	}
-	sc := coffer.Scope{Namespace: ns, PlayerID: player, Emitter: c.Emitter, IdempotencyKey: r.PathValue("idempotency_key")}
 	if body == nil {
-		body = &struct{}{}
+		err := s.decode(r, &struct{}{}, false)
+		return coffer.Scope{Namespace: ns, PlayerID: player, Emitter: c.Emitter, IdempotencyKey: r.PathValue("idempotency_key")}, err
 	}
-	if err := s.decode(r, body, key != nil); err != nil {
+	if err := s.decode(r, body, true); err != nil {
 		return coffer.Scope{}, err
 	}
-	if key != nil {
-		sc.IdempotencyKey = *key
-	}
-	return sc, nil
+	return coffer.Scope{Namespace: ns, PlayerID: player, Emitter: c.Emitter, IdempotencyKey: *key}, nil
 }
 
 // decode reads a JSON body strictly: unknown fields, wrong types, trailing

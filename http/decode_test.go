@@ -33,7 +33,7 @@ func FuzzDecodeChange(f *testing.F) {
 	}
 	cat := testCatalog(f)
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		var body changeBody
+		var body coffer.ChangeBody
 		err := decodeJSON(bytes.NewReader(raw), &body, true)
 		if err != nil {
 			if coffer.ErrorCode(err) != coffer.CodeInvalid {
@@ -45,7 +45,7 @@ func FuzzDecodeChange(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted body does not encode: %v", err)
 		}
-		var body2 changeBody
+		var body2 coffer.ChangeBody
 		if err := decodeJSON(bytes.NewReader(again), &body2, true); err != nil {
 			t.Fatalf("re-encoded body rejected: %v\n%s", err, again)
 		}
@@ -71,7 +71,7 @@ func FuzzDecodeExchange(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		var body exchangeBody
+		var body coffer.ExchangeBody
 		if err := decodeJSON(bytes.NewReader(raw), &body, true); err != nil {
 			if coffer.ErrorCode(err) != coffer.CodeInvalid {
 				t.Fatalf("decode error with code %q: %v", coffer.ErrorCode(err), err)
@@ -100,15 +100,15 @@ func TestDecodeStrict(t *testing.T) {
 		{`{"ops": [{"currency": "gold", "amount": 1, "lot": 2}]}`, true, false},
 		{`{"ops": [{"currency": "gold", "amount": "1"}]}`, true, false},
 	} {
-		var body changeBody
+		var body coffer.ChangeBody
 		err := decodeJSON(strings.NewReader(c.body), &body, c.required)
 		if (err == nil) != c.ok {
 			t.Errorf("%q (required %v): %v", c.body, c.required, err)
 		}
 	}
-	var body changeBody
+	var body coffer.ChangeBody
 	if err := decodeJSON(strings.NewReader(`{"idempotency_key": "k", "hold": true}`), &body, true); err != nil ||
-		!reflect.DeepEqual(body, changeBody{IdempotencyKey: "k", Hold: true}) {
+		!reflect.DeepEqual(body, coffer.ChangeBody{IdempotencyKey: "k", Hold: true}) {
 		t.Fatalf("%+v %v", body, err)
 	}
 }

@@ -106,7 +106,7 @@ func (s *Server) authorize(r *http.Request, rt api.Route) (*coffer.Client, error
 	if err != nil {
 		return nil, err
 	}
-	if !strings.Contains(rt.Path, "{namespace}") {
+	if !rt.Namespaced {
 		return c, c.AllowAny(rt.Permission)
 	}
 	ns, err := pathNamespace(r)
