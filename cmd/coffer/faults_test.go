@@ -208,3 +208,24 @@ func TestShardServerFrozen(t *testing.T) {
 		t.Fatalf("after resume: %+v", b)
 	}
 }
+
+// TestPprofAndAvailabilityAtStart: listen.pprof serves the profiler until
+// shutdown, and shard availability is in /metrics from the start, not
+// only after the first probe.
+func TestPprofAndAvailabilityAtStart(t *testing.T) {
+	s := startService(t, twoServers(t), func(c *Config) { c.Listen.Pprof = "127.0.0.1:0" })
+	if m := string(s.call("GET", "/metrics", "", "").body); !strings.Contains(m, "coffer_shards_available 8") {
+		t.Fatalf("metrics at start:\n%s", grepLines(m, "coffer_shards"))
+	}
+	url := "http://" + s.main.PprofAddr + "/debug/pprof/"
+	resp, err := http.Get(url)
+	must(t, err)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("pprof: HTTP %d", resp.StatusCode)
+	}
+	s.stop()
+	if _, err := http.Get(url); err == nil {
+		t.Fatal("pprof still serves after shutdown")
+	}
+}

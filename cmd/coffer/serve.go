@@ -38,18 +38,20 @@ type Main struct {
 	Config *Config
 	Map    *shard.Map
 	Logger *slog.Logger
-	// HTTPAddr and GRPCAddr are the bound addresses, set by Start.
-	HTTPAddr, GRPCAddr string
+	// HTTPAddr, GRPCAddr and PprofAddr are the bound addresses, set by
+	// Start.
+	HTTPAddr, GRPCAddr, PprofAddr string
 
-	router     *shard.Router
-	engine     *migrate.Engine
-	metrics    *metrics.Metrics
-	httpServer *http.Server
-	grpcServer *grpc.Server
-	ready      atomic.Bool
-	started    time.Time
-	stopBG     context.CancelFunc
-	bg         sync.WaitGroup
+	router      *shard.Router
+	engine      *migrate.Engine
+	metrics     *metrics.Metrics
+	httpServer  *http.Server
+	pprofServer *http.Server
+	grpcServer  *grpc.Server
+	ready       atomic.Bool
+	started     time.Time
+	stopBG      context.CancelFunc
+	bg          sync.WaitGroup
 
 	mu     sync.Mutex
 	health []dbHealth // by database index
@@ -95,11 +97,14 @@ func (m *Main) Start(ctx context.Context) error {
 		m.router.Close()
 		return err
 	}
+	m.recordAvailability(ctx)
 	bgCtx, cancel := context.WithCancel(context.Background())
 	m.stopBG = cancel
-	m.goBG(func() { m.probeLoop(bgCtx) })
-	m.goBG(func() { m.sweepLoop(bgCtx, "holds", store.SweepHolds) })
-	m.goBG(func() { m.sweepLoop(bgCtx, "lots", store.SweepExpiredLots) })
+	m.goBG(func() { every(bgCtx, probeInterval, func() { m.probeAll(bgCtx) }) })
+	m.goBG(func() { every(bgCtx, m.Config.Sweep.Interval, func() { m.sweep(bgCtx, "holds", store.SweepHolds) }) })
+	m.goBG(func() {
+		every(bgCtx, m.Config.Sweep.Interval, func() { m.sweep(bgCtx, "lots", store.SweepExpiredLots) })
+	})
 	m.ready.Store(true)
 	m.Logger.Info("serving", "http", m.HTTPAddr, "grpc", m.GRPCAddr, "shards", m.Map.ShardCount(), "databases", len(m.health))
 	return nil
@@ -129,13 +134,17 @@ func (m *Main) listen(store *postgres.Store, clients *coffer.Clients) error {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		go func() { _ = http.Serve(ln, mux) }()
+		m.pprofServer = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		m.PprofAddr = ln.Addr().String()
+		go func() { _ = m.pprofServer.Serve(ln) }()
 	}
 	if cfg.Listen.GRPC != "" {
 		ln, err := net.Listen("tcp", cfg.Listen.GRPC)
 		if err != nil {
-			if m.httpServer != nil {
-				_ = m.httpServer.Close()
+			for _, srv := range []*http.Server{m.httpServer, m.pprofServer} {
+				if srv != nil {
+					_ = srv.Close()
+				}
 			}
 			return fmt.Errorf("listen.grpc: %w", err)
 		}
@@ -165,6 +174,9 @@ func (m *Main) Shutdown(ctx context.Context) error {
 			m.grpcServer.Stop()
 			errs = append(errs, fmt.Errorf("grpc: drain cut short: %w", ctx.Err()))
 		}
+	}
+	if m.pprofServer != nil {
+		_ = m.pprofServer.Close() // a profile in progress is not worth the wait
 	}
 	m.stopBG()
 	m.bg.Wait()
@@ -222,53 +234,44 @@ func (m *Main) check(ctx context.Context, i int) error {
 	return err
 }
 
-func (m *Main) probeLoop(ctx context.Context) {
-	t := time.NewTicker(probeInterval)
+// every runs fn every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			fn()
 		}
-		available := 0
-		for i, db := range m.Map.Databases() {
-			_ = m.check(ctx, i)
-			if m.dbUp(i) {
-				available += len(db.Shards)
-			}
-		}
-		m.metrics.SetShardsAvailable(available)
 	}
 }
 
-func (m *Main) dbUp(i int) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.health[i].up
+// probeAll checks every database and records how many shards are served.
+func (m *Main) probeAll(ctx context.Context) {
+	for i := range m.Map.Databases() {
+		_ = m.check(ctx, i)
+	}
+	m.recordAvailability(ctx)
 }
 
-// sweepLoop runs a sweeper every interval. Every instance runs it; the
-// sweepers are safe to run concurrently.
-func (m *Main) sweepLoop(ctx context.Context, name string, sweep func(context.Context, int) (int, error)) {
-	t := time.NewTicker(m.Config.Sweep.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		n, err := sweep(ctx, m.Config.Sweep.BatchMax)
-		if ctx.Err() != nil {
-			return
-		}
-		m.metrics.Swept(name, n, err)
-		if err != nil {
-			m.Logger.Warn("sweeper pass failed", "sweeper", name, "swept", n, "error", err.Error())
-		} else if n > 0 {
-			m.Logger.Info("sweeper pass", "sweeper", name, "swept", n)
-		}
+func (m *Main) recordAvailability(ctx context.Context) {
+	m.metrics.SetShardsAvailable(int(m.status(ctx).ShardsAvailable))
+}
+
+// sweep runs one pass of a sweeper. Every instance runs them; the sweepers
+// are safe to run concurrently.
+func (m *Main) sweep(ctx context.Context, name string, sweep func(context.Context, int) (int, error)) {
+	n, err := sweep(ctx, m.Config.Sweep.BatchMax)
+	if ctx.Err() != nil {
+		return
+	}
+	m.metrics.Swept(name, n, err)
+	if err != nil {
+		m.Logger.Warn("sweeper pass failed", "sweeper", name, "swept", n, "error", err.Error())
+	} else if n > 0 {
+		m.Logger.Info("sweeper pass", "sweeper", name, "swept", n)
 	}
 }
 
