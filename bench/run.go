@@ -86,7 +86,7 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	var claimed, done, writes atomic.Int64
 	tenths := make([]atomic.Int64, 10) // unix ns when each tenth completed
 	complete := func(d time.Duration, code string, op *Op) {
-		if code == "" && op.Call != CallRead {
+		if code == "" && op.Call != CallRead { // code is never "" without an op
 			writes.Add(1)
 		}
 		if warmup > 0 && time.Now().Before(start) {
@@ -174,7 +174,7 @@ func openLoop(ctx context.Context, cfg RunConfig, gens []*Generator, t Target, c
 		select {
 		case due <- at:
 		default:
-			complete(0, "backlog", &Op{Call: CallRead})
+			complete(0, "backlog", nil) // not sent: no write to count
 		}
 	}
 	close(due)

@@ -116,9 +116,8 @@ func ReadServerStats(ctx context.Context, router *shard.Router) (ServerStats, er
 	servers := map[string]bool{}
 	for i, db := range router.Map().Databases() {
 		pool := router.Database(i)
-		addr := db.Name()[:len(db.Name())-len(db.Config.Name)]
-		if !servers[addr] {
-			servers[addr] = true
+		if !servers[db.Server()] {
+			servers[db.Server()] = true
 			var lsn int64
 			if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn() - '0/0'`).Scan(&lsn); err != nil {
 				return st, err

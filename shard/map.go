@@ -33,9 +33,11 @@ type Database struct {
 func (d Database) Label() string { return d.Config.Label(d.Index) }
 
 // Name names the database in metrics and status: address(es)/dbname.
-func (d Database) Name() string {
-	return strings.Join(d.Config.addresses(), ",") + "/" + d.Config.Name
-}
+func (d Database) Name() string { return d.Server() + "/" + d.Config.Name }
+
+// Server names the PostgreSQL server(s) holding the database: its
+// address(es). Databases with the same Server share a WAL.
+func (d Database) Server() string { return strings.Join(d.Config.addresses(), ",") }
 
 // NewMap validates cfg and builds the map. Every shard must be on exactly one
 // database; errors name the key at fault.

@@ -123,17 +123,17 @@ func (w *Workload) one(ctx context.Context, rng *rand.Rand, key string) {
 	switch p := rng.IntN(100); {
 	case p < 40:
 		r.Kind, r.Deltas = Grant, map[string]coffer.Amount{cur: amount}
-		send = w.change(r, client.Change{IdempotencyKey: key, Ops: []coffer.OpRequest{{Currency: cur, Amount: amount}}})
+		send = w.change(ctx, r, client.Change{IdempotencyKey: key, Ops: []coffer.OpRequest{{Currency: cur, Amount: amount}}})
 	case p < 65:
 		r.Kind, r.Deltas = Consume, map[string]coffer.Amount{cur: -amount}
-		send = w.change(r, client.Change{IdempotencyKey: key, Ops: []coffer.OpRequest{{Currency: cur, Amount: -amount}}})
+		send = w.change(ctx, r, client.Change{IdempotencyKey: key, Ops: []coffer.OpRequest{{Currency: cur, Amount: -amount}}})
 	case p < 85:
 		r.Kind, r.Deltas = Hold, map[string]coffer.Amount{"gold": -amount / 10, "credits": amount}
 		ops := []coffer.OpRequest{{Currency: "credits", Amount: amount}}
 		if amount >= 10 {
 			ops = append(ops, coffer.OpRequest{Currency: "gold", Amount: -amount / 10})
 		}
-		send = w.change(r, client.Change{IdempotencyKey: key, Hold: true, Ops: ops})
+		send = w.change(ctx, r, client.Change{IdempotencyKey: key, Hold: true, Ops: ops})
 	default:
 		n := amount/50 + 1
 		r.Kind, r.Deltas = Exchange, map[string]coffer.Amount{"gold": -n, "silver": 100 * n}
@@ -152,9 +152,9 @@ func (w *Workload) one(ctx context.Context, rng *rand.Rand, key string) {
 	}
 }
 
-func (w *Workload) change(r *Record, req client.Change) func(c *client.Client) (coffer.Trx, error) {
+func (w *Workload) change(ctx context.Context, r *Record, req client.Change) func(c *client.Client) (coffer.Trx, error) {
 	return func(c *client.Client) (coffer.Trx, error) {
-		t, _, err := c.Change(context.Background(), r.NS, r.Player, req)
+		t, _, err := c.Change(ctx, r.NS, r.Player, req)
 		return t, err
 	}
 }
