@@ -24,6 +24,11 @@ const (
 	CodeInternal            Code = "internal"
 )
 
+// Codes lists every code, in the order of the contract.
+var Codes = []Code{CodeInvalid, CodeUnauthenticated, CodePermissionDenied, CodeNotFound,
+	CodeInsufficientFunds, CodeIdempotencyConflict, CodeHoldNotPending, CodeHoldExpired,
+	CodePayloadTooLarge, CodeUnavailable, CodeInternal}
+
 // Error is the one domain error type: a code, a message for people, and
 // optionally the cause.
 type Error struct {

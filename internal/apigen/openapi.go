@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/cofferhq/coffer"
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -222,9 +223,11 @@ func problemSchema() object {
 
 // codes are the stable error codes of the contract (DESIGN.md §8).
 func codes() []any {
-	return []any{"invalid_argument", "unauthenticated", "permission_denied", "not_found",
-		"insufficient_funds", "idempotency_conflict", "hold_not_pending", "hold_expired",
-		"payload_too_large", "shard_unavailable", "internal"}
+	out := make([]any, len(coffer.Codes))
+	for i, c := range coffer.Codes {
+		out[i] = string(c)
+	}
+	return out
 }
 
 func problemResponse(desc string) object {

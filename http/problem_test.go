@@ -1,0 +1,35 @@
+package http
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/cofferhq/coffer"
+)
+
+// TestProblemForEveryCode: every code has its status, the body carries the
+// code, a 503 says when to retry, and an internal error shows no detail.
+func TestProblemForEveryCode(t *testing.T) {
+	s := &Server{}
+	for _, code := range coffer.Codes {
+		w := httptest.NewRecorder()
+		status := s.problem(w, nil, "rid", fmt.Errorf("wrapped: %w", coffer.Errorf(code, "secret detail")))
+		var p Problem
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || statusOf[code] == 0 || status != statusOf[code] ||
+			p.Code != code || p.Status != status || p.RequestID != "rid" || w.Code != status {
+			t.Errorf("%s: HTTP %d %s (%v)", code, w.Code, w.Body, err)
+		}
+		if (code == coffer.CodeInternal) == (p.Detail == "secret detail") {
+			t.Errorf("%s: detail %q", code, p.Detail)
+		}
+		if (code == coffer.CodeUnavailable) != (w.Header().Get("Retry-After") != "") {
+			t.Errorf("%s: Retry-After %q", code, w.Header().Get("Retry-After"))
+		}
+	}
+	w := httptest.NewRecorder()
+	if s.problem(w, nil, "", fmt.Errorf("a bare error")) != 500 {
+		t.Error("an error without a code is not internal")
+	}
+}
