@@ -54,6 +54,9 @@ type Result struct {
 
 	hist   *hdrhistogram.Histogram
 	writes int64 // acknowledged writes: each added one trx row
+	// answered counts every op answered, warmup included: the ops behind
+	// the server counters read around the run.
+	answered int64
 }
 
 // backlogMax bounds the ops an open loop may have waiting for a client;
@@ -83,9 +86,10 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	stopAt := start.Add(cfg.Duration)
 	running := func() bool { return ctx.Err() == nil && (cfg.Ops > 0 || time.Now().Before(stopAt)) }
 	rec := newRecorder(start)
-	var claimed, done, writes atomic.Int64
+	var claimed, done, writes, answered atomic.Int64
 	tenths := make([]atomic.Int64, 10) // unix ns when each tenth completed
 	complete := func(d time.Duration, code string, op *Op) {
+		answered.Add(1)
 		if code == "" && op.Call != CallRead { // code is never "" without an op
 			writes.Add(1)
 		}
@@ -127,7 +131,7 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	close(stopTicks)
 	<-ticksDone
 	res := &Result{Label: cfg.Label, Ops: rec.ops, Elapsed: elapsed.Seconds(), TPS: float64(rec.ops) / elapsed.Seconds(),
-		Latency: summarize(rec.total), Errors: rec.errors, Series: rec.series, hist: rec.total, writes: writes.Load()}
+		Latency: summarize(rec.total), Errors: rec.errors, Series: rec.series, hist: rec.total, writes: writes.Load(), answered: answered.Load()}
 	if cfg.Ops > 0 {
 		prev := start.UnixNano()
 		for i := range tenths {

@@ -48,7 +48,9 @@ type Decay struct {
 }
 
 // Side is what one side (coffer or the baseline) cost, from the database
-// and process counters around its runs.
+// and process counters around its runs. The counters span the warmups too,
+// so Ops counts every op answered in the runs, and the costs are per one
+// of those.
 type Side struct {
 	Ops                  int64   `json:"ops"`
 	WALBytesPerOp        float64 `json:"wal_bytes_per_op"`
@@ -224,7 +226,7 @@ func runSide(ctx context.Context, o Options, env Env, t Target, label string, ro
 	if err != nil {
 		return nil, err
 	}
-	totals.add(before, after, res.Ops)
+	totals.add(before, after, res.answered)
 	fmt.Fprintf(out, "%-9s done: %d ops in %.1fs, %.0f tps, p99 %.2f ms, errors %v\n", label, res.Ops, res.Elapsed, res.TPS, res.Latency.P99, res.Errors)
 	return res, nil
 }

@@ -14,13 +14,16 @@ type queries struct {
 	finlogAsc, finlogDesc                  string
 	expiredPlayers, pendingHolds           string
 	lockPlayerSkip, revenue, trxOpsColumns string
+	// idempotencyIndex names the unique index of trx keys.
+	idempotencyIndex string
 }
 
 // trxColumns are read by scanTrx, in this order; ops come as a JSON array.
 const trxColumns = `t.trx_id, t.idempotency_key, t.kind, t.status, t.reason, t.meta, t.created_at,
-	t.hold_expires_at, t.pending_grants, t.request_hash, t.version, t.balances,
+	t.hold_expires_at, t.pending_grants, t.request_hash, t.version,
 	COALESCE((SELECT json_agg(json_build_object('c', o.currency, 'a', o.amount, 'k', o.kind, 'p', o.paid,
-		'l', o.lot_id, 'b', o.balance_after, 'u', o.purchase, 'z', o.cause) ORDER BY o.seq)
+		'l', o.lot_id, 'b', o.balance_after, 'q', o.paid_after, 'u', o.purchase, 'z', o.cause,
+		'f', o.created_at = COALESCE(t.finished_at, t.created_at)) ORDER BY o.seq)
 		FROM op_N o WHERE o.trx_id = t.trx_id), '[]')`
 
 func newQueries(id coffer.ShardID) *queries {
@@ -43,11 +46,12 @@ func newQueries(id coffer.ShardID) *queries {
 			WHERE ns = $1 AND player_id = $2 AND lot_id = ANY($3)`),
 		trxByKey: n(`SELECT ` + trxColumns + ` FROM trx_N t
 			WHERE t.ns = $1 AND t.player_id = $2 AND t.emitter = $3 AND t.idempotency_key = $4`),
-		trxOpsColumns: n(trxColumns),
+		trxOpsColumns:    n(trxColumns),
+		idempotencyIndex: n(`trx_N_idempotency`),
 		insertTrx: n(`INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
-			kind, status, reason, meta, hold_expires_at, pending_grants, version, balances)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`),
-		finishHold: n(`UPDATE trx_N SET status = $5, version = $6, balances = $7, finished_at = $8
+			kind, status, reason, meta, hold_expires_at, pending_grants, version)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`),
+		finishHold: n(`UPDATE trx_N SET status = $5, version = $6, finished_at = $7
 			WHERE ns = $1 AND player_id = $2 AND created_at = $3 AND trx_id = $4`),
 		insertOps: n(`INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
 			balance_after, paid_after, created_at, purchase)

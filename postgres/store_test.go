@@ -1,7 +1,9 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -161,6 +163,26 @@ func TestChangeReplayAndConflict(t *testing.T) {
 	}
 }
 
+// TestReplayOfSpentConsume retries a consume whose currency has been spent
+// since: the retry gets the first answer, not insufficient_funds, and a
+// changed payload under the key is still a conflict.
+func TestReplayOfSpentConsume(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(43, "grant", free("gold", 100))
+	buy := e.mustChange(43, "buy", free("gold", -100))
+	again, replayed, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(43, "buy"),
+		Ops: []coffer.OpRequest{free("gold", -100)}, Reason: "test"})
+	if err != nil || !replayed || again.ID != buy.ID || again.Version != 2 {
+		t.Fatalf("replay = %+v %v %v", again, replayed, err)
+	}
+	_, err = e.change(43, "buy", free("gold", -5))
+	wantCode(t, err, coffer.CodeIdempotencyConflict)
+	b, _ := e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: 43, Currency: "gold"})
+	if b.Version != 2 || b.Balances[0].Total != 0 {
+		t.Fatalf("after the replays: %+v", b)
+	}
+}
+
 func TestInsufficientFundsWritesNothing(t *testing.T) {
 	e := newEnv(t)
 	e.mustChange(1, "a", free("gold", 100), free("silver", 5))
@@ -239,16 +261,21 @@ func TestHoldLifecycle(t *testing.T) {
 		return trx
 	}
 	h := begin("h1", 0)
-	if h.Status != coffer.StatusPending || e.balance(7, "gold").Total != 10 || e.balance(7, "silver").Total != 0 {
+	if h.Status != coffer.StatusPending || e.balance(7, "gold").Total != 10 || e.balance(7, "silver").Total != 0 ||
+		len(h.Balances) != 1 || h.Balances[0].Total != 10 || h.Balances[0].Paid != 10 {
 		t.Fatalf("begin: %+v", h)
 	}
+	sameAnswer(t, h, begin("h1", 0))
 	c, replayed, err := e.store.Commit(ctx, scope(7, "h1"))
-	if err != nil || replayed || c.Status != coffer.StatusCommitted || e.balance(7, "silver").Total != 5 {
+	if err != nil || replayed || c.Status != coffer.StatusCommitted || e.balance(7, "silver").Total != 5 ||
+		len(c.Balances) != 1 || c.Balances[0].Currency != "silver" || c.Balances[0].Total != 5 {
 		t.Fatalf("commit: %+v %v %v", c, replayed, err)
 	}
-	if _, replayed, err := e.store.Commit(ctx, scope(7, "h1")); err != nil || !replayed {
+	again, replayed, err := e.store.Commit(ctx, scope(7, "h1"))
+	if err != nil || !replayed {
 		t.Fatalf("second commit: %v %v", replayed, err)
 	}
+	sameAnswer(t, c, again)
 	_, _, err = e.store.Rollback(ctx, scope(7, "h1"))
 	wantCode(t, err, coffer.CodeHoldNotPending)
 
@@ -256,9 +283,12 @@ func TestHoldLifecycle(t *testing.T) {
 	before := e.balance(7, "gold")
 	begin("h2", 0)
 	r, _, err := e.store.Rollback(ctx, scope(7, "h2"))
-	if err != nil || r.Status != coffer.StatusRolledBack {
+	if err != nil || r.Status != coffer.StatusRolledBack || r.Balances[0].Total != before.Total {
 		t.Fatalf("rollback: %+v %v", r, err)
 	}
+	again, _, err = e.store.Rollback(ctx, scope(7, "h2"))
+	must(t, err)
+	sameAnswer(t, r, again)
 	after := e.balance(7, "gold")
 	if fmt.Sprint(after.Lots) != fmt.Sprint(before.Lots) {
 		t.Fatalf("rollback did not restore the very lots:\n%+v\n%+v", before.Lots, after.Lots)
@@ -284,6 +314,16 @@ func TestHoldLifecycle(t *testing.T) {
 	wantCode(t, err, coffer.CodeNotFound)
 	_, _, err = e.store.Commit(ctx, scope(7, "seed"))
 	wantCode(t, err, coffer.CodeHoldNotPending)
+}
+
+// sameAnswer fails unless a replay answered exactly what the write did.
+func sameAnswer(t *testing.T, first, replay coffer.Trx) {
+	t.Helper()
+	a, _ := json.Marshal(first)
+	b, _ := json.Marshal(replay)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("replay differs from the first answer:\n%s\n%s", a, b)
+	}
 }
 
 func TestExchange(t *testing.T) {

@@ -35,8 +35,12 @@ type storedOp struct {
 	Paid         bool              `json:"p"`
 	LotID        int64             `json:"l"`
 	BalanceAfter coffer.Amount     `json:"b"`
+	PaidAfter    coffer.Amount     `json:"q"`
 	Purchase     *coffer.Purchase  `json:"u"`
 	Cause        coffer.OpCause    `json:"z"`
+	// Last tells the op was written by the trx's last step: its start,
+	// or the finish of a hold.
+	Last bool `json:"f"`
 }
 
 func (s *Store) code(id coffer.CurrencyID) string {
@@ -49,29 +53,29 @@ func (s *Store) code(id coffer.CurrencyID) string {
 // scanTrx reads one row of trxColumns.
 func (s *Store) scanTrx(row pgx.Row) (*storedTrx, error) {
 	var t storedTrx
-	var meta, pending, balances, ops []byte
+	var meta, pending, ops []byte
 	err := row.Scan(&t.ID, &t.IdempotencyKey, &t.Kind, &t.Status, &t.Reason, &meta, &t.CreatedAt,
-		&t.HoldExpiresAt, &pending, &t.hash, &t.Version, &balances, &ops)
+		&t.HoldExpiresAt, &pending, &t.hash, &t.Version, &ops)
 	if err != nil {
 		return nil, err
 	}
 	if len(meta) > 0 {
 		t.Meta = json.RawMessage(meta)
 	}
-	if len(balances) > 0 {
-		if err := json.Unmarshal(balances, &t.Balances); err != nil {
-			return nil, err
-		}
-	}
 	var sops []storedOp
 	if err := json.Unmarshal(ops, &sops); err != nil {
 		return nil, err
 	}
 	t.Ops = make([]coffer.Op, 0, len(sops))
+	var last []coffer.BookOp
 	for _, o := range sops {
 		t.Ops = append(t.Ops, coffer.Op{Currency: s.code(o.Currency), Amount: o.Amount, Kind: o.Kind, Paid: o.Paid,
 			LotID: o.LotID, BalanceAfter: o.BalanceAfter, Purchase: o.Purchase})
+		if o.Last {
+			last = append(last, coffer.BookOp{Currency: o.Currency, BalanceAfter: o.BalanceAfter, PaidAfter: o.PaidAfter})
+		}
 	}
+	t.Balances = s.balancesAfter(last)
 	if len(pending) > 0 {
 		if err := json.Unmarshal(pending, &t.pendingGrants); err != nil {
 			return nil, err
@@ -135,20 +139,21 @@ func replay(st *storedTrx, hash []byte) (coffer.Trx, bool, error) {
 	return st.Trx, true, nil
 }
 
-// snapshot is the player's balances in the touched currencies, as the book
-// stands.
-func (s *Store) snapshot(book *coffer.Book, ops ...[]coffer.BookOp) []coffer.Balance {
-	seen := map[coffer.CurrencyID]bool{}
+// balancesAfter is the player's balances right after a trx, as its ops
+// leave them: in each currency the ops touch, in order of first touch, the
+// last op's balance_after. A replay rebuilds them from the stored ops the
+// same way, so the answer is the same.
+func (s *Store) balancesAfter(ops []coffer.BookOp) []coffer.Balance {
 	var out []coffer.Balance
-	for _, list := range ops {
-		for _, op := range list {
-			if seen[op.Currency] {
-				continue
-			}
-			seen[op.Currency] = true
-			total, paid := book.Totals(op.Currency)
-			out = append(out, coffer.Balance{Currency: s.code(op.Currency), Total: total, Paid: paid, Free: total - paid})
+	at := map[coffer.CurrencyID]int{}
+	for _, op := range ops {
+		i, ok := at[op.Currency]
+		if !ok {
+			i = len(out)
+			at[op.Currency] = i
+			out = append(out, coffer.Balance{Currency: s.code(op.Currency)})
 		}
+		out[i].Total, out[i].Paid, out[i].Free = op.BalanceAfter, op.PaidAfter, op.BalanceAfter-op.PaidAfter
 	}
 	return out
 }
@@ -217,7 +222,7 @@ func queueLotWrites(b *pgx.Batch, t *playerTx, book *coffer.Book, trxID int64) {
 // planned before a trx's ops are stamped a microsecond earlier (the player
 // lock keeps that after every earlier trx); those planned after (a hold
 // released onto an expired lot) at the same time with a newer trx id.
-func (s *Store) queueExpireTrx(b *pgx.Batch, t *playerTx, book *coffer.Book, ops []coffer.BookOp, before bool) {
+func (s *Store) queueExpireTrx(b *pgx.Batch, t *playerTx, ops []coffer.BookOp, before bool) {
 	if len(ops) == 0 {
 		return
 	}
@@ -226,9 +231,8 @@ func (s *Store) queueExpireTrx(b *pgx.Batch, t *playerTx, book *coffer.Book, ops
 		at = at.Add(-time.Microsecond)
 	}
 	id := t.nextID()
-	balances, _ := json.Marshal(s.snapshot(book, ops))
 	b.Queue(t.q.insertTrx, t.ns, t.player, at, id, 0, "expire-"+strconv.FormatInt(id, 10), []byte{},
-		coffer.TrxExpire, coffer.StatusCommitted, "expired", nil, nil, nil, t.version, balances)
+		coffer.TrxExpire, coffer.StatusCommitted, "expired", nil, nil, nil, t.version)
 	queueOps(b, t, at, id, 0, ops)
 }
 

@@ -3,14 +3,16 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/cofferhq/coffer"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Change applies a one-phase change or begins a hold. Cost: two round
-// trips (locks and reads; writes and commit), one more for a replay.
+// trips (lock and reads; writes and commit), two more for a replay.
 func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Trx, bool, error) {
 	v, err := s.catalog.ValidateChange(req, time.Now())
 	if err != nil {
@@ -54,63 +56,92 @@ func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Tr
 	})
 }
 
-// writeTrx runs a new trx for scope under the player's lock: it answers a
-// replay (or idempotency_conflict) if the key is known, records due
+// writeTrx runs a new trx for scope under the player's lock: it records due
 // expiries, lets plan move lots on the book, and writes the trx, its ops and
 // lots. nIDs guesses how many ids plan needs.
+//
+// A new key is the common case, so the key is not looked up first: the
+// trx insert's unique index finds a known key, the transaction rolls back
+// with nothing applied, and the stored trx answers (a replay, or
+// idempotency_conflict). A plan that fails looks the key up too, so that a
+// retry of a request that succeeded gets its first answer even when it
+// would fail now.
 func (s *Store) writeTrx(ctx context.Context, sc coffer.Scope, hash []byte, nIDs int,
 	plan func(t *playerTx, book *coffer.Book) (coffer.Trx, []coffer.BookOp, []byte, error)) (coffer.Trx, bool, error) {
 	var out coffer.Trx
 	var replayed bool
 	err := s.withPlayer(ctx, sc.Namespace, sc.PlayerID, func(t *playerTx) error {
 		t.emitter = sc.Emitter
-		var existing *storedTrx
 		book := &coffer.Book{NewID: t.nextID}
 		b := &pgx.Batch{}
-		s.queueTrxByKey(b, t, sc, &existing)
 		queueLots(b, t, book)
 		if err := t.start(ctx, b, nIDs); err != nil {
-			return err
-		}
-		if existing != nil {
-			var err error
-			out, replayed, err = replay(existing, hash)
 			return err
 		}
 		book.Now = t.now
 		expired := book.Expire()
 		trx, ops, pending, err := plan(t, book)
 		if err != nil {
+			out, replayed, err = s.known(ctx, t, sc, hash, err)
 			return err
 		}
 		out = trx
 		w := &pgx.Batch{}
-		s.queueExpireTrx(w, t, book, expired, true)
+		s.queueExpireTrx(w, t, expired, true)
 		s.queueNewTrx(w, t, out, hash, pending)
 		queueOps(w, t, t.now, out.ID, 0, ops)
 		queueLotWrites(w, t, book, out.ID)
 		if t.idErr != nil {
 			return t.idErr
 		}
-		return t.finish(ctx, w)
+		err = t.finish(ctx, w)
+		if keyTaken(t, err) {
+			if err := t.rollback(); err != nil {
+				return err
+			}
+			out, replayed, err = s.known(ctx, t, sc, hash, err)
+		}
+		return err
 	})
 	return out, replayed, err
+}
+
+// known answers a write whose key may have been used: the stored trx's
+// replay or idempotency_conflict, or failed if the key is new. One round
+// trip.
+func (s *Store) known(ctx context.Context, t *playerTx, sc coffer.Scope, hash []byte, failed error) (coffer.Trx, bool, error) {
+	var existing *storedTrx
+	b := &pgx.Batch{}
+	s.queueTrxByKey(b, t, sc, &existing)
+	if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
+		return coffer.Trx{}, false, err
+	}
+	if existing == nil {
+		return coffer.Trx{}, false, failed
+	}
+	return replay(existing, hash)
+}
+
+// keyTaken tells whether err is the trx insert finding its idempotency key
+// already stored.
+func keyTaken(t *playerTx, err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "23505" && pg.ConstraintName == t.q.idempotencyIndex
 }
 
 // newTrx is a committed trx of the ops, as answered to the client.
 func (s *Store) newTrx(t *playerTx, book *coffer.Book, key string, kind coffer.TrxKind, reason string, meta json.RawMessage, ops []coffer.BookOp) coffer.Trx {
 	return coffer.Trx{ID: t.nextID(), IdempotencyKey: key, Kind: kind, Status: coffer.StatusCommitted,
-		Reason: reason, Meta: meta, CreatedAt: t.now.UTC(), Version: t.version, Ops: s.apiOps(ops), Balances: s.snapshot(book, ops)}
+		Reason: reason, Meta: meta, CreatedAt: t.now.UTC(), Version: t.version, Ops: s.apiOps(ops), Balances: s.balancesAfter(ops)}
 }
 
 func (s *Store) queueNewTrx(b *pgx.Batch, t *playerTx, trx coffer.Trx, hash, pending []byte) {
-	balances, _ := json.Marshal(trx.Balances)
 	var meta []byte
 	if len(trx.Meta) > 0 {
 		meta = trx.Meta
 	}
 	b.Queue(t.q.insertTrx, t.ns, t.player, t.now, trx.ID, t.emitter, trx.IdempotencyKey, hash,
-		trx.Kind, trx.Status, trx.Reason, meta, trx.HoldExpiresAt, pending, trx.Version, balances)
+		trx.Kind, trx.Status, trx.Reason, meta, trx.HoldExpiresAt, pending, trx.Version)
 }
 
 // Exchange consumes From in spend order and grants To at the rate; the paid
@@ -223,13 +254,12 @@ func (s *Store) finishHold(ctx context.Context, sc coffer.Scope, commit, sweep b
 		out = h.Trx
 		out.Status, out.Version = status, t.version
 		out.Ops = append(settledOps(h.Ops), s.apiOps(ops)...)
-		out.Balances = s.snapshot(book, ops)
+		out.Balances = s.balancesAfter(ops)
 		w := &pgx.Batch{}
-		s.queueExpireTrx(w, t, book, expired, true)
-		balances, _ := json.Marshal(out.Balances)
-		w.Queue(t.q.finishHold, t.ns, t.player, h.CreatedAt, h.ID, status, t.version, balances, t.now)
+		s.queueExpireTrx(w, t, expired, true)
+		w.Queue(t.q.finishHold, t.ns, t.player, h.CreatedAt, h.ID, status, t.version, t.now)
 		queueOps(w, t, t.now, h.ID, len(settledOps(h.Ops)), ops)
-		s.queueExpireTrx(w, t, book, expiredAfter, false)
+		s.queueExpireTrx(w, t, expiredAfter, false)
 		queueLotWrites(w, t, book, h.ID)
 		if t.idErr != nil {
 			return t.idErr

@@ -30,8 +30,19 @@ type benchFlags struct {
 	baseline                   string
 	jsonPath, reportDir        string
 	decay                      int64
-	keep                       bool
+	keep, stockPostgres        bool
 	pprof                      string
+}
+
+// tunedPostgres are the settings docs/operations.md recommends for a ledger
+// server, sized for the bench machine: checkpoints far apart (each one
+// makes the next change of every page write the whole page to the WAL),
+// compressed full pages, and a buffer cache that holds the hot indexes.
+var tunedPostgres = map[string]string{
+	"shared_buffers":     "1GB",
+	"max_wal_size":       "16GB",
+	"checkpoint_timeout": "30min",
+	"wal_compression":    "lz4",
 }
 
 func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
@@ -50,6 +61,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.StringVar(&f.Transport, "transport", "http", "http or grpc")
 	fs.BoolVar(&f.self, "self", false, "start a local stack (PostgreSQL with fsync, coffer serve) in a temp dir, remove it after")
 	fs.BoolVar(&f.keep, "keep", false, "with --self: keep the temp dir")
+	fs.BoolVar(&f.stockPostgres, "stock-postgres", false, "with --self: PostgreSQL's stock settings instead of the recommended ones")
 	fs.StringVar(&f.pprof, "pprof", "", "with --self: coffer serve serves /debug/pprof/ on this address, for profiling")
 	fs.StringVar(&f.target, "target", "", "a running coffer: http://host:port (http) or host:port (grpc)")
 	fs.StringVar(&f.apiKey, "api-key", "", "with --target: the API key (needs write and read on namespaces 1–10)")
@@ -187,7 +199,11 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 	key := newAPIKey()
 	cfg := benchConfig(key)
 	cfg.Listen.Pprof = f.pprof
-	st, err := startLocalStack(ctx, dir, cfg, 2, true, io.Discard)
+	settings := tunedPostgres
+	if f.stockPostgres {
+		settings = nil
+	}
+	st, err := startLocalStack(ctx, dir, cfg, 2, settings, io.Discard)
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	fmt.Fprintf(stdout, "coffer dev: starting PostgreSQL under %s/pg ...\n", *dataDir)
 	cfg := devConfig(*listen, *grpcListen, *apiKey)
-	st, err := startLocalStack(ctx, *dataDir, cfg, 2, true, stdout)
+	st, err := startLocalStack(ctx, *dataDir, cfg, 2, nil, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "coffer dev:", err)
 		return 1

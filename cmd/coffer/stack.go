@@ -27,12 +27,13 @@ type localStack struct {
 // startLocalStack starts (or, if dir holds one, restarts) the server under
 // dir/pg, creates databases coffer_0 … coffer_{databases-1}, spreads
 // cfg.ShardCount shards over them, writes cfg to dir/coffer.yaml and
-// applies coffer's schema. Progress goes to out.
-func startLocalStack(ctx context.Context, dir string, cfg *Config, databases int, durable bool, out io.Writer) (*localStack, error) {
+// applies coffer's schema. The server keeps fsync on; settings are added to
+// its postgresql.conf. Progress goes to out.
+func startLocalStack(ctx context.Context, dir string, cfg *Config, databases int, settings map[string]string, out io.Writer) (*localStack, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	server, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(dir, "pg"), Durable: durable})
+	server, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(dir, "pg"), Durable: true, Settings: settings})
 	if err != nil {
 		return nil, err
 	}
