@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/cofferhq/coffer/postgres"
@@ -57,7 +58,11 @@ type Side struct {
 	DBBytesPerOp         float64 `json:"db_bytes_per_op"`
 	PostgresCPUPer1000Op float64 `json:"postgres_cpu_s_per_1000_ops"`
 	CofferCPUPer1000Op   float64 `json:"coffer_cpu_s_per_1000_ops,omitempty"`
-	LotHOTShare          float64 `json:"lot_hot_update_share,omitempty"`
+	// BenchCPUPer1000Op is the bench process's own CPU: the load
+	// generator and the side's client (HTTP, gRPC or pgx), which share
+	// the machine with the side they drive.
+	BenchCPUPer1000Op float64 `json:"bench_cpu_s_per_1000_ops"`
+	LotHOTShare       float64 `json:"lot_hot_update_share,omitempty"`
 }
 
 // Report is the benchmark's result; its JSON form is what --json writes.
@@ -93,9 +98,9 @@ type Report struct {
 
 // counters are the readings around a run.
 type counters struct {
-	db                  postgres.ServerStats
-	pgCPU, cofferCPU    float64
-	haveDB, haveProcess bool
+	db                         postgres.ServerStats
+	pgCPU, cofferCPU, benchCPU float64
+	haveDB, haveProcess        bool
 }
 
 func (e *Env) read(ctx context.Context) (counters, error) {
@@ -115,6 +120,7 @@ func (e *Env) read(ctx context.Context) (counters, error) {
 	if e.CofferPID != 0 {
 		c.cofferCPU = cpuSeconds([]int{e.CofferPID})
 	}
+	c.benchCPU = cpuSeconds([]int{os.Getpid()})
 	return c, nil
 }
 
@@ -123,6 +129,7 @@ type sideTotals struct {
 	ops                      int64
 	wal, size, upd, hot, trx int64
 	pgCPU, cofferCPU         float64
+	benchCPU                 float64
 }
 
 func (s *sideTotals) add(before, after counters, ops int64) {
@@ -134,12 +141,14 @@ func (s *sideTotals) add(before, after counters, ops int64) {
 	s.trx += after.db.Trx - before.db.Trx
 	s.pgCPU += after.pgCPU - before.pgCPU
 	s.cofferCPU += after.cofferCPU - before.cofferCPU
+	s.benchCPU += after.benchCPU - before.benchCPU
 }
 
 func (s *sideTotals) side() Side {
 	per := func(x float64) float64 { return x / float64(max(s.ops, 1)) }
 	out := Side{Ops: s.ops, WALBytesPerOp: per(float64(s.wal)), DBBytesPerOp: per(float64(s.size)),
-		PostgresCPUPer1000Op: 1000 * per(s.pgCPU), CofferCPUPer1000Op: 1000 * per(s.cofferCPU)}
+		PostgresCPUPer1000Op: 1000 * per(s.pgCPU), CofferCPUPer1000Op: 1000 * per(s.cofferCPU),
+		BenchCPUPer1000Op: 1000 * per(s.benchCPU)}
 	if s.upd > 0 {
 		out.LotHOTShare = float64(s.hot) / float64(s.upd)
 	}

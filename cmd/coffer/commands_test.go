@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/hex"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -37,6 +38,22 @@ func TestKeygen(t *testing.T) {
 
 // TestServeRefusesBadConfig: `coffer serve` names the key at fault and
 // exits 1 without serving.
+// TestTuneGC: a serving process collects at gcPercent unless GOGC says
+// otherwise.
+func TestTuneGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	t.Setenv("GOGC", "")
+	tuneGC()
+	if got := debug.SetGCPercent(100); got != gcPercent {
+		t.Fatalf("GC percent %d, want %d", got, gcPercent)
+	}
+	t.Setenv("GOGC", "50")
+	tuneGC()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("GOGC set, yet GC percent changed to %d", got)
+	}
+}
+
 func TestServeRefusesBadConfig(t *testing.T) {
 	cfg := dbConfig(t, "currencies: [{id: 1, code: gold}]\nnamespaces: [{id: 1, exchanges: [{from: gold, to: mana, rate: \"1:2\"}]}]\nclients: [{name: a, emitter: 1, key_sha256: [\""+strings.Repeat("ab", 32)+"\"], namespaces: [1], permissions: [read]}]\n")
 	code, _, errOut := run(t, "serve", "-c", cfg)

@@ -31,6 +31,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	if *apiKey == "" {
 		*apiKey = newAPIKey()
 	}
+	tuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(stdout, "coffer dev: starting PostgreSQL under %s/pg ...\n", *dataDir)

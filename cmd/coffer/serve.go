@@ -344,6 +344,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "coffer serve:", err)
 		return 1
 	}
+	tuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	svc := &Main{Config: cfg, Map: m, Logger: newLogger(stdout, cfg.Log.Level)}
@@ -353,6 +354,19 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	<-ctx.Done()
 	return shutdown(svc, stderr)
+}
+
+// gcPercent is the Go collector's target for a serving process. Its live
+// heap is small (about 10 MB) and churns with every request: collecting at
+// 5× the live heap instead of Go's 2× cut coffer's CPU per write by about a
+// tenth in `coffer bench`, for about 20 MB more resident memory.
+const gcPercent = 400
+
+// tuneGC sets gcPercent unless the operator set GOGC.
+func tuneGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
 }
 
 // shutdown drains svc within the configured time.
