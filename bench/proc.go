@@ -47,3 +47,24 @@ func rssPeakBytes(pid int) int64 {
 	}
 	return 0
 }
+
+// machineTicks reads the first line of /proc/stat: the CPU time of the
+// whole machine, and the part of it the hypervisor gave to other guests
+// (steal). Zero if unknown.
+func machineTicks() (total, steal int64) {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	// cpu user nice system idle iowait irq softirq steal …
+	for i := 1; i < len(f) && i <= 8; i++ {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		total += n
+		if i == 8 {
+			steal = n
+		}
+	}
+	return total, steal
+}

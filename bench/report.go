@@ -54,6 +54,7 @@ func (r *Report) WriteText(w io.Writer) {
 	row("PostgreSQL CPU s / 1000 ops", r.Coffer.PostgresCPUPer1000Op, func(s *Side) float64 { return s.PostgresCPUPer1000Op }, "%.3f")
 	fmt.Fprintf(w, "%-28s %12.3f\n", "coffer CPU s / 1000 ops", r.Coffer.CofferCPUPer1000Op)
 	row("bench CPU s / 1000 ops", r.Coffer.BenchCPUPer1000Op, func(s *Side) float64 { return s.BenchCPUPer1000Op }, "%.3f")
+	row("CPU stolen by the host %", 100*r.Coffer.StealShare, func(s *Side) float64 { return 100 * s.StealShare }, "%.1f")
 	fmt.Fprintf(w, "%-28s %12.2f\n", "lot updates that were HOT", r.Coffer.LotHOTShare)
 	if r.RSSPeakBytes > 0 {
 		fmt.Fprintf(w, "coffer serve peak RSS: %.1f MB\n", float64(r.RSSPeakBytes)/1e6)

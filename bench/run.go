@@ -28,8 +28,9 @@ type RunConfig struct {
 	// that many ops.
 	Duration time.Duration
 	Ops      int64
-	// Warmup runs the workload before Duration starts without measuring
-	// it: connections open and caches fill (not with Ops).
+	// Warmup runs the workload first without measuring it: connections
+	// open and caches fill. Ops started in it are neither measured nor
+	// counted against Ops.
 	Warmup time.Duration
 	// Rate > 0 makes an open loop: ops start at this rate per second
 	// whatever the latency, and latency counts from the intended start.
@@ -77,31 +78,38 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	// The run stops issuing ops at the deadline but lets those in flight
 	// finish: a write cut off mid-flight would have an unknown outcome,
 	// and every acknowledged write must match a row.
-	warmup := cfg.Warmup
-	if cfg.Ops > 0 {
-		warmup = 0
-	}
 	begin := time.Now()
-	start := begin.Add(warmup)
+	start := begin.Add(cfg.Warmup)
 	stopAt := start.Add(cfg.Duration)
 	running := func() bool { return ctx.Err() == nil && (cfg.Ops > 0 || time.Now().Before(stopAt)) }
 	rec := newRecorder(start)
 	var claimed, done, writes, answered atomic.Int64
 	tenths := make([]atomic.Int64, 10) // unix ns when each tenth completed
-	complete := func(d time.Duration, code string, op *Op) {
+	// An op belongs to the warmup if it started (or, in an open loop, was
+	// due) before start.
+	complete := func(at time.Time, code string, op *Op) {
 		answered.Add(1)
 		if code == "" && op.Call != CallRead { // code is never "" without an op
 			writes.Add(1)
 		}
-		if warmup > 0 && time.Now().Before(start) {
+		if at.Before(start) {
 			return
+		}
+		var d time.Duration
+		if op != nil {
+			d = time.Since(at)
 		}
 		rec.record(d, code)
 		if n := done.Add(1); cfg.Ops >= 10 && n%(cfg.Ops/10) == 0 && n/(cfg.Ops/10) <= 10 {
 			tenths[n/(cfg.Ops/10)-1].Store(time.Now().UnixNano())
 		}
 	}
-	claim := func() bool { return running() && (cfg.Ops == 0 || claimed.Add(1) <= cfg.Ops) }
+	claim := func(at time.Time) bool {
+		if at.Before(start) {
+			return ctx.Err() == nil
+		}
+		return running() && (cfg.Ops == 0 || claimed.Add(1) <= cfg.Ops)
+	}
 
 	stopTicks := make(chan struct{})
 	ticksDone := make(chan struct{})
@@ -117,11 +125,10 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for claim() {
+				for t0 := time.Now(); claim(t0); t0 = time.Now() {
 					op := gens[i].Next()
-					t0 := time.Now()
 					code := t.Do(ctx, &op)
-					complete(time.Since(t0), code, &op)
+					complete(t0, code, &op)
 				}
 			}()
 		}
@@ -149,8 +156,8 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 // openLoop starts ops at cfg.Rate on cfg.Clients workers. An op's latency
 // counts from when it should have started, so a slow answer delays no
 // measurement (no coordinated omission).
-func openLoop(ctx context.Context, cfg RunConfig, gens []*Generator, t Target, claim func() bool,
-	complete func(time.Duration, string, *Op), wg *sync.WaitGroup, start, stopAt time.Time) {
+func openLoop(ctx context.Context, cfg RunConfig, gens []*Generator, t Target, claim func(time.Time) bool,
+	complete func(time.Time, string, *Op), wg *sync.WaitGroup, start, stopAt time.Time) {
 	due := make(chan time.Time, backlogMax)
 	for i := range cfg.Clients {
 		wg.Add(1)
@@ -159,14 +166,14 @@ func openLoop(ctx context.Context, cfg RunConfig, gens []*Generator, t Target, c
 			for at := range due {
 				op := gens[i].Next()
 				code := t.Do(ctx, &op)
-				complete(time.Since(at), code, &op)
+				complete(at, code, &op)
 			}
 		}()
 	}
 	interval := time.Duration(float64(time.Second) / cfg.Rate)
-	for n := int64(0); claim(); n++ {
+	for n := int64(0); ; n++ {
 		at := start.Add(time.Duration(n) * interval)
-		if cfg.Ops == 0 && !at.Before(stopAt) {
+		if !claim(at) || (cfg.Ops == 0 && !at.Before(stopAt)) {
 			break
 		}
 		if d := time.Until(at); d > 0 {
@@ -178,7 +185,7 @@ func openLoop(ctx context.Context, cfg RunConfig, gens []*Generator, t Target, c
 		select {
 		case due <- at:
 		default:
-			complete(0, "backlog", nil) // not sent: no write to count
+			complete(at, "backlog", nil) // not sent: no write to count
 		}
 	}
 	close(due)

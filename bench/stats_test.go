@@ -67,13 +67,13 @@ func TestDecay(t *testing.T) {
 
 func TestSideTotals(t *testing.T) {
 	var s sideTotals
-	before := counters{pgCPU: 1, cofferCPU: 2, benchCPU: 4}
+	before := counters{pgCPU: 1, cofferCPU: 2, benchCPU: 4, machine: 1000, steal: 10}
 	before.db.WALBytes, before.db.LotUpdates, before.db.LotHOTUpdates = 1000, 10, 5
-	after := counters{pgCPU: 3, cofferCPU: 3, benchCPU: 4.5}
+	after := counters{pgCPU: 3, cofferCPU: 3, benchCPU: 4.5, machine: 1400, steal: 30}
 	after.db.WALBytes, after.db.LotUpdates, after.db.LotHOTUpdates, after.db.Trx = 6000, 20, 14, 10
 	s.add(before, after, 10)
 	side := s.side()
-	if side.WALBytesPerOp != 500 || side.PostgresCPUPer1000Op != 200 || side.CofferCPUPer1000Op != 100 || side.BenchCPUPer1000Op != 50 || side.LotHOTShare != 0.9 || s.trx != 10 {
+	if side.WALBytesPerOp != 500 || side.PostgresCPUPer1000Op != 200 || side.CofferCPUPer1000Op != 100 || side.BenchCPUPer1000Op != 50 || side.StealShare != 0.05 || side.LotHOTShare != 0.9 || s.trx != 10 {
 		t.Fatalf("%+v", side)
 	}
 }

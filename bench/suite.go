@@ -58,6 +58,10 @@ type Side struct {
 	DBBytesPerOp         float64 `json:"db_bytes_per_op"`
 	PostgresCPUPer1000Op float64 `json:"postgres_cpu_s_per_1000_ops"`
 	CofferCPUPer1000Op   float64 `json:"coffer_cpu_s_per_1000_ops,omitempty"`
+	// StealShare is the share of the machine's CPU time the hypervisor
+	// gave to other guests during the side's runs: a noisy neighbour
+	// shows here, and makes the side's figures worse.
+	StealShare float64 `json:"steal_share"`
 	// BenchCPUPer1000Op is the bench process's own CPU: the load
 	// generator and the side's client (HTTP, gRPC or pgx), which share
 	// the machine with the side they drive.
@@ -100,6 +104,7 @@ type Report struct {
 type counters struct {
 	db                         postgres.ServerStats
 	pgCPU, cofferCPU, benchCPU float64
+	machine, steal             int64
 	haveDB, haveProcess        bool
 }
 
@@ -121,6 +126,7 @@ func (e *Env) read(ctx context.Context) (counters, error) {
 		c.cofferCPU = cpuSeconds([]int{e.CofferPID})
 	}
 	c.benchCPU = cpuSeconds([]int{os.Getpid()})
+	c.machine, c.steal = machineTicks()
 	return c, nil
 }
 
@@ -130,6 +136,7 @@ type sideTotals struct {
 	wal, size, upd, hot, trx int64
 	pgCPU, cofferCPU         float64
 	benchCPU                 float64
+	machine, steal           int64
 }
 
 func (s *sideTotals) add(before, after counters, ops int64) {
@@ -142,6 +149,8 @@ func (s *sideTotals) add(before, after counters, ops int64) {
 	s.pgCPU += after.pgCPU - before.pgCPU
 	s.cofferCPU += after.cofferCPU - before.cofferCPU
 	s.benchCPU += after.benchCPU - before.benchCPU
+	s.machine += after.machine - before.machine
+	s.steal += after.steal - before.steal
 }
 
 func (s *sideTotals) side() Side {
@@ -151,6 +160,9 @@ func (s *sideTotals) side() Side {
 		BenchCPUPer1000Op: 1000 * per(s.benchCPU)}
 	if s.upd > 0 {
 		out.LotHOTShare = float64(s.hot) / float64(s.upd)
+	}
+	if s.machine > 0 {
+		out.StealShare = float64(s.steal) / float64(s.machine)
 	}
 	return out
 }
@@ -166,6 +178,7 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 	if o.Preload > 0 {
 		cfg := o.RunConfig
 		cfg.Workload, cfg.Ops, cfg.Label, cfg.Out, cfg.Seed = Write, o.Preload, "preload", out, o.Seed+7_777_777
+		cfg.Warmup = 0
 		res, err := Run(ctx, cfg, env.Coffer)
 		if err != nil {
 			return nil, err
