@@ -40,7 +40,7 @@ func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Tr
 				ops = append(ops, g)
 			}
 		}
-		out := s.newTrx(t, book, req.IdempotencyKey, coffer.TrxChange, req.Reason, v.Meta, ops)
+		out := s.newTrx(t, req.IdempotencyKey, coffer.TrxChange, req.Reason, v.Meta, ops)
 		if !req.Hold {
 			return out, ops, nil, nil
 		}
@@ -130,7 +130,7 @@ func keyTaken(t *playerTx, err error) bool {
 }
 
 // newTrx is a committed trx of the ops, as answered to the client.
-func (s *Store) newTrx(t *playerTx, book *coffer.Book, key string, kind coffer.TrxKind, reason string, meta json.RawMessage, ops []coffer.BookOp) coffer.Trx {
+func (s *Store) newTrx(t *playerTx, key string, kind coffer.TrxKind, reason string, meta json.RawMessage, ops []coffer.BookOp) coffer.Trx {
 	return coffer.Trx{ID: t.nextID(), IdempotencyKey: key, Kind: kind, Status: coffer.StatusCommitted,
 		Reason: reason, Meta: meta, CreatedAt: t.now.UTC(), Version: t.version, Ops: s.apiOps(ops), Balances: s.balancesAfter(ops)}
 }
@@ -179,7 +179,7 @@ func (s *Store) Exchange(ctx context.Context, req coffer.ExchangeRequest) (coffe
 			}
 			ops = append(ops, g)
 		}
-		return s.newTrx(t, book, req.IdempotencyKey, coffer.TrxExchange, req.Reason, v.Meta, ops), ops, nil, nil
+		return s.newTrx(t, req.IdempotencyKey, coffer.TrxExchange, req.Reason, v.Meta, ops), ops, nil, nil
 	})
 }
 
