@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -54,6 +54,7 @@ func Plan(seed uint64, kinds []string, duration time.Duration, databases, instan
 	if len(kinds) == 0 {
 		return nil
 	}
+	kinds = slices.Clone(kinds) // shuffled below; the caller's stays as it is
 	rng := rand.New(rand.NewPCG(seed, 1))
 	var plan []Fault
 	at := 3 * time.Second
@@ -77,8 +78,9 @@ func Plan(seed uint64, kinds []string, duration time.Duration, databases, instan
 
 // Injected is what the nemesis did and how long recovery took.
 type Injected struct {
-	Count    map[string]int
-	Recovery map[string][]time.Duration // by kind: from heal to serving again
+	// Recovery has, by kind, one entry per fault injected: the time from
+	// its heal to serving again.
+	Recovery map[string][]time.Duration
 	// Outage sums, per database, the time from a fault on it to serving
 	// again.
 	Outage map[int]time.Duration
@@ -88,7 +90,7 @@ type Injected struct {
 // Run applies the plan from start until it ends or ctx does. Every fault
 // is healed before Run returns.
 func Run(ctx context.Context, t Target, plan []Fault, start time.Time) *Injected {
-	in := &Injected{Count: map[string]int{}, Recovery: map[string][]time.Duration{}, Outage: map[int]time.Duration{}}
+	in := &Injected{Recovery: map[string][]time.Duration{}, Outage: map[int]time.Duration{}}
 	for _, f := range plan {
 		select {
 		case <-ctx.Done():
@@ -106,9 +108,7 @@ func Run(ctx context.Context, t Target, plan []Fault, start time.Time) *Injected
 		} else {
 			t.WaitDatabase(ctx, f.Index)
 		}
-		rec := time.Since(healed)
-		in.Count[f.Kind]++
-		in.Recovery[f.Kind] = append(in.Recovery[f.Kind], rec)
+		in.Recovery[f.Kind] = append(in.Recovery[f.Kind], time.Since(healed))
 		if f.Kind != CofferKill {
 			in.Outage[f.Index] += time.Since(begun)
 		}
@@ -153,12 +153,12 @@ func apply(ctx context.Context, t Target, f Fault) (time.Time, error) {
 func (in *Injected) Summary() string {
 	var b strings.Builder
 	for _, k := range FaultKinds {
-		if in.Count[k] == 0 {
+		rs := in.Recovery[k]
+		if len(rs) == 0 {
 			continue
 		}
-		rs := in.Recovery[k]
-		sort.Slice(rs, func(i, j int) bool { return rs[i] < rs[j] })
-		fmt.Fprintf(&b, "  %-12s ×%d  serving again after %s (worst %s)\n", k, in.Count[k], rs[len(rs)/2].Round(time.Millisecond), rs[len(rs)-1].Round(time.Millisecond))
+		slices.Sort(rs)
+		fmt.Fprintf(&b, "  %-12s ×%d  serving again after %s (worst %s)\n", k, len(rs), rs[len(rs)/2].Round(time.Millisecond), rs[len(rs)-1].Round(time.Millisecond))
 	}
 	return b.String()
 }

@@ -119,28 +119,29 @@ func (w *Workload) one(ctx context.Context, rng *rand.Rand, key string) {
 	r := &Record{Key: key, NS: coffer.Namespace(1 + rng.IntN(2)), Player: w.Players[rng.IntN(len(w.Players))]}
 	cur := []string{"gold", "silver", "credits"}[rng.IntN(3)]
 	amount := coffer.Amount(1 + rng.IntN(500))
+	change := client.Change{IdempotencyKey: key}
 	var send func(c *client.Client) (coffer.Trx, error)
 	switch p := rng.IntN(100); {
 	case p < 40:
 		r.Kind, r.Deltas = Grant, map[string]coffer.Amount{cur: amount}
-		send = w.change(ctx, r, client.Change{IdempotencyKey: key, Ops: []coffer.OpRequest{{Currency: cur, Amount: amount}}})
+		change.Ops = []coffer.OpRequest{{Currency: cur, Amount: amount}}
 	case p < 65:
 		r.Kind, r.Deltas = Consume, map[string]coffer.Amount{cur: -amount}
-		send = w.change(ctx, r, client.Change{IdempotencyKey: key, Ops: []coffer.OpRequest{{Currency: cur, Amount: -amount}}})
+		change.Ops = []coffer.OpRequest{{Currency: cur, Amount: -amount}}
 	case p < 85:
 		r.Kind, r.Deltas = Hold, map[string]coffer.Amount{"gold": -amount / 10, "credits": amount}
-		ops := []coffer.OpRequest{{Currency: "credits", Amount: amount}}
+		change.Hold, change.Ops = true, []coffer.OpRequest{{Currency: "credits", Amount: amount}}
 		if amount >= 10 {
-			ops = append(ops, coffer.OpRequest{Currency: "gold", Amount: -amount / 10})
+			change.Ops = append(change.Ops, coffer.OpRequest{Currency: "gold", Amount: -amount / 10})
 		}
-		send = w.change(ctx, r, client.Change{IdempotencyKey: key, Hold: true, Ops: ops})
 	default:
 		n := amount/50 + 1
 		r.Kind, r.Deltas = Exchange, map[string]coffer.Amount{"gold": -n, "silver": 100 * n}
-		send = func(c *client.Client) (coffer.Trx, error) {
-			t, _, err := c.Exchange(ctx, r.NS, r.Player, client.Exchange{IdempotencyKey: key, From: "gold", To: "silver", Amount: n})
-			return t, err
-		}
+		ex := client.Exchange{IdempotencyKey: key, From: "gold", To: "silver", Amount: n}
+		send = func(c *client.Client) (coffer.Trx, error) { return answer(c.Exchange(ctx, r.NS, r.Player, ex)) }
+	}
+	if send == nil {
+		send = func(c *client.Client) (coffer.Trx, error) { return answer(c.Change(ctx, r.NS, r.Player, change)) }
 	}
 	w.mu.Lock()
 	w.records = append(w.records, r)
@@ -152,12 +153,9 @@ func (w *Workload) one(ctx context.Context, rng *rand.Rand, key string) {
 	}
 }
 
-func (w *Workload) change(ctx context.Context, r *Record, req client.Change) func(c *client.Client) (coffer.Trx, error) {
-	return func(c *client.Client) (coffer.Trx, error) {
-		t, _, err := c.Change(ctx, r.NS, r.Player, req)
-		return t, err
-	}
-}
+// answer drops the replay flag of a client call: the books only need the
+// trx and the error.
+func answer(t coffer.Trx, _ bool, err error) (coffer.Trx, error) { return t, err }
 
 // endHold commits (70 %), rolls back (20 %) or abandons (10 %) a hold.
 func (w *Workload) endHold(ctx context.Context, rng *rand.Rand, r *Record) {
@@ -167,16 +165,10 @@ func (w *Workload) endHold(ctx context.Context, rng *rand.Rand, r *Record) {
 		return
 	}
 	r.HoldEnd = "commit"
-	end := func(c *client.Client) (coffer.Trx, error) {
-		t, _, err := c.Commit(ctx, r.NS, r.Player, r.Key)
-		return t, err
-	}
+	end := func(c *client.Client) (coffer.Trx, error) { return answer(c.Commit(ctx, r.NS, r.Player, r.Key)) }
 	if p >= 7 {
 		r.HoldEnd = "rollback"
-		end = func(c *client.Client) (coffer.Trx, error) {
-			t, _, err := c.Rollback(ctx, r.NS, r.Player, r.Key)
-			return t, err
-		}
+		end = func(c *client.Client) (coffer.Trx, error) { return answer(c.Rollback(ctx, r.NS, r.Player, r.Key)) }
 	}
 	t, err := w.retry(ctx, rng, r, end)
 	switch coffer.ErrorCode(err) {

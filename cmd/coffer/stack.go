@@ -79,25 +79,34 @@ func createDatabase(ctx context.Context, server *pgserver.Server, name string) e
 	return err
 }
 
-func (st *localStack) writeConfig() error {
-	raw, err := yaml.Marshal(st.config)
-	if err != nil {
-		return err
-	}
-	header := "# Written by coffer for its local stack; rewritten at every start.\n"
-	return os.WriteFile(st.configPath, append([]byte(header), raw...), 0o600)
-}
+func (st *localStack) writeConfig() error { return writeConfigFile(st.configPath, st.config) }
 
 func (st *localStack) migrate(ctx context.Context, out io.Writer) error {
-	ms, err := migrate.Load(migrate.Schema(), "(coffer's schema)")
-	if err != nil {
-		return err
-	}
 	m, err := st.shardMap()
 	if err != nil {
 		return err
 	}
-	e := &migrate.Engine{Map: m, Env: st.config.Env.With(migrate.SchemaEnv), Migrations: ms, Out: out}
+	return applySchema(ctx, m, st.config.Env, out)
+}
+
+// writeConfigFile writes a config coffer made for a stack of its own.
+func writeConfigFile(path string, cfg *Config) error {
+	raw, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	header := "# Written by coffer for its local stack; rewritten at every start.\n"
+	return os.WriteFile(path, append([]byte(header), raw...), 0o600)
+}
+
+// applySchema migrates every database of m to coffer's schema, with env
+// over the schema's defaults.
+func applySchema(ctx context.Context, m *shard.Map, env migrate.Env, out io.Writer) error {
+	ms, err := migrate.Load(migrate.Schema(), "(coffer's schema)")
+	if err != nil {
+		return err
+	}
+	e := &migrate.Engine{Map: m, Env: env.With(migrate.SchemaEnv), Migrations: ms, Out: out}
 	return e.Apply(ctx, migrate.Options{TargetVersion: -1})
 }
 

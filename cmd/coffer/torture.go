@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,10 +19,8 @@ import (
 	"github.com/cofferhq/coffer/audit"
 	"github.com/cofferhq/coffer/client"
 	"github.com/cofferhq/coffer/internal/pgserver"
-	"github.com/cofferhq/coffer/migrate"
 	"github.com/cofferhq/coffer/shard"
 	"github.com/cofferhq/coffer/torture"
-	"gopkg.in/yaml.v3"
 )
 
 // tortureRun is one `coffer torture`: three PostgreSQL servers holding 16
@@ -50,6 +49,10 @@ type tortureRun struct {
 	probes    []coffer.PlayerID // one player on each database
 }
 
+// tortureHoldTTL is the hold TTL of a torture run: short, so that holds the
+// workload abandons expire and are swept within the run.
+const tortureHoldTTL = 3 * time.Second
+
 // runTortureCmd is `coffer torture`.
 func runTortureCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("torture", flag.ContinueOnError)
@@ -66,11 +69,7 @@ func runTortureCmd(args []string, stdout, stderr io.Writer) int {
 		if k = strings.TrimSpace(k); k == "" {
 			continue
 		}
-		known := false
-		for _, f := range torture.FaultKinds {
-			known = known || f == k
-		}
-		if !known {
+		if !slices.Contains(torture.FaultKinds, k) {
 			fmt.Fprintf(stderr, "coffer torture: unknown fault kind %q\n", k)
 			return 2
 		}
@@ -122,7 +121,7 @@ func (t *tortureRun) run(ctx context.Context) ([]string, error) {
 	w.Run(ctx, t.clients)
 	<-done
 	// Let abandoned holds pass their TTL and the sweepers roll them back.
-	time.Sleep(3*time.Second + 2*time.Second)
+	time.Sleep(tortureHoldTTL + 2*time.Second)
 	return t.check(ctx, w, injected)
 }
 
@@ -163,7 +162,7 @@ func (t *tortureRun) setup(ctx context.Context) error {
 	t.key = newAPIKey()
 	cfg := devConfig("127.0.0.1:0", "", t.key)
 	cfg.ShardCount, cfg.DistributionMode = 16, "manual"
-	cfg.Holds.TTLDefault, cfg.Sweep.Interval = 3*time.Second, 500*time.Millisecond
+	cfg.Holds.TTLDefault, cfg.Sweep.Interval = tortureHoldTTL, 500*time.Millisecond
 	cfg.Timeouts.Request, cfg.Pool.ConnectTimeout = 2*time.Second, time.Second
 	cfg.Log.Level = "info"
 	ranges := [][2]int{{0, 5}, {6, 10}, {11, 15}}
@@ -195,16 +194,11 @@ func (t *tortureRun) setup(ctx context.Context) error {
 	if t.served, err = shard.NewMap(cfg.Config); err != nil {
 		return err
 	}
-	ms, _ := migrate.Load(migrate.Schema(), "(coffer's schema)")
-	if err := (&migrate.Engine{Map: t.direct, Env: migrate.SchemaEnv, Migrations: ms}).Apply(ctx, migrate.Options{TargetVersion: -1}); err != nil {
-		return err
-	}
-	raw, err := yaml.Marshal(cfg)
-	if err != nil {
+	if err := applySchema(ctx, t.direct, cfg.Env, io.Discard); err != nil {
 		return err
 	}
 	t.cfgPath = filepath.Join(t.dir, "coffer.yaml")
-	if err := os.WriteFile(t.cfgPath, raw, 0o600); err != nil {
+	if err := writeConfigFile(t.cfgPath, cfg); err != nil {
 		return err
 	}
 	for i := range t.direct.Databases() {
@@ -286,39 +280,40 @@ func (t *tortureRun) RestartInstance(ctx context.Context, i int) error {
 
 // WaitInstance is part of torture.Target: until /readyz answers 200.
 func (t *tortureRun) WaitInstance(ctx context.Context, i int) {
-	start := time.Now()
 	t.mu.Lock()
 	url := "http://" + t.procs[i].httpAddr + "/readyz"
 	t.mu.Unlock()
-	for ctx.Err() == nil && time.Since(start) < time.Minute {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
+	waitUntil(ctx, func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
 }
 
 // WaitDatabase is part of torture.Target: until both instances read a
 // player of database i.
 func (t *tortureRun) WaitDatabase(ctx context.Context, i int) {
-	start := time.Now()
-	for ctx.Err() == nil && time.Since(start) < time.Minute {
-		ok := true
+	waitUntil(ctx, func() bool {
 		t.mu.Lock()
-		procs := append([]*serveProcess(nil), t.procs...)
+		procs := slices.Clone(t.procs)
 		t.mu.Unlock()
 		for _, p := range procs {
 			c := client.New("http://"+p.httpAddr, t.key, nil)
 			if _, err := c.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: t.probes[i]}); err != nil {
-				ok = false
+				return false
 			}
 		}
-		if ok {
-			break
-		}
+		return true
+	})
+}
+
+// waitUntil polls ok every 50 ms until it holds, ctx ends or a minute
+// passes.
+func waitUntil(ctx context.Context, ok func() bool) {
+	for start := time.Now(); ctx.Err() == nil && time.Since(start) < time.Minute && !ok(); {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
