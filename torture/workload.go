@@ -90,6 +90,9 @@ type Workload struct {
 	Seed      uint64
 	// Until ends new writes; GiveUpAt ends retries of unknown outcomes.
 	Until, GiveUpAt time.Time
+	// FinlogPage is how many trx a finlog page Verify reads holds; 0
+	// means coffer.FinlogLimitMax.
+	FinlogPage int
 
 	mu      sync.Mutex
 	records []*Record

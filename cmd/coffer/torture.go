@@ -35,6 +35,9 @@ type tortureRun struct {
 	// damage, if set, runs before the checks: the tests use it to prove
 	// the checks fail on a damaged ledger.
 	damage func(ctx context.Context, direct *shard.Map) error
+	// finlogPage is the finlog page size of the checks (0: the largest);
+	// the tests make it small, so that the checks read many pages.
+	finlogPage int
 
 	dir       string
 	servers   []*pgserver.Server
@@ -109,7 +112,8 @@ func (t *tortureRun) run(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	start := time.Now()
-	w := &torture.Workload{Instances: t.instances, Seed: t.seed, Until: start.Add(t.duration), GiveUpAt: start.Add(t.duration + 30*time.Second)}
+	w := &torture.Workload{Instances: t.instances, Seed: t.seed, Until: start.Add(t.duration), GiveUpAt: start.Add(t.duration + 30*time.Second),
+		FinlogPage: t.finlogPage}
 	for p := coffer.PlayerID(1); p <= 64; p++ {
 		w.Players = append(w.Players, p)
 	}

@@ -17,7 +17,7 @@ import (
 // at least once under load, then every check must pass.
 func TestTortureShort(t *testing.T) {
 	var out bytes.Buffer
-	run := &tortureRun{duration: 75 * time.Second, seed: 1, clients: 6, kinds: append([]string(nil), torture.FaultKinds...), out: &out}
+	run := &tortureRun{duration: 75 * time.Second, seed: 1, clients: 6, kinds: torture.FaultKinds, out: &out, finlogPage: 25}
 	violations, err := run.run(context.Background())
 	t.Log("\n" + out.String())
 	if err != nil {
@@ -34,24 +34,30 @@ func TestTortureShort(t *testing.T) {
 }
 
 // TestTortureCatchesDamage damages the ledger behind coffer's back before
-// the checks, three ways; each must make the run fail.
+// the checks, four ways; each must make the run fail, with the violation
+// named when one check alone can see it.
 func TestTortureCatchesDamage(t *testing.T) {
-	for name, sql := range map[string]string{
-		"corrupt a lot":     `UPDATE lot_%d SET amount = amount + 7 WHERE lot_id = (SELECT min(lot_id) FROM lot_%d)`,
-		"delete an op":      `DELETE FROM op_%d WHERE (trx_id, seq) = (SELECT trx_id, seq FROM op_%d ORDER BY trx_id LIMIT 1)`,
-		"duplicate a grant": `INSERT INTO op_%d SELECT trx_id, seq + 100, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, purchase FROM op_%d WHERE kind = 'grant' LIMIT 1`,
+	for name, c := range map[string]struct{ sql, want string }{
+		"corrupt a lot":     {sql: `UPDATE lot_%d SET amount = amount + 7 WHERE lot_id = (SELECT min(lot_id) FROM lot_%d)`},
+		"delete an op":      {sql: `DELETE FROM op_%d WHERE (trx_id, seq) = (SELECT trx_id, seq FROM op_%d ORDER BY trx_id LIMIT 1)`},
+		"duplicate a grant": {sql: `INSERT INTO op_%d SELECT trx_id, seq + 100, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, purchase FROM op_%d WHERE kind = 'grant' LIMIT 1`},
+		// A trx without ops moves no currency: only the finlog count,
+		// read over pages of 2, sees it.
+		"add a trx": {sql: `INSERT INTO trx_%d (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, version)
+			SELECT ns, player_id, created_at, trx_id + 1000000000, emitter, idempotency_key || '-copy', request_hash, kind, status, reason, version
+			FROM trx_%d WHERE emitter <> 0 LIMIT 1`, want: "finlog has"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var out bytes.Buffer
-			run := &tortureRun{duration: 10 * time.Second, seed: 2, clients: 4, out: &out,
-				damage: func(ctx context.Context, m *shard.Map) error { return damageShard(ctx, m, sql) }}
+			run := &tortureRun{duration: 10 * time.Second, seed: 2, clients: 4, out: &out, finlogPage: 2,
+				damage: func(ctx context.Context, m *shard.Map) error { return damageShard(ctx, m, c.sql) }}
 			violations, err := run.run(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(violations) == 0 {
-				t.Fatalf("the damage went unnoticed:\n%s", out.String())
+			if len(violations) == 0 || !strings.Contains(strings.Join(violations, "\n"), c.want) {
+				t.Fatalf("the damage went unnoticed (want a violation with %q):\n%s\n%s", c.want, strings.Join(violations, "\n"), out.String())
 			}
 		})
 	}
