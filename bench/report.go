@@ -63,6 +63,31 @@ func (r *Report) WriteText(w io.Writer) {
 	if d := r.Decay; d != nil {
 		fmt.Fprintf(w, "decay over %d ops: first tenth %.0f tps, last tenth %.0f tps (%.0f %%)\n", d.Ops, d.FirstTPS, d.LastTPS, 100*d.Ratio)
 	}
+	writeStatements(w, "coffer", &r.Coffer)
+	if r.Baseline != nil {
+		writeStatements(w, "sql", r.Baseline)
+	}
+}
+
+// statementsShown bounds the statements listed per side.
+const statementsShown = 12
+
+func writeStatements(w io.Writer, name string, s *Side) {
+	if len(s.Statements) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%s: %.2f statements and %.0f µs executing them per op (pg_stat_statements)\n", name, s.StatementsPerOp, s.ExecUsPerOp)
+	fmt.Fprintf(w, "%8s %8s %8s %8s  %s\n", "calls/op", "µs/op", "mean µs", "WAL B/op", "statement")
+	for i, st := range s.Statements {
+		if i == statementsShown {
+			break
+		}
+		q := st.Query
+		if len(q) > 90 {
+			q = q[:87] + "..."
+		}
+		fmt.Fprintf(w, "%8.2f %8.1f %8.1f %8.0f  %s\n", st.CallsPerOp, st.ExecUsPerOp, st.MeanExecUs, st.WALBytesPerOp, q)
+	}
 }
 
 func errorList(errs map[string]int64) string {

@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/cofferhq/coffer/postgres"
@@ -20,6 +22,9 @@ type Options struct {
 	// Preload grants this many times through coffer before the rounds,
 	// so that reads find players with balances. It is not measured.
 	Preload int64
+	// Statements reads pg_stat_statements around each run (it must be
+	// loaded in the servers): what each side asks of PostgreSQL.
+	Statements bool
 }
 
 // Env is what the benchmark drives and watches. Router, CofferPID and
@@ -67,6 +72,21 @@ type Side struct {
 	// the machine with the side they drive.
 	BenchCPUPer1000Op float64 `json:"bench_cpu_s_per_1000_ops"`
 	LotHOTShare       float64 `json:"lot_hot_update_share,omitempty"`
+	// StatementsPerOp and ExecUsPerOp are what pg_stat_statements counted
+	// (with Options.Statements): statements run and the time executing
+	// them, per op. Statements lists them, the costliest first.
+	StatementsPerOp float64     `json:"statements_per_op,omitempty"`
+	ExecUsPerOp     float64     `json:"statement_exec_us_per_op,omitempty"`
+	Statements      []Statement `json:"statements,omitempty"`
+}
+
+// Statement is one statement's share of a side's ops.
+type Statement struct {
+	Query         string  `json:"query"`
+	CallsPerOp    float64 `json:"calls_per_op"`
+	ExecUsPerOp   float64 `json:"exec_us_per_op"`
+	MeanExecUs    float64 `json:"mean_exec_us"`
+	WALBytesPerOp float64 `json:"wal_bytes_per_op"`
 }
 
 // Report is the benchmark's result; its JSON form is what --json writes.
@@ -137,6 +157,7 @@ type sideTotals struct {
 	pgCPU, cofferCPU         float64
 	benchCPU                 float64
 	machine, steal           int64
+	statements               map[string]*postgres.StatementStats
 }
 
 func (s *sideTotals) add(before, after counters, ops int64) {
@@ -164,7 +185,33 @@ func (s *sideTotals) side() Side {
 	if s.machine > 0 {
 		out.StealShare = float64(s.steal) / float64(s.machine)
 	}
+	for _, st := range s.statements {
+		out.StatementsPerOp += per(float64(st.Calls))
+		out.ExecUsPerOp += 1000 * per(st.ExecMs)
+		out.Statements = append(out.Statements, Statement{Query: st.Query, CallsPerOp: per(float64(st.Calls)),
+			ExecUsPerOp: 1000 * per(st.ExecMs), MeanExecUs: 1000 * st.ExecMs / float64(max(st.Calls, 1)),
+			WALBytesPerOp: per(float64(st.WALBytes))})
+	}
+	slices.SortFunc(out.Statements, func(a, b Statement) int { return cmp.Compare(b.ExecUsPerOp, a.ExecUsPerOp) })
 	return out
+}
+
+// addStatements adds one run's pg_stat_statements to the side's.
+func (s *sideTotals) addStatements(run map[string]*postgres.StatementStats) {
+	if s.statements == nil {
+		s.statements = map[string]*postgres.StatementStats{}
+	}
+	for q, st := range run {
+		sum, ok := s.statements[q]
+		if !ok {
+			sum = &postgres.StatementStats{Query: q}
+			s.statements[q] = sum
+		}
+		sum.Calls += st.Calls
+		sum.ExecMs += st.ExecMs
+		sum.Rows += st.Rows
+		sum.WALBytes += st.WALBytes
+	}
 }
 
 // Bench runs the rounds and builds the report. Progress goes to out.
@@ -236,6 +283,12 @@ func runSide(ctx context.Context, o Options, env Env, t Target, label string, ro
 	if err != nil {
 		return nil, err
 	}
+	statements := o.Statements && env.Router != nil
+	if statements {
+		if err := postgres.ResetStatements(ctx, env.Router); err != nil {
+			return nil, err
+		}
+	}
 	cfg := o.RunConfig
 	cfg.Label, cfg.Out = label, out
 	// Each round draws other players and keys, the same for both sides.
@@ -243,6 +296,13 @@ func runSide(ctx context.Context, o Options, env Env, t Target, label string, ro
 	res, err := Run(ctx, cfg, t)
 	if err != nil {
 		return nil, err
+	}
+	if statements {
+		run, err := postgres.ReadStatements(ctx, env.Router)
+		if err != nil {
+			return nil, err
+		}
+		totals.addStatements(run)
 	}
 	after, err := env.read(ctx)
 	if err != nil {

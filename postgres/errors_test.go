@@ -36,3 +36,16 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// TestShardless: statements of different shards read the same.
+func TestShardless(t *testing.T) {
+	for in, want := range map[string]string{
+		"INSERT INTO trx_12 (ns)\n\t\tVALUES ($1)":                   "INSERT INTO trx_N (ns) VALUES ($1)",
+		"SELECT nextval('id_seq_3') FROM bench_trx_0 JOIN op_7 o ON": "SELECT nextval('id_seq_N') FROM bench_trx_N JOIN op_N o ON",
+		"SELECT generate_series(1, $3)":                              "SELECT generate_series(1, $3)",
+	} {
+		if got := shardless(in); got != want {
+			t.Errorf("shardless(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

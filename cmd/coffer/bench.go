@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -62,6 +63,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.BoolVar(&f.self, "self", false, "start a local stack (PostgreSQL with fsync, coffer serve) in a temp dir, remove it after")
 	fs.BoolVar(&f.keep, "keep", false, "with --self: keep the temp dir")
 	fs.BoolVar(&f.stockPostgres, "stock-postgres", false, "with --self: PostgreSQL's stock settings instead of the recommended ones")
+	fs.BoolVar(&f.Statements, "statements", false, "list what each side asks of PostgreSQL, from pg_stat_statements (--self loads it; a --target's servers must)")
 	fs.StringVar(&f.pprof, "pprof", "", "with --self: coffer serve serves /debug/pprof/ on this address, for profiling")
 	fs.StringVar(&f.target, "target", "", "a running coffer: http://host:port (http) or host:port (grpc)")
 	fs.StringVar(&f.apiKey, "api-key", "", "with --target: the API key (needs write and read on namespaces 1–10)")
@@ -91,6 +93,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		return nil, fmt.Errorf("--baseline sql covers write, read and mix, not %s", f.Workload)
 	case f.baseline == "sql" && f.target != "" && f.configPath == "":
 		return nil, errors.New("--baseline sql with --target needs -c (the databases)")
+	case f.Statements && f.target != "" && f.configPath == "":
+		return nil, errors.New("--statements with --target needs -c (the databases)")
 	case f.Clients < 1 || f.Rounds < 1 || f.Scale <= 0 || f.Duration <= 0:
 		return nil, errors.New("--clients, --rounds, --scale and --duration must be > 0")
 	}
@@ -167,6 +171,12 @@ func (f *benchFlags) openRouter(ctx context.Context, m *shard.Map, cfg *Config) 
 	if err != nil {
 		return nil, err
 	}
+	if f.self && f.Statements {
+		if err := postgres.CreateStatementsExtension(ctx, router); err != nil {
+			router.Close()
+			return nil, err
+		}
+	}
 	if f.baseline == "sql" {
 		if err := postgres.NewBaseline(router).Setup(ctx); err != nil {
 			router.Close()
@@ -199,9 +209,12 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 	key := newAPIKey()
 	cfg := benchConfig(key)
 	cfg.Listen.Pprof = f.pprof
-	settings := tunedPostgres
-	if f.stockPostgres {
-		settings = nil
+	settings := map[string]string{}
+	if !f.stockPostgres {
+		maps.Copy(settings, tunedPostgres)
+	}
+	if f.Statements {
+		settings["shared_preload_libraries"] = "pg_stat_statements"
 	}
 	st, err := startLocalStack(ctx, dir, cfg, 2, settings, io.Discard)
 	if err != nil {

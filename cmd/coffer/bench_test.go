@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,7 +21,7 @@ func TestBenchSelf(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath, reportDir := filepath.Join(dir, "bench.json"), filepath.Join(dir, "report")
 	cmd := exec.Command(bin, "bench", "--self", "--workload", "write", "--clients", "4", "--duration", "2s",
-		"--rounds", "2", "--baseline", "sql", "--progress", "1s", "--warmup", "1s", "--scale", "0.01", "--json", jsonPath, "--report", reportDir)
+		"--rounds", "2", "--baseline", "sql", "--progress", "1s", "--warmup", "1s", "--scale", "0.01", "--statements", "--json", jsonPath, "--report", reportDir)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("coffer bench: %v\n%s", err, out)
@@ -60,6 +61,13 @@ func TestBenchSelf(t *testing.T) {
 	if ops == 0 || ops >= rep.Writes || rep.Coffer.Ops != rep.Writes {
 		t.Fatalf("coffer ops measured %d, writes acknowledged %d, costed %d", ops, rep.Writes, rep.Coffer.Ops)
 	}
+	// pg_stat_statements: each write is one trx insert, on either side.
+	for side, s := range map[string]*bench.Side{"INSERT INTO trx_N ": &rep.Coffer, "INSERT INTO bench_trx_N ": rep.Baseline} {
+		i := slices.IndexFunc(s.Statements, func(st bench.Statement) bool { return strings.HasPrefix(st.Query, side) })
+		if i < 0 || s.Statements[i].CallsPerOp < 1 || s.Statements[i].CallsPerOp > 1.01 || s.StatementsPerOp < 5 || s.ExecUsPerOp <= 0 {
+			t.Fatalf("statements: no %q once per op: %+v", side, s)
+		}
+	}
 	for _, f := range []string{"throughput.png", "p99.png", "latency.png"} {
 		b, err := os.ReadFile(filepath.Join(reportDir, f))
 		if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
@@ -80,6 +88,7 @@ func TestBenchFlags(t *testing.T) {
 		{"--self", "--workload", "hold", "--baseline", "sql"},
 		{"--self", "--transport", "smoke"},
 		{"--target", "http://x"},
+		{"--target", "http://x", "--api-key", "k", "--statements"},
 	} {
 		if code, _, _ := run(t, append([]string{"bench"}, args...)...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)

@@ -1,0 +1,96 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/cofferhq/coffer/shard"
+)
+
+// StatementStats are one statement's pg_stat_statements counters, summed
+// over every shard: the shard number in table names is replaced by N.
+type StatementStats struct {
+	Query    string
+	Calls    int64
+	ExecMs   float64
+	Rows     int64
+	WALBytes int64
+}
+
+// CreateStatementsExtension creates pg_stat_statements in every database
+// of router. Its library must be in the servers' shared_preload_libraries.
+func CreateStatementsExtension(ctx context.Context, router *shard.Router) error {
+	for i := range router.Map().Databases() {
+		if _, err := router.Database(i).Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+			return fmt.Errorf("pg_stat_statements (it needs shared_preload_libraries = 'pg_stat_statements'): %w", err)
+		}
+	}
+	return nil
+}
+
+// ResetStatements empties pg_stat_statements on every server of router.
+func ResetStatements(ctx context.Context, router *shard.Router) error {
+	return eachServer(router, func(i int) error {
+		_, err := router.Database(i).Exec(ctx, `SELECT pg_stat_statements_reset()`)
+		return err
+	})
+}
+
+// ReadStatements reads pg_stat_statements on every server of router. One
+// database per server is enough: the view shows the statements of all.
+func ReadStatements(ctx context.Context, router *shard.Router) (map[string]*StatementStats, error) {
+	out := map[string]*StatementStats{}
+	err := eachServer(router, func(i int) error {
+		rows, err := router.Database(i).Query(ctx, `SELECT query, calls, total_exec_time, rows, wal_bytes::bigint
+			FROM pg_stat_statements`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s StatementStats
+			if err := rows.Scan(&s.Query, &s.Calls, &s.ExecMs, &s.Rows, &s.WALBytes); err != nil {
+				return err
+			}
+			s.Query = shardless(s.Query)
+			sum, ok := out[s.Query]
+			if !ok {
+				sum = &StatementStats{Query: s.Query}
+				out[s.Query] = sum
+			}
+			sum.Calls += s.Calls
+			sum.ExecMs += s.ExecMs
+			sum.Rows += s.Rows
+			sum.WALBytes += s.WALBytes
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+func eachServer(router *shard.Router, fn func(database int) error) error {
+	seen := map[string]bool{}
+	for i, db := range router.Map().Databases() {
+		if seen[db.Server()] {
+			continue
+		}
+		seen[db.Server()] = true
+		if err := fn(i); err != nil {
+			return fmt.Errorf("%s: %w", db.Name(), err)
+		}
+	}
+	return nil
+}
+
+var (
+	shardSuffix = regexp.MustCompile(`\b([a-z]+(?:_[a-z]+)*)_[0-9]+\b`)
+	spaces      = regexp.MustCompile(`\s+`)
+)
+
+// shardless is a statement's text the same on every shard, on one line:
+// trx_7 becomes trx_N.
+func shardless(query string) string {
+	return strings.TrimSpace(spaces.ReplaceAllString(shardSuffix.ReplaceAllString(query, "${1}_N"), " "))
+}
