@@ -11,6 +11,7 @@ type queries struct {
 	lots, lotsByID, trxByKey, insertTrx    string
 	finishHold, insertOps, insertLots      string
 	updateLots, balancesNow, balancesAt    string
+	insertOp, insertLot, updateLot         string
 	finlogAsc, finlogDesc                  string
 	expiredPlayers, pendingHolds           string
 	lockPlayerSkip, revenue, trxOpsColumns string
@@ -53,9 +54,18 @@ func newQueries(id coffer.ShardID) *queries {
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`),
 		finishHold: n(`UPDATE trx_N SET status = $5, version = $6, finished_at = $7
 			WHERE ns = $1 AND player_id = $2 AND created_at = $3 AND trx_id = $4`),
+		// A trx of one op moving one lot is the common case: single-row
+		// statements for it, since unnest costs PostgreSQL more than the
+		// row itself (pg_stat_statements: 92 µs against 22 µs per op).
+		insertOp: n(`INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
+			balance_after, paid_after, created_at, purchase)
+			VALUES ($4, $5, $1, $2, $6, $7, $8, $9, $10, $11, $12, $13, $3, $14)`),
+		insertLot: n(`INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, expires_at, priority, created_at, trx_id)
+			VALUES ($1, $2, $5, $6, $7, $8, $9, $10, $3, $4)`),
+		updateLot: n(`UPDATE lot_N SET amount = $4 WHERE ns = $1 AND player_id = $2 AND lot_id = $3`),
 		insertOps: n(`INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
 			balance_after, paid_after, created_at, purchase)
-			SELECT u.trx_id, u.seq, $1, $2, u.currency, u.lot_id, u.kind, u.cause, u.amount, u.paid,
+			SELECT u.trx_id, u.seq, $1, $2, u.currency, u.lot_id, u.kind::op_kind, u.cause::op_cause, u.amount, u.paid,
 				u.balance_after, u.paid_after, $3, u.purchase
 			FROM unnest($4::bigint[], $5::smallint[], $6::int[], $7::bigint[], $8::text[], $9::text[],
 				$10::bigint[], $11::bool[], $12::bigint[], $13::bigint[], $14::jsonb[])

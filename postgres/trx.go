@@ -170,10 +170,16 @@ func (s *Store) apiOps(ops []coffer.BookOp) []coffer.Op {
 
 // queueOps inserts ops of trxID numbered from seq, at time at.
 func queueOps(b *pgx.Batch, t *playerTx, at time.Time, trxID int64, seq int, ops []coffer.BookOp) {
-	if len(ops) == 0 {
+	n := len(ops)
+	switch n {
+	case 0:
+		return
+	case 1:
+		o := ops[0]
+		b.Queue(t.q.insertOp, t.ns, t.player, at, trxID, int16(seq), int32(o.Currency), o.LotID, string(o.Kind), string(o.Cause),
+			int64(o.Amount), o.Paid, int64(o.BalanceAfter), int64(o.PaidAfter), purchaseJSON(o.Purchase))
 		return
 	}
-	n := len(ops)
 	trxIDs, seqs := make([]int64, n), make([]int16, n)
 	cur, lots := make([]int32, n), make([]int64, n)
 	kinds, causes := make([]string, n), make([]string, n)
@@ -184,12 +190,18 @@ func queueOps(b *pgx.Batch, t *playerTx, at time.Time, trxID int64, seq int, ops
 		cur[i], lots[i] = int32(o.Currency), o.LotID
 		kinds[i], causes[i] = string(o.Kind), string(o.Cause)
 		amounts[i], after[i], paidAfter[i] = int64(o.Amount), int64(o.BalanceAfter), int64(o.PaidAfter)
-		paid[i] = o.Paid
-		if o.Purchase != nil {
-			purchases[i], _ = json.Marshal(o.Purchase)
-		}
+		paid[i], purchases[i] = o.Paid, purchaseJSON(o.Purchase)
 	}
 	b.Queue(t.q.insertOps, t.ns, t.player, at, trxIDs, seqs, cur, lots, kinds, causes, amounts, paid, after, paidAfter, purchases)
+}
+
+// purchaseJSON is an op's purchase as stored: JSON, or NULL.
+func purchaseJSON(p *coffer.Purchase) []byte {
+	if p == nil {
+		return nil
+	}
+	raw, _ := json.Marshal(p)
+	return raw
 }
 
 // queueLotWrites inserts the book's new lots and updates its changed ones.
@@ -208,10 +220,18 @@ func queueLotWrites(b *pgx.Batch, t *playerTx, book *coffer.Book, trxID int64) {
 			updIDs, updAmounts = append(updIDs, l.ID), append(updAmounts, int64(l.Amount))
 		}
 	}
-	if len(newIDs) > 0 {
+	switch len(newIDs) {
+	case 0:
+	case 1:
+		b.Queue(t.q.insertLot, t.ns, t.player, t.now, trxID, newIDs[0], newCur[0], newPaid[0], newAmounts[0], newExp[0], newPrio[0])
+	default:
 		b.Queue(t.q.insertLots, t.ns, t.player, t.now, trxID, newIDs, newCur, newPaid, newAmounts, newExp, newPrio)
 	}
-	if len(updIDs) > 0 {
+	switch len(updIDs) {
+	case 0:
+	case 1:
+		b.Queue(t.q.updateLot, t.ns, t.player, updIDs[0], updAmounts[0])
+	default:
 		b.Queue(t.q.updateLots, t.ns, t.player, updIDs, updAmounts)
 	}
 }
