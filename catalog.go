@@ -43,6 +43,7 @@ type Rate struct{ Num, Den int64 }
 type Catalog struct {
 	byCode map[string]*Currency
 	byID   map[CurrencyID]*Currency
+	sorted []*Currency // by id
 	rates  map[rateKey]Rate
 	// HoldTTLDefault and HoldTTLMax bound a hold's life.
 	HoldTTLDefault, HoldTTLMax time.Duration
@@ -76,7 +77,9 @@ func NewCatalog(currencies []Currency, holdTTLDefault, holdTTLMax time.Duration)
 			}
 		}
 		c.byCode[cur.Code], c.byID[cur.ID] = &cur, &cur
+		c.sorted = append(c.sorted, &cur)
 	}
+	sort.Slice(c.sorted, func(i, j int) bool { return c.sorted[i].ID < c.sorted[j].ID })
 	if holdTTLDefault <= 0 || holdTTLMax < holdTTLDefault {
 		return nil, fmt.Errorf("hold ttl: default must be > 0 and ≤ max")
 	}
@@ -110,15 +113,9 @@ func (c *Catalog) CurrencyByID(id CurrencyID) (*Currency, bool) {
 	return cur, ok
 }
 
-// Currencies lists all currencies by id.
-func (c *Catalog) Currencies() []*Currency {
-	out := make([]*Currency, 0, len(c.byID))
-	for _, cur := range c.byID {
-		out = append(out, cur)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
-}
+// Currencies lists all currencies by id. The slice is the catalog's own:
+// read it, do not change it.
+func (c *Catalog) Currencies() []*Currency { return c.sorted }
 
 // Rate is the exchange rate of from into to in ns.
 func (c *Catalog) Rate(ns Namespace, from, to CurrencyID) (Rate, bool) {

@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -21,13 +23,13 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 	if q.Namespace <= 0 || q.PlayerID <= 0 {
 		return coffer.Balances{}, coffer.Errorf(coffer.CodeInvalid, "namespace and player_id must be > 0")
 	}
-	currencies := s.catalog.Currencies()
+	var only *coffer.Currency
 	if q.Currency != "" {
 		cur, ok := s.catalog.Currency(q.Currency)
 		if !ok {
 			return coffer.Balances{}, coffer.Errorf(coffer.CodeInvalid, "currency: unknown currency %q", q.Currency)
 		}
-		currencies = []*coffer.Currency{cur}
+		only = cur
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -38,6 +40,10 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 		return out, err
 	}
 	if q.At != nil {
+		currencies := s.catalog.Currencies()
+		if only != nil {
+			currencies = []*coffer.Currency{only}
+		}
 		err := s.balancesAt(ctx, pool, s.q(id), q, currencies, &out)
 		out.Balances = held(q, out.Balances)
 		return out, s.fail(id, err)
@@ -46,12 +52,11 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 	if err != nil {
 		return out, s.fail(id, err)
 	}
-	byCur := map[coffer.CurrencyID]*coffer.Balance{}
-	for _, c := range currencies {
-		out.Balances = append(out.Balances, coffer.Balance{Currency: c.Code})
-	}
-	for i, c := range currencies {
-		byCur[c.ID] = &out.Balances[i]
+	// A player holds a few of the configured currencies: only those the
+	// lots name get a balance, kept in currency id order.
+	var ids []coffer.CurrencyID
+	if only != nil {
+		out.Balances, ids = append(out.Balances, coffer.Balance{Currency: only.Code}), append(ids, only.ID)
 	}
 	for rows.Next() {
 		var l coffer.Lot
@@ -65,13 +70,20 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 			rows.Close()
 			return out, s.fail(id, err)
 		}
-		if lotID == nil {
+		if lotID == nil || (only != nil && *cur != only.ID) {
 			continue
 		}
-		bal := byCur[*cur]
-		if bal == nil {
+		c, ok := s.catalog.CurrencyByID(*cur)
+		if !ok {
 			continue
 		}
+		i := slices.Index(ids, c.ID)
+		if i < 0 {
+			i = len(ids)
+			ids = append(ids, c.ID)
+			out.Balances = append(out.Balances, coffer.Balance{Currency: c.Code})
+		}
+		bal := &out.Balances[i]
 		l.ID, l.Currency, l.Paid, l.Amount, l.Priority, l.CreatedAt = *lotID, bal.Currency, *paid, *amount, *prio, created.UTC()
 		bal.Total += l.Amount
 		if l.Paid {
@@ -86,8 +98,21 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 	if err := rows.Err(); err != nil {
 		return out, s.fail(id, err)
 	}
-	out.Balances = held(q, out.Balances)
+	sort.Sort(byCurrency{out.Balances, ids})
 	return out, nil
+}
+
+// byCurrency sorts balances and their currency ids together, by id.
+type byCurrency struct {
+	balances []coffer.Balance
+	ids      []coffer.CurrencyID
+}
+
+func (b byCurrency) Len() int           { return len(b.ids) }
+func (b byCurrency) Less(i, j int) bool { return b.ids[i] < b.ids[j] }
+func (b byCurrency) Swap(i, j int) {
+	b.balances[i], b.balances[j] = b.balances[j], b.balances[i]
+	b.ids[i], b.ids[j] = b.ids[j], b.ids[i]
 }
 
 // held keeps, unless the query names a currency, only the currencies the

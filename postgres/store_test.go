@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -667,4 +668,30 @@ func TestFinlogFilters(t *testing.T) {
 	wantCode(t, err, coffer.CodeInvalid)
 	_, err = e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: 53, Limit: coffer.FinlogLimitMax + 1})
 	wantCode(t, err, coffer.CodeInvalid)
+}
+
+// TestBalancesRead: a read lists the currencies the player holds in
+// currency id order, whatever order their lots came in; a named currency
+// is listed even at zero; a player with nothing has an empty list.
+func TestBalancesRead(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(21, "a", free("credits", 3))
+	e.mustChange(21, "b", free("silver", 5))
+	e.mustChange(21, "c", free("gold", 7), paid("gold", 11, "o-1"))
+	b, err := e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: 21})
+	must(t, err)
+	want := []coffer.Balance{{Currency: "gold", Total: 18, Paid: 11, Free: 7}, {Currency: "silver", Total: 5, Free: 5}, {Currency: "credits", Total: 3, Free: 3}}
+	if b.Version != 3 || !reflect.DeepEqual(b.Balances, want) {
+		t.Fatalf("balances: %+v, want %+v", b, want)
+	}
+	b, err = e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: 22, Currency: "silver"})
+	must(t, err)
+	if !reflect.DeepEqual(b.Balances, []coffer.Balance{{Currency: "silver"}}) {
+		t.Fatalf("a named currency at zero: %+v", b)
+	}
+	b, err = e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: 22})
+	must(t, err)
+	if b.Balances == nil || len(b.Balances) != 0 {
+		t.Fatalf("a player with nothing: %#v", b.Balances)
+	}
 }
