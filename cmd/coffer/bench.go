@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,6 +33,7 @@ type benchFlags struct {
 	jsonPath, reportDir        string
 	decay                      int64
 	keep, stockPostgres        bool
+	pgSet                      map[string]string
 	pprof                      string
 }
 
@@ -63,6 +65,15 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.BoolVar(&f.self, "self", false, "start a local stack (PostgreSQL with fsync, coffer serve) in a temp dir, remove it after")
 	fs.BoolVar(&f.keep, "keep", false, "with --self: keep the temp dir")
 	fs.BoolVar(&f.stockPostgres, "stock-postgres", false, "with --self: PostgreSQL's stock settings instead of the recommended ones")
+	f.pgSet = map[string]string{}
+	fs.Func("pg-set", "with --self: a PostgreSQL setting over the others, as name=value (repeatable), e.g. shared_buffers=6GB", func(kv string) error {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || v == "" {
+			return fmt.Errorf("%q is not name=value", kv)
+		}
+		f.pgSet[k] = v
+		return nil
+	})
 	fs.BoolVar(&f.Statements, "statements", false, "list what each side asks of PostgreSQL, from pg_stat_statements (--self loads it; a --target's servers must)")
 	fs.StringVar(&f.pprof, "pprof", "", "with --self: coffer serve serves /debug/pprof/ on this address, for profiling")
 	fs.StringVar(&f.target, "target", "", "a running coffer: http://host:port (http) or host:port (grpc)")
@@ -93,6 +104,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		return nil, fmt.Errorf("--baseline sql covers write, read and mix, not %s", f.Workload)
 	case f.baseline == "sql" && f.target != "" && f.configPath == "":
 		return nil, errors.New("--baseline sql with --target needs -c (the databases)")
+	case len(f.pgSet) > 0 && !f.self:
+		return nil, errors.New("--pg-set needs --self")
 	case f.Statements && f.target != "" && f.configPath == "":
 		return nil, errors.New("--statements with --target needs -c (the databases)")
 	case f.Clients < 1 || f.Rounds < 1 || f.Scale <= 0 || f.Duration <= 0:
@@ -216,6 +229,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 	if f.Statements {
 		settings["shared_preload_libraries"] = "pg_stat_statements"
 	}
+	maps.Copy(settings, f.pgSet)
 	st, err := startLocalStack(ctx, dir, cfg, 2, settings, io.Discard)
 	if err != nil {
 		return nil, err

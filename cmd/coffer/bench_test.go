@@ -89,9 +89,20 @@ func TestBenchFlags(t *testing.T) {
 		{"--self", "--transport", "smoke"},
 		{"--target", "http://x"},
 		{"--target", "http://x", "--api-key", "k", "--statements"},
+		{"--target", "http://x", "--api-key", "k", "--pg-set", "shared_buffers=2GB"},
+		{"--self", "--pg-set", "shared_buffers"},
 	} {
 		if code, _, _ := run(t, append([]string{"bench"}, args...)...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}
+	}
+}
+
+// TestBenchPGSetReachesPostgres: a --pg-set setting is passed to the
+// server, which refuses a bad value before anything runs.
+func TestBenchPGSetReachesPostgres(t *testing.T) {
+	code, _, errOut := run(t, "bench", "--self", "--pg-set", "max_connections=lots", "--duration", "1s", "--rounds", "1")
+	if code != 1 || !strings.Contains(errOut, "max_connections") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 }
