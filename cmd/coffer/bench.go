@@ -20,6 +20,7 @@ import (
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/audit"
 	"github.com/cofferhq/coffer/bench"
+	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/postgres"
 	"github.com/cofferhq/coffer/shard"
 )
@@ -217,7 +218,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 	if f.keep {
 		fmt.Fprintln(out, "coffer bench: stack in", dir)
 	} else {
-		defer os.RemoveAll(dir)
+		defer pgserver.RemoveAll(dir)
 	}
 	key := newAPIKey()
 	cfg := benchConfig(key)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/internal/pgserver"
 )
 
 // TestDevCommand runs the real binary as a newcomer would: `coffer dev`,
@@ -24,7 +25,9 @@ func TestDevCommand(t *testing.T) {
 		t.Fatal("curl is needed to run the printed example; make test installs it")
 	}
 	bin := cofferBinary(t)
-	data := filepath.Join(t.TempDir(), "data")
+	dir := t.TempDir()
+	t.Cleanup(func() { _ = pgserver.RemoveAll(dir) })
+	data := filepath.Join(dir, "data")
 	for run := 1; run <= 2; run++ {
 		commands := startDev(t, bin, data, func(cmds []string) {
 			var grant coffer.Trx

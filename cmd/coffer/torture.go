@@ -106,7 +106,7 @@ func (t *tortureRun) run(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	t.dir = dir
-	defer os.RemoveAll(dir)
+	defer pgserver.RemoveAll(dir)
 	defer t.teardown()
 	if err := t.setup(ctx); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
@@ -86,8 +87,12 @@ func (s *Server) prepareDataDir() (string, error) {
 	dataDir := link
 	if !reachable(s.dir, s.cred.Uid) {
 		sum := sha256.Sum256([]byte(s.dir))
-		parent := filepath.Join("/var/tmp", "coffer-pg-"+hex.EncodeToString(sum[:6]))
+		parent := filepath.Join(outsideDir, "coffer-pg-"+hex.EncodeToString(sum[:6]))
 		if err := os.MkdirAll(parent, 0o711); err != nil {
+			return "", fmt.Errorf("pgserver: %w", err)
+		}
+		// The link's path, so that RemoveOrphans can tell when it is gone.
+		if err := os.WriteFile(filepath.Join(parent, "link"), []byte(link), 0o644); err != nil {
 			return "", fmt.Errorf("pgserver: %w", err)
 		}
 		dataDir = filepath.Join(parent, "data")
@@ -102,6 +107,50 @@ func (s *Server) prepareDataDir() (string, error) {
 		return "", fmt.Errorf("pgserver: %w", err)
 	}
 	return dataDir, nil
+}
+
+// outsideDir holds the data directories of servers whose own directory
+// their OS user cannot reach (see prepareDataDir).
+const outsideDir = "/var/tmp"
+
+// RemoveAll deletes dir, which holds servers' directories (Options.Dir),
+// with the data directories outside it that their data links point to.
+// os.RemoveAll would delete only the links.
+func RemoveAll(dir string) error {
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == "data" && d.Type()&fs.ModeSymlink != 0 {
+			if target, err := os.Readlink(path); err == nil && strings.HasPrefix(target, filepath.Join(outsideDir, "coffer-pg-")) {
+				_ = os.RemoveAll(filepath.Dir(target))
+			}
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
+
+// RemoveOrphans deletes data directories outside their server's directory
+// whose link is gone (its directory was deleted, by a run that was killed
+// or by os.RemoveAll), untouched for olderThan and not running.
+func RemoveOrphans(olderThan time.Duration) {
+	parents, _ := filepath.Glob(filepath.Join(outsideDir, "coffer-pg-*"))
+	for _, parent := range parents {
+		link, err := os.ReadFile(filepath.Join(parent, "link"))
+		if err != nil {
+			continue
+		}
+		dataDir := filepath.Join(parent, "data")
+		if target, err := os.Readlink(string(link)); err == nil && target == dataDir {
+			continue
+		}
+		fi, err := os.Stat(parent)
+		if err != nil || time.Since(fi.ModTime()) < olderThan {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dataDir, "postmaster.pid")); err == nil {
+			continue
+		}
+		_ = os.RemoveAll(parent)
+	}
 }
 
 // reachable tells whether uid may traverse every directory down to dir.

@@ -67,6 +67,7 @@ func removeStale() {
 		}
 		_ = os.RemoveAll(dir)
 	}
+	pgserver.RemoveOrphans(time.Hour)
 }
 
 // Server returns the i-th server started by Main.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -127,5 +128,45 @@ func TestNoServerOutlivesAPanic(t *testing.T) {
 			t.Fatalf("postmaster %d still running after its parent panicked", pid)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRemoveAllTakesOutsideData: a server in a directory its OS user
+// cannot reach (root's temp dir, when tests run as root) keeps its data
+// under /var/tmp; RemoveAll deletes that too, and RemoveOrphans deletes
+// what a plain os.RemoveAll left behind.
+func TestRemoveAllTakesOutsideData(t *testing.T) {
+	start := func() (dir, dataDir string) {
+		dir = t.TempDir()
+		s, err := pgserver.Start(context.Background(), pgserver.Options{Dir: filepath.Join(dir, "pg")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		must(t, s.Stop())
+		dataDir, err = filepath.EvalSymlinks(filepath.Join(dir, "pg", "data"))
+		must(t, err)
+		return dir, dataDir
+	}
+	gone := func(what, path string) {
+		t.Helper()
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Fatalf("%s: %s is still there (%v)", what, path, err)
+		}
+	}
+	dir, dataDir := start()
+	must(t, pgserver.RemoveAll(dir))
+	gone("RemoveAll", dataDir)
+	gone("RemoveAll", dir)
+
+	dir, dataDir = start()
+	must(t, os.RemoveAll(dir))
+	pgserver.RemoveOrphans(0)
+	gone("RemoveOrphans", dataDir)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
