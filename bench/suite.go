@@ -201,16 +201,8 @@ func (s *sideTotals) addStatements(run map[string]*postgres.StatementStats) {
 	if s.statements == nil {
 		s.statements = map[string]*postgres.StatementStats{}
 	}
-	for q, st := range run {
-		sum, ok := s.statements[q]
-		if !ok {
-			sum = &postgres.StatementStats{Query: q}
-			s.statements[q] = sum
-		}
-		sum.Calls += st.Calls
-		sum.ExecMs += st.ExecMs
-		sum.Rows += st.Rows
-		sum.WALBytes += st.WALBytes
+	for _, st := range run {
+		postgres.AddStatement(s.statements, *st)
 	}
 }
 

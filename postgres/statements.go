@@ -15,16 +15,30 @@ type StatementStats struct {
 	Query    string
 	Calls    int64
 	ExecMs   float64
-	Rows     int64
 	WALBytes int64
 }
+
+// AddStatement adds st's counters to its statement's entry in m.
+func AddStatement(m map[string]*StatementStats, st StatementStats) {
+	sum, ok := m[st.Query]
+	if !ok {
+		sum = &StatementStats{Query: st.Query}
+		m[st.Query] = sum
+	}
+	sum.Calls += st.Calls
+	sum.ExecMs += st.ExecMs
+	sum.WALBytes += st.WALBytes
+}
+
+// statementsHint says what a server needs for the statement figures.
+const statementsHint = "pg_stat_statements must be in the server's shared_preload_libraries and created in its databases (CREATE EXTENSION pg_stat_statements)"
 
 // CreateStatementsExtension creates pg_stat_statements in every database
 // of router. Its library must be in the servers' shared_preload_libraries.
 func CreateStatementsExtension(ctx context.Context, router *shard.Router) error {
 	for i := range router.Map().Databases() {
 		if _, err := router.Database(i).Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
-			return fmt.Errorf("pg_stat_statements (it needs shared_preload_libraries = 'pg_stat_statements'): %w", err)
+			return fmt.Errorf("%s: %w", statementsHint, err)
 		}
 	}
 	return nil
@@ -33,8 +47,10 @@ func CreateStatementsExtension(ctx context.Context, router *shard.Router) error 
 // ResetStatements empties pg_stat_statements on every server of router.
 func ResetStatements(ctx context.Context, router *shard.Router) error {
 	return eachServer(router, func(i int) error {
-		_, err := router.Database(i).Exec(ctx, `SELECT pg_stat_statements_reset()`)
-		return err
+		if _, err := router.Database(i).Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+			return fmt.Errorf("%s: %w", statementsHint, err)
+		}
+		return nil
 	})
 }
 
@@ -43,7 +59,7 @@ func ResetStatements(ctx context.Context, router *shard.Router) error {
 func ReadStatements(ctx context.Context, router *shard.Router) (map[string]*StatementStats, error) {
 	out := map[string]*StatementStats{}
 	err := eachServer(router, func(i int) error {
-		rows, err := router.Database(i).Query(ctx, `SELECT query, calls, total_exec_time, rows, wal_bytes::bigint
+		rows, err := router.Database(i).Query(ctx, `SELECT query, calls, total_exec_time, wal_bytes::bigint
 			FROM pg_stat_statements`)
 		if err != nil {
 			return err
@@ -51,19 +67,11 @@ func ReadStatements(ctx context.Context, router *shard.Router) (map[string]*Stat
 		defer rows.Close()
 		for rows.Next() {
 			var s StatementStats
-			if err := rows.Scan(&s.Query, &s.Calls, &s.ExecMs, &s.Rows, &s.WALBytes); err != nil {
+			if err := rows.Scan(&s.Query, &s.Calls, &s.ExecMs, &s.WALBytes); err != nil {
 				return err
 			}
 			s.Query = shardless(s.Query)
-			sum, ok := out[s.Query]
-			if !ok {
-				sum = &StatementStats{Query: s.Query}
-				out[s.Query] = sum
-			}
-			sum.Calls += s.Calls
-			sum.ExecMs += s.ExecMs
-			sum.Rows += s.Rows
-			sum.WALBytes += s.WALBytes
+			AddStatement(out, s)
 		}
 		return rows.Err()
 	})

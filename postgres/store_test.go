@@ -695,3 +695,18 @@ func TestBalancesRead(t *testing.T) {
 		t.Fatalf("a player with nothing: %#v", b.Balances)
 	}
 }
+
+// TestStatementsNeedTheLibrary: on a server that does not preload
+// pg_stat_statements (the test servers), the extension can be created but
+// not read, and the error says what the server needs.
+func TestStatementsNeedTheLibrary(t *testing.T) {
+	e := newEnv(t)
+	must(t, postgres.CreateStatementsExtension(ctx, e.router))
+	err := postgres.ResetStatements(ctx, e.router)
+	if err == nil || !strings.Contains(err.Error(), "shared_preload_libraries") {
+		t.Fatalf("reset without the library: %v", err)
+	}
+	if _, err := postgres.ReadStatements(ctx, e.router); err == nil {
+		t.Fatal("read without the library: no error")
+	}
+}

@@ -91,12 +91,14 @@ func (s *Server) prepareDataDir() (string, error) {
 		if err := os.MkdirAll(parent, 0o711); err != nil {
 			return "", fmt.Errorf("pgserver: %w", err)
 		}
-		// The link's path, so that RemoveOrphans can tell when it is gone.
-		if err := os.WriteFile(filepath.Join(parent, "link"), []byte(link), 0o644); err != nil {
-			return "", fmt.Errorf("pgserver: %w", err)
-		}
 		dataDir = filepath.Join(parent, "data")
 		if err := os.Symlink(dataDir, link); err != nil {
+			return "", fmt.Errorf("pgserver: %w", err)
+		}
+		// The link's path, so that RemoveOrphans can tell when it is gone.
+		// Written after the link: a directory whose link file names a
+		// missing link is never one still being set up.
+		if err := os.WriteFile(filepath.Join(parent, "link"), []byte(link), 0o644); err != nil {
 			return "", fmt.Errorf("pgserver: %w", err)
 		}
 	}
