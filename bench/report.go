@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -21,7 +23,15 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Rate > 0 {
 		fmt.Fprintf(w, ", open loop at %.0f/s", r.Rate)
 	}
-	fmt.Fprintf(w, ", %d round(s)\n\n", len(r.Rounds))
+	fmt.Fprintf(w, ", %d round(s)\n", len(r.Rounds))
+	if len(r.PostgresSettings) > 0 {
+		var set []string
+		for _, name := range slices.Sorted(maps.Keys(r.PostgresSettings)) {
+			set = append(set, name+"="+r.PostgresSettings[name])
+		}
+		fmt.Fprintf(w, "PostgreSQL: %s\n", strings.Join(set, " "))
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-7s %12s %12s %8s\n", "round", "coffer tps", "sql tps", "ratio")
 	for i, rd := range r.Rounds {
 		if rd.BaselineTPS > 0 {

@@ -91,24 +91,27 @@ type Statement struct {
 
 // Report is the benchmark's result; its JSON form is what --json writes.
 type Report struct {
-	Workload      Workload         `json:"workload"`
-	Transport     string           `json:"transport"`
-	Clients       int              `json:"clients"`
-	Rate          float64          `json:"rate,omitempty"`
-	Scale         float64          `json:"scale"`
-	DurationS     float64          `json:"duration_s"`
-	Preload       int64            `json:"preload,omitempty"`
-	Rounds        []Round          `json:"rounds"`
-	RatioMedian   float64          `json:"ratio_median,omitempty"`
-	TPS           float64          `json:"tps"`
-	Latency       Latency          `json:"latency_ms"`
-	Errors        map[string]int64 `json:"errors"`
-	WALBytesPerOp float64          `json:"wal_bytes_per_op"`
-	RSSPeakBytes  int64            `json:"rss_peak_bytes"`
-	Coffer        Side             `json:"coffer"`
-	Baseline      *Side            `json:"baseline,omitempty"`
-	BaselineLat   *Latency         `json:"baseline_latency_ms,omitempty"`
-	Decay         *Decay           `json:"decay,omitempty"`
+	Workload  Workload `json:"workload"`
+	Transport string   `json:"transport"`
+	Clients   int      `json:"clients"`
+	Rate      float64  `json:"rate,omitempty"`
+	Scale     float64  `json:"scale"`
+	DurationS float64  `json:"duration_s"`
+	Preload   int64    `json:"preload,omitempty"`
+	// PostgresSettings are the settings a --self server ran with, over
+	// PostgreSQL's stock ones.
+	PostgresSettings map[string]string `json:"postgres_settings,omitempty"`
+	Rounds           []Round           `json:"rounds"`
+	RatioMedian      float64           `json:"ratio_median,omitempty"`
+	TPS              float64           `json:"tps"`
+	Latency          Latency           `json:"latency_ms"`
+	Errors           map[string]int64  `json:"errors"`
+	WALBytesPerOp    float64           `json:"wal_bytes_per_op"`
+	RSSPeakBytes     int64             `json:"rss_peak_bytes"`
+	Coffer           Side              `json:"coffer"`
+	Baseline         *Side             `json:"baseline,omitempty"`
+	BaselineLat      *Latency          `json:"baseline_latency_ms,omitempty"`
+	Decay            *Decay            `json:"decay,omitempty"`
 	// Writes is how many writes coffer acknowledged; TrxWritten how many
 	// trx rows its databases gained.
 	Writes     int64 `json:"writes_acked"`

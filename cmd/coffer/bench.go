@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -39,14 +40,27 @@ type benchFlags struct {
 }
 
 // tunedPostgres are the settings docs/operations.md recommends for a ledger
-// server, sized for the bench machine: checkpoints far apart (each one
-// makes the next change of every page write the whole page to the WAL),
-// compressed full pages, and a buffer cache that holds the hot indexes.
-var tunedPostgres = map[string]string{
-	"shared_buffers":     "1GB",
-	"max_wal_size":       "16GB",
-	"checkpoint_timeout": "30min",
-	"wal_compression":    "lz4",
+// server: checkpoints far apart (each one makes the next change of every
+// page write the whole page to the WAL), compressed full pages, and a
+// buffer cache of a quarter of this machine's memory, which holds the
+// indexes a write touches.
+func tunedPostgres() map[string]string {
+	return map[string]string{
+		"shared_buffers":     quarterOfMemory(),
+		"max_wal_size":       "16GB",
+		"checkpoint_timeout": "30min",
+		"wal_compression":    "lz4",
+	}
+}
+
+// quarterOfMemory is 25 % of the machine's RAM as a PostgreSQL size, or
+// 1GB if the kernel does not say.
+func quarterOfMemory() string {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil || si.Totalram == 0 {
+		return "1GB"
+	}
+	return strconv.FormatUint(si.Totalram*uint64(si.Unit)/4>>20, 10) + "MB"
 }
 
 func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
@@ -225,7 +239,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 	cfg.Listen.Pprof = f.pprof
 	settings := map[string]string{}
 	if !f.stockPostgres {
-		maps.Copy(settings, tunedPostgres)
+		maps.Copy(settings, tunedPostgres())
 	}
 	if f.Statements {
 		settings["shared_preload_libraries"] = "pg_stat_statements"
@@ -266,6 +280,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	rep.Audited, rep.AuditViolations = true, len(ar.Violations)
+	rep.PostgresSettings = settings
 	return rep, nil
 }
 

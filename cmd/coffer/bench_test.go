@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -47,6 +48,9 @@ func TestBenchSelf(t *testing.T) {
 		t.Fatalf("writes acknowledged %d, trx rows written %d", rep.Writes, rep.TrxWritten)
 	case !rep.Audited || rep.AuditViolations != 0:
 		t.Fatalf("audit: ran %v, %d violations", rep.Audited, rep.AuditViolations)
+	case rep.PostgresSettings["shared_buffers"] != quarterOfMemory() || rep.PostgresSettings["shared_preload_libraries"] != "pg_stat_statements" ||
+		!strings.Contains(string(out), "PostgreSQL: checkpoint_timeout=30min max_wal_size=16GB shared_buffers="):
+		t.Fatalf("PostgreSQL settings: %v\n%s", rep.PostgresSettings, out)
 	case rep.WALBytesPerOp <= 0 || rep.Baseline == nil || rep.Baseline.WALBytesPerOp <= 0 || rep.RSSPeakBytes <= 0 || rep.Coffer.CofferCPUPer1000Op <= 0:
 		t.Fatalf("costs: %s", raw)
 	}
@@ -77,6 +81,24 @@ func TestBenchSelf(t *testing.T) {
 	md, err := os.ReadFile(filepath.Join(reportDir, "report.md"))
 	if err != nil || !strings.Contains(string(md), "![throughput](throughput.png)") {
 		t.Fatalf("report.md: %v", err)
+	}
+}
+
+// The bench's server gets the buffer cache operations.md recommends: a
+// quarter of the machine's memory.
+func TestQuarterOfMemory(t *testing.T) {
+	raw, err := os.ReadFile("/proc/meminfo")
+	must(t, err)
+	var kb int64
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err = strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
+			must(t, err)
+		}
+	}
+	mb, err := strconv.ParseInt(strings.TrimSuffix(quarterOfMemory(), "MB"), 10, 64)
+	if err != nil || kb == 0 || mb < kb/4/1024-1 || mb > kb/4/1024+1 {
+		t.Fatalf("quarterOfMemory() = %s, MemTotal %d kB", quarterOfMemory(), kb)
 	}
 }
 
