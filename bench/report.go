@@ -31,6 +31,9 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "PostgreSQL: %s\n", strings.Join(set, " "))
 	}
+	if r.Interrupted {
+		fmt.Fprintln(w, "interrupted: this covers the runs until the interrupt")
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-7s %12s %12s %8s\n", "round", "coffer tps", "sql tps", "ratio")
 	for i, rd := range r.Rounds {

@@ -39,6 +39,19 @@ type RunConfig struct {
 	Progress time.Duration
 	Out      io.Writer
 	Label    string
+	// Stop, once closed, ends the run early: no op starts after it, and
+	// those in flight finish.
+	Stop <-chan struct{}
+}
+
+// stopped tells whether Stop is closed.
+func (c *RunConfig) stopped() bool {
+	select {
+	case <-c.Stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // Result is what one run measured.
@@ -81,7 +94,7 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	begin := time.Now()
 	start := begin.Add(cfg.Warmup)
 	stopAt := start.Add(cfg.Duration)
-	running := func() bool { return ctx.Err() == nil && (cfg.Ops > 0 || time.Now().Before(stopAt)) }
+	running := func() bool { return ctx.Err() == nil && !cfg.stopped() && (cfg.Ops > 0 || time.Now().Before(stopAt)) }
 	rec := newRecorder(start)
 	var claimed, done, writes, answered atomic.Int64
 	tenths := make([]atomic.Int64, 10) // unix ns when each tenth completed
@@ -106,7 +119,7 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	}
 	claim := func(at time.Time) bool {
 		if at.Before(start) {
-			return ctx.Err() == nil
+			return ctx.Err() == nil && !cfg.stopped()
 		}
 		return running() && (cfg.Ops == 0 || claimed.Add(1) <= cfg.Ops)
 	}
@@ -179,6 +192,7 @@ func openLoop(ctx context.Context, cfg RunConfig, gens []*Generator, t Target, c
 		if d := time.Until(at); d > 0 {
 			select {
 			case <-ctx.Done():
+			case <-cfg.Stop:
 			case <-time.After(d):
 			}
 		}

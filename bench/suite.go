@@ -3,6 +3,7 @@ package bench
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -118,9 +119,12 @@ type Report struct {
 	TrxWritten int64 `json:"trx_rows_written"`
 	// Audited tells whether the audit ran after the runs (--self), and
 	// AuditViolations what it found.
-	Audited         bool      `json:"audited"`
-	AuditViolations int       `json:"audit_violations"`
-	Runs            []*Result `json:"runs"`
+	Audited         bool `json:"audited"`
+	AuditViolations int  `json:"audit_violations"`
+	// Interrupted tells that the runs were stopped early (an interrupt):
+	// the report covers what ran until then.
+	Interrupted bool      `json:"interrupted,omitempty"`
+	Runs        []*Result `json:"runs"`
 }
 
 // counters are the readings around a run.
@@ -228,7 +232,7 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 		fmt.Fprintf(out, "preload   done: %d grants in %.1fs, errors %v\n", res.Ops, res.Elapsed, res.Errors)
 		rep.Preload = res.Ops
 	}
-	for i := 0; i < o.Rounds; i++ {
+	for i := 0; i < o.Rounds && !o.stopped(); i++ {
 		res, err := runSide(ctx, o, env, env.Coffer, fmt.Sprintf("coffer#%d", i+1), i, &cofferSide, out)
 		if err != nil {
 			return nil, err
@@ -240,7 +244,7 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 			rep.Errors[code] += n
 		}
 		round := Round{CofferTPS: res.TPS}
-		if env.Baseline != nil {
+		if env.Baseline != nil && !o.stopped() {
 			b, err := runSide(ctx, o, env, env.Baseline, fmt.Sprintf("sql#%d", i+1), i, &baseSide, out)
 			if err != nil {
 				return nil, err
@@ -251,13 +255,18 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 			ratios = append(ratios, round.Ratio)
 		}
 		rep.Rounds = append(rep.Rounds, round)
-		rep.TPS += res.TPS / float64(o.Rounds)
+		rep.TPS += res.TPS
 	}
+	rep.Interrupted = o.stopped()
+	if len(rep.Rounds) == 0 {
+		return nil, errors.New("interrupted before the first run")
+	}
+	rep.TPS /= float64(max(len(rep.Rounds), 1))
 	rep.Latency = summarize(hist)
 	rep.Coffer = cofferSide.side()
 	rep.WALBytesPerOp = rep.Coffer.WALBytesPerOp
 	rep.TrxWritten = cofferSide.trx
-	if env.Baseline != nil {
+	if len(ratios) > 0 { // the baseline ran
 		rep.RatioMedian = median(ratios)
 		side := baseSide.side()
 		rep.Baseline = &side

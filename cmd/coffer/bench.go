@@ -141,9 +141,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, abandon := context.WithCancel(context.Background())
+	defer abandon()
+	f.Stop = stopOnInterrupt(ctx, abandon, stderr)
 	rep, err := f.run(ctx, stdout)
+	if ctx.Err() != nil {
+		err = errors.New("abandoned at the second interrupt")
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "coffer bench:", err)
 		return 1
@@ -166,6 +170,33 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// stopOnInterrupt returns a channel closed at the first interrupt (or
+// SIGTERM): the runs stop, the ops in flight finish, and the report covers
+// what ran. A second interrupt calls abandon: nothing more is measured or
+// reported, but the local stack is still stopped and removed.
+func stopOnInterrupt(ctx context.Context, abandon func(), stderr io.Writer) <-chan struct{} {
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	stop := make(chan struct{})
+	go func() {
+		defer signal.Stop(sig)
+		for first := true; ; first = false {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sig:
+			}
+			if !first {
+				abandon()
+				return
+			}
+			fmt.Fprintln(stderr, "coffer bench: stopping after the ops in flight; interrupt again to abandon the report")
+			close(stop)
+		}
+	}()
+	return stop
 }
 
 func (f *benchFlags) run(ctx context.Context, out io.Writer) (*bench.Report, error) {

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cofferhq/coffer/bench"
 )
@@ -126,5 +130,62 @@ func TestBenchPGSetReachesPostgres(t *testing.T) {
 	code, _, errOut := run(t, "bench", "--self", "--pg-set", "max_connections=lots", "--duration", "1s", "--rounds", "1")
 	if code != 1 || !strings.Contains(errOut, "max_connections") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// An interrupt stops the runs, not the report: the ops in flight finish,
+// the rounds done are reported and audited, and the local stack is gone
+// afterwards, its data outside the temp dir included.
+func TestBenchInterrupted(t *testing.T) {
+	bin := cofferBinary(t)
+	tmp, dir := t.TempDir(), t.TempDir()
+	jsonPath := filepath.Join(dir, "bench.json")
+	cmd := exec.Command(bin, "bench", "--self", "--workload", "write", "--clients", "4", "--duration", "10m",
+		"--rounds", "3", "--baseline", "sql", "--progress", "1s", "--warmup", "1s", "--scale", "0.01", "--json", jsonPath)
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	stdout, err := cmd.StdoutPipe()
+	must(t, err)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	must(t, cmd.Start())
+	kill := time.AfterFunc(3*time.Minute, func() { _ = cmd.Process.Kill() })
+	defer kill.Stop()
+	var out strings.Builder
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() && !strings.HasPrefix(lines.Text(), "coffer#1 ") {
+		out.WriteString(lines.Text() + "\n")
+	}
+	if lines.Err() != nil || !strings.HasPrefix(lines.Text(), "coffer#1 ") {
+		_ = cmd.Wait()
+		t.Fatalf("no progress line to interrupt at:\n%s%s", &out, &stderr)
+	}
+	must(t, cmd.Process.Signal(syscall.SIGINT))
+	rest, _ := io.ReadAll(stdout)
+	out.Write(rest)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("coffer bench: %v\n%s%s", err, &out, &stderr)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	must(t, err)
+	var rep bench.Report
+	must(t, json.Unmarshal(raw, &rep))
+	switch {
+	case !rep.Interrupted || len(rep.Rounds) != 1 || rep.Rounds[0].CofferTPS <= 0 || rep.Rounds[0].BaselineTPS != 0 || rep.Baseline != nil:
+		t.Fatalf("rounds: %s", raw)
+	case len(rep.Errors) != 0 || rep.Writes == 0 || rep.Writes != rep.TrxWritten:
+		t.Fatalf("errors %v; writes acknowledged %d, trx rows written %d", rep.Errors, rep.Writes, rep.TrxWritten)
+	case !rep.Audited || rep.AuditViolations != 0:
+		t.Fatalf("audit: ran %v, %d violations", rep.Audited, rep.AuditViolations)
+	case !strings.Contains(out.String(), "interrupted: ") || !strings.Contains(stderr.String(), "stopping after the ops in flight"):
+		t.Fatalf("no word of the interrupt:\n%s%s", &out, &stderr)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Fatalf("left in the temp dir: %v", left)
+	}
+	links, _ := filepath.Glob("/var/tmp/coffer-pg-*/link")
+	for _, l := range links {
+		if to, err := os.ReadFile(l); err == nil && strings.HasPrefix(string(to), tmp) {
+			t.Fatalf("data left outside the temp dir: %s", filepath.Dir(l))
+		}
 	}
 }
