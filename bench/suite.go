@@ -217,6 +217,11 @@ func (s *sideTotals) addStatements(run map[string]*postgres.StatementStats) {
 func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, error) {
 	rep := &Report{Workload: o.Workload, Transport: o.Transport, Clients: o.Clients, Rate: o.Rate, Scale: o.Scale,
 		DurationS: o.Duration.Seconds(), Errors: map[string]int64{}}
+	for name, t := range map[string]Target{"coffer": env.Coffer, "the baseline": env.Baseline} {
+		if err := preflight(ctx, t); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	var cofferSide, baseSide sideTotals
 	hist := newHistogram()
 	baseHist := newHistogram()
@@ -315,6 +320,18 @@ func runSide(ctx context.Context, o Options, env Env, t Target, label string, ro
 	totals.add(before, after, res.answered)
 	fmt.Fprintf(out, "%-9s done: %d ops in %.1fs, %.0f tps, p99 %.2f ms, errors %v\n", label, res.Ops, res.Elapsed, res.TPS, res.Latency.P99, res.Errors)
 	return res, nil
+}
+
+// preflight reads one balance through t, so that a wrong address, key or
+// deployment fails at once rather than as a run of errors. A nil t passes.
+func preflight(ctx context.Context, t Target) error {
+	if t == nil {
+		return nil
+	}
+	if code := t.Do(ctx, &Op{Call: CallRead, Namespace: 1, Player: 1}); code != "" {
+		return fmt.Errorf("a balance read (namespace 1, player 1) failed: %s; check the address, --transport, --api-key, and that the deployment has the bench's namespaces and currencies (docs/benchmarks.md)", code)
+	}
+	return nil
 }
 
 // decay compares the throughput of the first and last tenth of ops.

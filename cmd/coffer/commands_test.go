@@ -92,4 +92,18 @@ func TestBenchTarget(t *testing.T) {
 			t.Fatalf("%v: code %d\n%s%s", target, code, out, errOut)
 		}
 	}
+	// A wrong key or address stops the bench before any run, with the code.
+	for _, c := range []struct {
+		args []string
+		code string
+	}{
+		{[]string{"--target", s.base, "--api-key", "wrong"}, "unauthenticated"},
+		{[]string{"--target", s.main.GRPCAddr, "--transport", "grpc", "--api-key", "wrong"}, "unauthenticated"},
+		{[]string{"--target", "http://127.0.0.1:1", "--api-key", devKey}, "transport"},
+	} {
+		code, out, errOut := run(t, append([]string{"bench", "--duration", "1s", "--warmup", "0s", "--rounds", "1"}, c.args...)...)
+		if code != 1 || !strings.Contains(errOut, "a balance read (namespace 1, player 1) failed: "+c.code+";") || strings.Contains(out, "coffer#1") {
+			t.Fatalf("%v: code %d\n%s%s", c.args, code, out, errOut)
+		}
+	}
 }
