@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -125,6 +126,12 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		return nil, errors.New("--statements with --target needs -c (the databases)")
 	case f.Clients < 1 || f.Rounds < 1 || f.Scale <= 0 || f.Duration <= 0:
 		return nil, errors.New("--clients, --rounds, --scale and --duration must be > 0")
+	}
+	// Found out now, not after a long run.
+	if f.jsonPath != "" {
+		if fi, err := os.Stat(filepath.Dir(f.jsonPath)); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("--json %s: no directory %s", f.jsonPath, filepath.Dir(f.jsonPath))
+		}
 	}
 	if _, err := bench.NewGenerator(f.Workload, f.Scale, 0, 0); err != nil {
 		return nil, err
