@@ -217,10 +217,11 @@ func (s *sideTotals) addStatements(run map[string]*postgres.StatementStats) {
 func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, error) {
 	rep := &Report{Workload: o.Workload, Transport: o.Transport, Clients: o.Clients, Rate: o.Rate, Scale: o.Scale,
 		DurationS: o.Duration.Seconds(), Errors: map[string]int64{}}
-	for name, t := range map[string]Target{"coffer": env.Coffer, "the baseline": env.Baseline} {
-		if err := preflight(ctx, t); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
+	if err := preflight(ctx, env.Coffer); err != nil {
+		return nil, fmt.Errorf("coffer: %w", err)
+	}
+	if err := preflight(ctx, env.Baseline); err != nil {
+		return nil, fmt.Errorf("the baseline: %w", err)
 	}
 	var cofferSide, baseSide sideTotals
 	hist := newHistogram()
@@ -266,7 +267,7 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 	if len(rep.Rounds) == 0 {
 		return nil, errors.New("interrupted before the first run")
 	}
-	rep.TPS /= float64(max(len(rep.Rounds), 1))
+	rep.TPS /= float64(len(rep.Rounds))
 	rep.Latency = summarize(hist)
 	rep.Coffer = cofferSide.side()
 	rep.WALBytesPerOp = rep.Coffer.WALBytesPerOp
