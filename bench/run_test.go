@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"io"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,5 +44,39 @@ func TestOpenLoopWarmup(t *testing.T) {
 	}
 	if calls := tgt.calls.Load(); res.Ops != 200 || calls != 300 {
 		t.Fatalf("measured %d (want 200), calls %d (want 300)", res.Ops, calls)
+	}
+}
+
+// TestStopEndsTheRunsNotTheReport: closing Stop ends a 10-minute run at
+// once, closed or open loop; the ops in flight are answered and counted,
+// no run starts after it, and the report covers the round done.
+func TestStopEndsTheRunsNotTheReport(t *testing.T) {
+	for _, rate := range []float64{0, 200} {
+		stop := make(chan struct{})
+		time.AfterFunc(300*time.Millisecond, func() { close(stop) })
+		tgt, base := &countTarget{}, &countTarget{}
+		o := Options{RunConfig: RunConfig{Workload: Write, Scale: 1, Seed: 1, Clients: 4, Rate: rate,
+			Duration: 10 * time.Minute, Warmup: 100 * time.Millisecond, Stop: stop}, Rounds: 3}
+		began := time.Now()
+		rep, err := Bench(context.Background(), o, Env{Coffer: tgt, Baseline: base}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := rep.Runs[0]
+		switch {
+		case time.Since(began) > 5*time.Second:
+			t.Fatalf("rate %v: stopped after %v", rate, time.Since(began))
+		case !rep.Interrupted || len(rep.Rounds) != 1 || len(rep.Runs) != 1 || rep.Baseline != nil:
+			t.Fatalf("rate %v: interrupted %v, rounds %+v, runs %d", rate, rep.Interrupted, rep.Rounds, len(rep.Runs))
+		case run.Ops == 0 || run.answered+1 != tgt.calls.Load() || base.calls.Load() != 1:
+			// +1 and 1: each target's preflight read.
+			t.Fatalf("rate %v: measured %d, answered %d, calls %d, baseline calls %d", rate, run.Ops, run.answered, tgt.calls.Load(), base.calls.Load())
+		}
+	}
+	stop := make(chan struct{})
+	close(stop)
+	o := Options{RunConfig: RunConfig{Workload: Write, Scale: 1, Clients: 1, Duration: time.Minute, Stop: stop}, Rounds: 1}
+	if _, err := Bench(context.Background(), o, Env{Coffer: &countTarget{}}, io.Discard); err == nil {
+		t.Fatal("a bench stopped before its first run reported")
 	}
 }
