@@ -75,6 +75,11 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "writes acknowledged %d, trx rows written %d\n", r.Writes, r.TrxWritten)
 	if d := r.Decay; d != nil {
 		fmt.Fprintf(w, "decay over %d ops: first tenth %.0f tps, last tenth %.0f tps (%.0f %%)\n", d.Ops, d.FirstTPS, d.LastTPS, 100*d.Ratio)
+		fmt.Fprint(w, "tps per tenth:")
+		for _, tps := range d.TenthsTPS {
+			fmt.Fprintf(w, " %.0f", tps)
+		}
+		fmt.Fprintln(w)
 	}
 	writeStatements(w, "coffer", &r.Coffer)
 	if r.Baseline != nil {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -56,9 +57,14 @@ func TestPercentiles(t *testing.T) {
 }
 
 func TestDecay(t *testing.T) {
-	d := decay(1000, []float64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1.25})
-	if d == nil || d.FirstTPS != 100 || d.LastTPS != 80 || d.Ratio != 0.8 {
+	d := decay(1000, []float64{1, 2, 1, 1, 1, 1, 1, 1, 1, 1.25})
+	if d == nil || d.FirstTPS != 100 || d.LastTPS != 80 || d.Ratio != 0.8 || len(d.TenthsTPS) != 10 || d.TenthsTPS[1] != 50 || d.TenthsTPS[9] != 80 {
 		t.Fatalf("%+v", d)
+	}
+	var text strings.Builder
+	(&Report{Decay: d}).WriteText(&text)
+	if !strings.Contains(text.String(), "tps per tenth: 100 50 100 100 100 100 100 100 100 80\n") {
+		t.Fatalf("report:\n%s", &text)
 	}
 	if decay(1000, []float64{1, 1}) != nil {
 		t.Error("decay from an unfinished run")

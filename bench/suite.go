@@ -52,6 +52,9 @@ type Decay struct {
 	FirstTPS float64 `json:"first_tenth_tps"`
 	LastTPS  float64 `json:"last_tenth_tps"`
 	Ratio    float64 `json:"ratio"`
+	// TenthsTPS is the throughput of each tenth, first to last: where
+	// between the two ends it changed.
+	TenthsTPS []float64 `json:"tenths_tps"`
 }
 
 // Side is what one side (coffer or the baseline) cost, from the database
@@ -341,7 +344,11 @@ func decay(ops int64, tenths []float64) *Decay {
 		return nil
 	}
 	per := float64(ops / 10)
-	d := &Decay{Ops: ops, FirstTPS: per / tenths[0], LastTPS: per / tenths[9]}
+	d := &Decay{Ops: ops}
+	for _, sec := range tenths {
+		d.TenthsTPS = append(d.TenthsTPS, per/sec)
+	}
+	d.FirstTPS, d.LastTPS = d.TenthsTPS[0], d.TenthsTPS[9]
 	d.Ratio = d.LastTPS / d.FirstTPS
 	return d
 }

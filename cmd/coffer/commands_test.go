@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/hex"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -91,6 +92,12 @@ func TestBenchTarget(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "errors: none") || strings.Contains(out, "writes acknowledged 0,") {
 			t.Fatalf("%v: code %d\n%s%s", target, code, out, errOut)
 		}
+	}
+	// --decay: one run of that many ops, each tenth's throughput reported.
+	code, out, errOut := run(t, "bench", "--target", s.base, "--api-key", devKey, "--decay", "400", "--clients", "2", "--warmup", "0s", "--scale", "0.001")
+	tenths := regexp.MustCompile(`(?m)^tps per tenth:( [0-9]+){10}$`)
+	if code != 0 || !strings.Contains(out, "decay over 400 ops: first tenth ") || !tenths.MatchString(out) || !strings.Contains(out, "errors: none") {
+		t.Fatalf("--decay: code %d\n%s%s", code, out, errOut)
 	}
 	// A wrong key or address stops the bench before any run, with the code.
 	for _, c := range []struct {
