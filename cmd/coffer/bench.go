@@ -189,18 +189,17 @@ func stopOnInterrupt(ctx context.Context, abandon func(), stderr io.Writer) <-ch
 	stop := make(chan struct{})
 	go func() {
 		defer signal.Stop(sig)
-		for first := true; ; first = false {
-			select {
-			case <-ctx.Done():
-				return
-			case <-sig:
-			}
-			if !first {
-				abandon()
-				return
-			}
-			fmt.Fprintln(stderr, "coffer bench: stopping after the ops in flight; interrupt again to abandon the report")
-			close(stop)
+		select {
+		case <-ctx.Done():
+			return
+		case <-sig:
+		}
+		fmt.Fprintln(stderr, "coffer bench: stopping after the ops in flight; interrupt again to abandon the report")
+		close(stop)
+		select {
+		case <-ctx.Done():
+		case <-sig:
+			abandon()
 		}
 	}()
 	return stop

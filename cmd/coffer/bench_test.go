@@ -138,11 +138,49 @@ func TestBenchPGSetReachesPostgres(t *testing.T) {
 // the rounds done are reported and audited, and the local stack is gone
 // afterwards, its data outside the temp dir included.
 func TestBenchInterrupted(t *testing.T) {
-	bin := cofferBinary(t)
 	tmp, dir := t.TempDir(), t.TempDir()
 	jsonPath := filepath.Join(dir, "bench.json")
-	cmd := exec.Command(bin, "bench", "--self", "--workload", "write", "--clients", "4", "--duration", "10m",
-		"--rounds", "3", "--baseline", "sql", "--progress", "1s", "--warmup", "1s", "--scale", "0.01", "--json", jsonPath)
+	code, out, errOut := interruptBench(t, tmp, 1, "--json", jsonPath)
+	if code != 0 {
+		t.Fatalf("coffer bench: exit %d\n%s%s", code, out, errOut)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	must(t, err)
+	var rep bench.Report
+	must(t, json.Unmarshal(raw, &rep))
+	switch {
+	case !rep.Interrupted || len(rep.Rounds) != 1 || rep.Rounds[0].CofferTPS <= 0 || rep.Rounds[0].BaselineTPS != 0 || rep.Baseline != nil:
+		t.Fatalf("rounds: %s", raw)
+	case len(rep.Errors) != 0 || rep.Writes == 0 || rep.Writes != rep.TrxWritten:
+		t.Fatalf("errors %v; writes acknowledged %d, trx rows written %d", rep.Errors, rep.Writes, rep.TrxWritten)
+	case !rep.Audited || rep.AuditViolations != 0:
+		t.Fatalf("audit: ran %v, %d violations", rep.Audited, rep.AuditViolations)
+	case !strings.Contains(out, "interrupted: ") || !strings.Contains(errOut, "stopping after the ops in flight"):
+		t.Fatalf("no word of the interrupt:\n%s%s", out, errOut)
+	}
+	stackGone(t, tmp)
+}
+
+// A second interrupt abandons the report, and still removes the stack.
+func TestBenchAbandoned(t *testing.T) {
+	tmp, dir := t.TempDir(), t.TempDir()
+	jsonPath := filepath.Join(dir, "bench.json")
+	code, out, errOut := interruptBench(t, tmp, 2, "--json", jsonPath)
+	if code != 1 || !strings.Contains(errOut, "abandoned at the second interrupt") || strings.Contains(out, "coffer latency") {
+		t.Fatalf("coffer bench: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, err := os.Stat(jsonPath); !os.IsNotExist(err) {
+		t.Fatalf("a report was written: %v", err)
+	}
+	stackGone(t, tmp)
+}
+
+// interruptBench runs a long `coffer bench --self` with TMPDIR=tmp and
+// sends it n interrupts at its first progress line. It returns the exit
+// code and output.
+func interruptBench(t *testing.T, tmp string, n int, args ...string) (int, string, string) {
+	cmd := exec.Command(cofferBinary(t), append([]string{"bench", "--self", "--workload", "write", "--clients", "4", "--duration", "10m",
+		"--rounds", "3", "--baseline", "sql", "--progress", "1s", "--warmup", "1s", "--scale", "0.01"}, args...)...)
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	stdout, err := cmd.StdoutPipe()
 	must(t, err)
@@ -160,26 +198,24 @@ func TestBenchInterrupted(t *testing.T) {
 		_ = cmd.Wait()
 		t.Fatalf("no progress line to interrupt at:\n%s%s", &out, &stderr)
 	}
-	must(t, cmd.Process.Signal(syscall.SIGINT))
+	for i := range n {
+		if i > 0 {
+			// Signals sent together merge into one; the bench spends over
+			// a second after the first reading its counters.
+			time.Sleep(300 * time.Millisecond)
+		}
+		must(t, cmd.Process.Signal(syscall.SIGINT))
+	}
 	rest, _ := io.ReadAll(stdout)
 	out.Write(rest)
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("coffer bench: %v\n%s%s", err, &out, &stderr)
-	}
-	raw, err := os.ReadFile(jsonPath)
-	must(t, err)
-	var rep bench.Report
-	must(t, json.Unmarshal(raw, &rep))
-	switch {
-	case !rep.Interrupted || len(rep.Rounds) != 1 || rep.Rounds[0].CofferTPS <= 0 || rep.Rounds[0].BaselineTPS != 0 || rep.Baseline != nil:
-		t.Fatalf("rounds: %s", raw)
-	case len(rep.Errors) != 0 || rep.Writes == 0 || rep.Writes != rep.TrxWritten:
-		t.Fatalf("errors %v; writes acknowledged %d, trx rows written %d", rep.Errors, rep.Writes, rep.TrxWritten)
-	case !rep.Audited || rep.AuditViolations != 0:
-		t.Fatalf("audit: ran %v, %d violations", rep.Audited, rep.AuditViolations)
-	case !strings.Contains(out.String(), "interrupted: ") || !strings.Contains(stderr.String(), "stopping after the ops in flight"):
-		t.Fatalf("no word of the interrupt:\n%s%s", &out, &stderr)
-	}
+	_ = cmd.Wait()
+	return cmd.ProcessState.ExitCode(), out.String(), stderr.String()
+}
+
+// stackGone fails if a bench's local stack left anything in tmp, its
+// TMPDIR, or data outside it under /var/tmp.
+func stackGone(t *testing.T, tmp string) {
+	t.Helper()
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Fatalf("left in the temp dir: %v", left)
 	}
