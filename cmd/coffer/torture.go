@@ -85,6 +85,12 @@ func runTortureCmd(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	violations, err := t.run(ctx)
+	if ctx.Err() != nil {
+		// The checks fail too once interrupted; their errors would read
+		// like findings.
+		fmt.Fprintln(stderr, "coffer torture: interrupted; nothing was checked")
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "coffer torture:", err)
 		return 1

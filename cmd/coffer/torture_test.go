@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,4 +78,17 @@ func damageShard(ctx context.Context, m *shard.Map, sql string) error {
 		err = fmt.Errorf("damage touched %d rows", tag.RowsAffected())
 	}
 	return err
+}
+
+// An interrupted torture run says that it checked nothing (the checks'
+// own errors would read like findings) and removes its servers.
+func TestTortureInterrupted(t *testing.T) {
+	tmp := t.TempDir()
+	cmd, finish := startUntil(t, tmp, "faults planned", "torture", "--duration", "10m")
+	time.Sleep(2 * time.Second) // into the workload
+	must(t, cmd.Process.Signal(syscall.SIGINT))
+	if code, out, errOut := finish(); code != 1 || strings.TrimSpace(errOut) != "coffer torture: interrupted; nothing was checked" {
+		t.Fatalf("exit %d:\n%s%s", code, out, errOut)
+	}
+	stackGone(t, tmp)
 }
