@@ -18,8 +18,10 @@ type Workload string
 const (
 	// Write grants 1–10000 of a currency to a random player.
 	Write Workload = "write"
-	// Spend alternates grants and consumes; some consumes fail for lack
-	// of funds.
+	// Spend alternates grants and consumes: each consume takes 1–5000
+	// from the player and currency of the grant before it, and fails for
+	// lack of funds when they hold less (about a quarter of them on
+	// players the run has not met before).
 	Spend Workload = "spend"
 	// Read reads a random player's balances.
 	Read Workload = "read"
@@ -28,7 +30,9 @@ const (
 	// Hold begins a hold that grants, then commits it (1 in 10 is rolled
 	// back instead): one operation, two calls.
 	Hold Workload = "hold"
-	// Exchange alternates grants and exchanges into the next currency.
+	// Exchange alternates grants and exchanges of a tenth of as much,
+	// from the player and currency of the grant before, into the next
+	// currency.
 	Exchange Workload = "exchange"
 )
 
@@ -89,6 +93,9 @@ type Generator struct {
 	client   int
 	n        uint64
 	flip     bool
+	// granted is the last grant of a Spend or Exchange client: the next
+	// op spends from its player and currency.
+	granted Op
 }
 
 // NewGenerator returns the generator of client number client.
@@ -136,7 +143,7 @@ func (g *Generator) Next() Op {
 	case Spend:
 		op.Call = CallGrant
 		if !g.flip {
-			op.Call = CallConsume
+			op.Call, op.Amount = CallConsume, (op.Amount+1)/2
 		}
 	case Hold:
 		op.Call, op.Rollback = CallHold, g.rng.IntN(10) == 0
@@ -145,6 +152,12 @@ func (g *Generator) Next() Op {
 		if !g.flip {
 			op.Call, op.Amount = CallExchange, op.Amount/10+1
 		}
+	}
+	switch op.Call {
+	case CallGrant:
+		g.granted = op
+	case CallConsume, CallExchange:
+		op.Namespace, op.Player, op.Currency = g.granted.Namespace, g.granted.Player, g.granted.Currency
 	}
 	return op
 }

@@ -72,3 +72,23 @@ func TestGeneratorsReproducible(t *testing.T) {
 		}
 	}
 }
+
+// TestSpendFromTheLastGrant: a consume or exchange spends from the player
+// and currency of the grant before it, so that most succeed; a consume
+// takes 1–5000, an exchange 1–1001.
+func TestSpendFromTheLastGrant(t *testing.T) {
+	for w, spend := range map[Workload]Call{Spend: CallConsume, Exchange: CallExchange} {
+		g, _ := NewGenerator(w, 1, 7, 0)
+		for i := 0; i < 1000; i++ {
+			grant, next := g.Next(), g.Next()
+			switch {
+			case grant.Call != CallGrant || next.Call != spend:
+				t.Fatalf("%s: calls %v then %v", w, grant.Call, next.Call)
+			case next.Namespace != grant.Namespace || next.Player != grant.Player || next.Currency != grant.Currency:
+				t.Fatalf("%s: %+v after %+v", w, next, grant)
+			case next.Amount < 1 || (w == Spend && next.Amount > 5000) || (w == Exchange && next.Amount > 1001):
+				t.Fatalf("%s: amount %d", w, next.Amount)
+			}
+		}
+	}
+}
