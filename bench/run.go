@@ -23,7 +23,12 @@ type RunConfig struct {
 	Workload Workload
 	Scale    float64
 	Seed     uint64
-	Clients  int
+	// Keys starts every idempotency key. The seed repeats a workload,
+	// never its keys: Bench draws Keys at random, since a second run
+	// against the same deployment would otherwise replay the first's
+	// writes (or conflict with them) instead of writing.
+	Keys    string
+	Clients int
 	// Duration ends the run, unless Ops is set: then the run ends after
 	// that many ops.
 	Duration time.Duration
@@ -82,7 +87,7 @@ const backlogMax = 100_000
 func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	gens := make([]*Generator, cfg.Clients)
 	for i := range gens {
-		g, err := NewGenerator(cfg.Workload, cfg.Scale, cfg.Seed, i)
+		g, err := NewGenerator(cfg.Workload, cfg.Scale, cfg.Seed, i, cfg.Keys)
 		if err != nil {
 			return nil, err
 		}

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/cofferhq/coffer/postgres"
@@ -218,6 +220,7 @@ func (s *sideTotals) addStatements(run map[string]*postgres.StatementStats) {
 
 // Bench runs the rounds and builds the report. Progress goes to out.
 func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, error) {
+	o.Keys = strconv.FormatUint(rand.Uint64()>>23, 36) // 41 bits, 8 characters
 	rep := &Report{Workload: o.Workload, Transport: o.Transport, Clients: o.Clients, Rate: o.Rate, Scale: o.Scale,
 		DurationS: o.Duration.Seconds(), Errors: map[string]int64{}}
 	if err := preflight(ctx, env.Coffer); err != nil {

@@ -90,16 +90,19 @@ type Generator struct {
 	players  int64
 	rng      *rand.Rand
 	ns, cur  *rand.Zipf
-	client   int
-	n        uint64
-	flip     bool
+	// keyPrefix makes the keys unique: to the bench run, this seed (each
+	// round has its own) and this client.
+	keyPrefix string
+	n         uint64
+	flip      bool
 	// granted is the last grant of a Spend or Exchange client: the next
 	// op spends from its player and currency.
 	granted Op
 }
 
-// NewGenerator returns the generator of client number client.
-func NewGenerator(w Workload, scale float64, seed uint64, client int) (*Generator, error) {
+// NewGenerator returns the generator of client number client. Its
+// idempotency keys start with keys (see RunConfig.Keys).
+func NewGenerator(w Workload, scale float64, seed uint64, client int, keys string) (*Generator, error) {
 	known := false
 	for _, k := range Workloads {
 		known = known || k == w
@@ -113,9 +116,10 @@ func NewGenerator(w Workload, scale float64, seed uint64, client int) (*Generato
 	}
 	rng := rand.New(rand.NewPCG(seed, uint64(client)))
 	return &Generator{
-		workload: w, players: players, rng: rng, client: client,
-		ns:  rand.NewZipf(rng, zipfS, 1, Namespaces-1),
-		cur: rand.NewZipf(rng, zipfS, 1, Currencies-1),
+		workload: w, players: players, rng: rng,
+		keyPrefix: "b" + keys + "-" + strconv.FormatUint(seed, 36) + "-" + strconv.Itoa(client) + "-",
+		ns:        rand.NewZipf(rng, zipfS, 1, Namespaces-1),
+		cur:       rand.NewZipf(rng, zipfS, 1, Currencies-1),
 	}, nil
 }
 
@@ -127,7 +131,7 @@ func (g *Generator) Next() Op {
 		Player:    g.rng.Int64N(g.players) + 1,
 		Currency:  int(g.cur.Uint64() + 1),
 		Amount:    g.rng.Int64N(10000) + 1,
-		Key:       "b" + strconv.Itoa(g.client) + "-" + strconv.FormatUint(g.n, 36) + "-" + strconv.FormatUint(g.rng.Uint64(), 36),
+		Key:       g.keyPrefix + strconv.FormatUint(g.n, 36),
 	}
 	g.flip = !g.flip
 	switch g.workload {

@@ -8,7 +8,7 @@ import (
 // TestDistributions: namespaces and currencies follow Zipf(s≈1.1) over
 // their ranges, players are uniform, keys are unique, and the mix is 80/20.
 func TestDistributions(t *testing.T) {
-	g, err := NewGenerator(Mix, 0.01, 7, 3)
+	g, err := NewGenerator(Mix, 0.01, 7, 3, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,14 +58,14 @@ func TestDistributions(t *testing.T) {
 	if share := float64(reads) / n; math.Abs(share-0.2) > 0.01 {
 		t.Errorf("read share %.3f, want 0.2", share)
 	}
-	if _, err := NewGenerator("nap", 1, 1, 0); err == nil {
+	if _, err := NewGenerator("nap", 1, 1, 0, "k"); err == nil {
 		t.Error("unknown workload accepted")
 	}
 }
 
 func TestGeneratorsReproducible(t *testing.T) {
-	a, _ := NewGenerator(Hold, 1, 42, 1)
-	b, _ := NewGenerator(Hold, 1, 42, 1)
+	a, _ := NewGenerator(Hold, 1, 42, 1, "k")
+	b, _ := NewGenerator(Hold, 1, 42, 1, "k")
 	for i := 0; i < 100; i++ {
 		if x, y := a.Next(), b.Next(); x != y {
 			t.Fatalf("op %d differs: %+v %+v", i, x, y)
@@ -78,7 +78,7 @@ func TestGeneratorsReproducible(t *testing.T) {
 // takes 1–5000, an exchange 1–1001.
 func TestSpendFromTheLastGrant(t *testing.T) {
 	for w, spend := range map[Workload]Call{Spend: CallConsume, Exchange: CallExchange} {
-		g, _ := NewGenerator(w, 1, 7, 0)
+		g, _ := NewGenerator(w, 1, 7, 0, "k")
 		for i := 0; i < 1000; i++ {
 			grant, next := g.Next(), g.Next()
 			switch {

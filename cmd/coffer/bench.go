@@ -133,7 +133,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 			return nil, fmt.Errorf("--json %s: no directory %s", f.jsonPath, filepath.Dir(f.jsonPath))
 		}
 	}
-	if _, err := bench.NewGenerator(f.Workload, f.Scale, 0, 0); err != nil {
+	if _, err := bench.NewGenerator(f.Workload, f.Scale, 0, 0, ""); err != nil {
 		return nil, err
 	}
 	return f, nil

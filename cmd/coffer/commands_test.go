@@ -93,6 +93,19 @@ func TestBenchTarget(t *testing.T) {
 			t.Fatalf("%v: code %d\n%s%s", target, code, out, errOut)
 		}
 	}
+	// The workloads with consumes, holds and exchanges, over both transports:
+	// no error but a consume or exchange finding too little.
+	for _, target := range [][]string{{"--target", s.base}, {"--target", s.main.GRPCAddr, "--transport", "grpc"}} {
+		for _, w := range []string{"spend", "hold", "exchange"} {
+			args := append([]string{"bench", "--api-key", devKey, "--workload", w, "--clients", "2", "--duration", "1s",
+				"--warmup", "0s", "--rounds", "1", "--scale", "0.001"}, target...)
+			code, out, errOut := run(t, args...)
+			errs := regexp.MustCompile(`(?m)^errors: (.*)$`).FindStringSubmatch(out)
+			if code != 0 || errs == nil || (errs[1] != "none" && !regexp.MustCompile(`^insufficient_funds [0-9]+$`).MatchString(errs[1])) || strings.Contains(out, "writes acknowledged 0,") {
+				t.Fatalf("%s %v: code %d\n%s%s", w, target, code, out, errOut)
+			}
+		}
+	}
 	// --decay: one run of that many ops, each tenth's throughput reported.
 	code, out, errOut := run(t, "bench", "--target", s.base, "--api-key", devKey, "--decay", "400", "--clients", "2", "--warmup", "0s", "--scale", "0.001")
 	tenths := regexp.MustCompile(`(?m)^tps per tenth:( [0-9]+){10}$`)
