@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"os"
@@ -178,7 +177,7 @@ func TestBenchAbandoned(t *testing.T) {
 // sends it n interrupts at its first progress line. It returns the exit
 // code and output.
 func interruptBench(t *testing.T, tmp string, n int, args ...string) (int, string, string) {
-	cmd, finish := startUntil(t, tmp, "coffer#1 ", append([]string{"bench", "--self", "--workload", "write", "--clients", "4", "--duration", "10m",
+	cmd, _, finish := startUntil(t, tmp, "coffer#1 ", append([]string{"bench", "--self", "--workload", "write", "--clients", "4", "--duration", "10m",
 		"--rounds", "3", "--baseline", "sql", "--progress", "1s", "--warmup", "1s", "--scale", "0.01"}, args...)...)
 	for i := range n {
 		if i > 0 {
@@ -189,40 +188,6 @@ func interruptBench(t *testing.T, tmp string, n int, args ...string) (int, strin
 		must(t, cmd.Process.Signal(syscall.SIGINT))
 	}
 	return finish()
-}
-
-// startUntil starts `coffer args…` with TMPDIR=tmp and returns once a line
-// of its output contains mark (it is killed after 3 minutes in all).
-// finish waits for it to exit and returns its exit code and output.
-func startUntil(t *testing.T, tmp, mark string, args ...string) (cmd *exec.Cmd, finish func() (int, string, string)) {
-	cmd = exec.Command(cofferBinary(t), args...)
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	stdout, err := cmd.StdoutPipe()
-	must(t, err)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	must(t, cmd.Start())
-	kill := time.AfterFunc(3*time.Minute, func() { _ = cmd.Process.Kill() })
-	var out strings.Builder
-	lines := bufio.NewScanner(stdout)
-	found := false
-	for !found && lines.Scan() {
-		out.WriteString(lines.Text() + "\n")
-		found = strings.Contains(lines.Text(), mark)
-	}
-	finish = func() (int, string, string) {
-		for lines.Scan() {
-			out.WriteString(lines.Text() + "\n")
-		}
-		_ = cmd.Wait()
-		kill.Stop()
-		return cmd.ProcessState.ExitCode(), out.String(), stderr.String()
-	}
-	if !found {
-		_, o, e := finish()
-		t.Fatalf("no %q in the output:\n%s%s", mark, o, e)
-	}
-	return cmd, finish
 }
 
 // stackGone fails if a bench's local stack left anything in tmp, its

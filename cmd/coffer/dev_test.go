@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -24,12 +25,11 @@ func TestDevCommand(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("curl is needed to run the printed example; make test installs it")
 	}
-	bin := cofferBinary(t)
 	dir := t.TempDir()
 	t.Cleanup(func() { _ = pgserver.RemoveAll(dir) })
 	data := filepath.Join(dir, "data")
 	for run := 1; run <= 2; run++ {
-		commands := startDev(t, bin, data, func(cmds []string) {
+		commands := startDev(t, data, func(cmds []string) {
 			var grant coffer.Trx
 			must(t, json.Unmarshal(runShell(t, cmds[0]), &grant))
 			var bal coffer.Balances
@@ -46,53 +46,62 @@ func TestDevCommand(t *testing.T) {
 
 // startDev starts `coffer dev` on free ports, hands the printed curl
 // commands to try, then interrupts it and checks it stops cleanly.
-func startDev(t *testing.T, bin, data string, try func([]string)) int {
+func startDev(t *testing.T, data string, try func([]string)) int {
 	t.Helper()
-	cmd := exec.Command(bin, "dev", "--data-dir", data, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0")
-	stdout, err := cmd.StdoutPipe()
-	must(t, err)
-	cmd.Stderr = os.Stderr
-	must(t, cmd.Start())
-	defer func() { _ = cmd.Process.Kill() }()
-	lines := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	cmd, upTo, finish := startUntil(t, t.TempDir(), "Press Ctrl-C",
+		"dev", "--data-dir", data, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0")
 	var cmds []string
-	timeout := time.After(60 * time.Second)
-wait:
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatal("coffer dev exited before it was up")
-			}
-			if strings.HasPrefix(l, "curl ") {
-				cmds = append(cmds, l)
-			}
-			if strings.HasPrefix(l, "Press Ctrl-C") {
-				break wait
-			}
-		case <-timeout:
-			t.Fatal("coffer dev not up in 60 s")
+	for _, l := range strings.Split(upTo, "\n") {
+		if strings.HasPrefix(l, "curl ") {
+			cmds = append(cmds, l)
 		}
 	}
 	if len(cmds) == 2 {
 		try(cmds)
 	}
 	must(t, cmd.Process.Signal(syscall.SIGINT))
-	var rest strings.Builder
-	for l := range lines {
-		rest.WriteString(l + "\n")
-	}
-	if err := cmd.Wait(); err != nil || !strings.Contains(rest.String(), "coffer dev: stopped") {
-		t.Fatalf("coffer dev did not stop cleanly: %v\n%s", err, rest.String())
+	if code, out, errOut := finish(); code != 0 || !strings.Contains(out, "coffer dev: stopped") {
+		t.Fatalf("coffer dev did not stop cleanly: exit %d\n%s%s", code, out, errOut)
 	}
 	return len(cmds)
+}
+
+// startUntil starts `coffer args…` with TMPDIR=tmp and returns once a line
+// of its output contains mark, with the output up to there; it is killed
+// at the end of the test, or after 3 minutes. finish waits for it to exit
+// and returns its exit code and whole output.
+func startUntil(t *testing.T, tmp, mark string, args ...string) (cmd *exec.Cmd, upTo string, finish func() (int, string, string)) {
+	t.Helper()
+	cmd = exec.Command(cofferBinary(t), args...)
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	stdout, err := cmd.StdoutPipe()
+	must(t, err)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	must(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	kill := time.AfterFunc(3*time.Minute, func() { _ = cmd.Process.Kill() })
+	var out strings.Builder
+	lines := bufio.NewScanner(stdout)
+	found := false
+	for !found && lines.Scan() {
+		out.WriteString(lines.Text() + "\n")
+		found = strings.Contains(lines.Text(), mark)
+	}
+	upTo = out.String()
+	finish = func() (int, string, string) {
+		for lines.Scan() {
+			out.WriteString(lines.Text() + "\n")
+		}
+		_ = cmd.Wait()
+		kill.Stop()
+		return cmd.ProcessState.ExitCode(), out.String(), stderr.String()
+	}
+	if !found {
+		_, o, e := finish()
+		t.Fatalf("no %q in the output:\n%s%s", mark, o, e)
+	}
+	return cmd, upTo, finish
 }
 
 var binary struct {

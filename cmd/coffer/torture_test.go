@@ -84,7 +84,7 @@ func damageShard(ctx context.Context, m *shard.Map, sql string) error {
 // own errors would read like findings) and removes its servers.
 func TestTortureInterrupted(t *testing.T) {
 	tmp := t.TempDir()
-	cmd, finish := startUntil(t, tmp, "faults planned", "torture", "--duration", "10m")
+	cmd, _, finish := startUntil(t, tmp, "faults planned", "torture", "--duration", "10m")
 	time.Sleep(2 * time.Second) // into the workload
 	must(t, cmd.Process.Signal(syscall.SIGINT))
 	if code, out, errOut := finish(); code != 1 || strings.TrimSpace(errOut) != "coffer torture: interrupted; nothing was checked" {
