@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,5 +79,25 @@ func TestStopEndsTheRunsNotTheReport(t *testing.T) {
 	o := Options{RunConfig: RunConfig{Workload: Write, Scale: 1, Clients: 1, Duration: time.Minute, Stop: stop}, Rounds: 1}
 	if _, err := Bench(context.Background(), o, Env{Coffer: &countTarget{}}, io.Discard); err == nil {
 		t.Fatal("a bench stopped before its first run reported")
+	}
+}
+
+// refusingTarget answers every op with code.
+type refusingTarget struct{ code string }
+
+func (r refusingTarget) Do(context.Context, *Op) string { return r.code }
+
+// TestPreflight: a target that cannot read a balance stops the bench
+// before any run, with its code, whichever side it is.
+func TestPreflight(t *testing.T) {
+	o := Options{RunConfig: RunConfig{Workload: Write, Scale: 1, Clients: 1, Duration: time.Minute}, Rounds: 1}
+	for want, env := range map[string]Env{
+		"coffer: a balance read (namespace 1, player 1) failed: unauthenticated;": {Coffer: refusingTarget{"unauthenticated"}, Baseline: &countTarget{}},
+		"the baseline: a balance read (namespace 1, player 1) failed: transport;": {Coffer: &countTarget{}, Baseline: refusingTarget{"transport"}},
+	} {
+		rep, err := Bench(context.Background(), o, env, io.Discard)
+		if err == nil || !strings.HasPrefix(err.Error(), want) || rep != nil {
+			t.Errorf("want %q, got %v", want, err)
+		}
 	}
 }
