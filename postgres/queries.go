@@ -8,8 +8,9 @@ import (
 // number, so each shard has its own text (and prepared statements).
 type queries struct {
 	lockPlayer, nextIDs                    string
-	lots, lotsByID, trxByKey, insertTrx    string
-	finishHold, insertOps, insertLots      string
+	lots, lotsIn, lotsByID, trxByKey       string
+	insertTrx, finishHold                  string
+	insertOps, insertLots                  string
 	updateLots, balancesNow, balancesAt    string
 	insertOp, insertLot, updateLot         string
 	finlogAsc, finlogDesc                  string
@@ -43,6 +44,11 @@ func newQueries(id coffer.ShardID) *queries {
 		nextIDs:        n(`SELECT nextval('id_seq_N') FROM generate_series(1, $1)`),
 		lots: n(`SELECT lot_id, currency, paid, amount, expires_at, priority FROM lot_N
 			WHERE ns = $1 AND player_id = $2 AND amount > 0`),
+		// A write reads only the currencies it touches (the lot key leads
+		// with them): reading every lot made its cost grow with each
+		// currency the player ever held.
+		lotsIn: n(`SELECT lot_id, currency, paid, amount, expires_at, priority FROM lot_N
+			WHERE ns = $1 AND player_id = $2 AND currency = ANY($3) AND amount > 0`),
 		lotsByID: n(`SELECT lot_id, currency, paid, amount, expires_at, priority FROM lot_N
 			WHERE ns = $1 AND player_id = $2 AND lot_id = ANY($3)`),
 		trxByKey: n(`SELECT ` + trxColumns + ` FROM trx_N t
@@ -63,7 +69,7 @@ func newQueries(id coffer.ShardID) *queries {
 			VALUES ($4, $5, $1, $2, $6, $7, $8, $9, $10, $11, $12, $13, $3, $14)`),
 		insertLot: n(`INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, expires_at, priority, created_at, trx_id)
 			VALUES ($1, $2, $5, $6, $7, $8, $9, $10, $3, $4)`),
-		updateLot: n(`UPDATE lot_N SET amount = $4 WHERE ns = $1 AND player_id = $2 AND lot_id = $3`),
+		updateLot: n(`UPDATE lot_N SET amount = $5 WHERE ns = $1 AND player_id = $2 AND currency = $3 AND lot_id = $4`),
 		insertOps: n(`INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
 			balance_after, paid_after, created_at, purchase)
 			SELECT u.trx_id, u.seq, $1, $2, u.currency, u.lot_id, u.kind::op_kind, u.cause::op_cause, u.amount, u.paid,
@@ -76,8 +82,8 @@ func newQueries(id coffer.ShardID) *queries {
 			FROM unnest($5::bigint[], $6::int[], $7::bool[], $8::bigint[], $9::timestamptz[], $10::int[])
 				AS u(lot_id, currency, paid, amount, expires_at, priority)`),
 		updateLots: n(`UPDATE lot_N l SET amount = u.amount
-			FROM unnest($3::bigint[], $4::bigint[]) AS u(lot_id, amount)
-			WHERE l.ns = $1 AND l.player_id = $2 AND l.lot_id = u.lot_id`),
+			FROM unnest($3::int[], $4::bigint[], $5::bigint[]) AS u(currency, lot_id, amount)
+			WHERE l.ns = $1 AND l.player_id = $2 AND l.currency = u.currency AND l.lot_id = u.lot_id`),
 		// One snapshot for the version and the lots: a cached balance is
 		// never paired with another version.
 		balancesNow: n(`SELECT b.version, l.lot_id, l.currency, l.paid, l.amount, l.expires_at, l.priority, l.created_at

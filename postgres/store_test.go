@@ -382,6 +382,51 @@ func TestExpiryAndBalanceAt(t *testing.T) {
 	}
 }
 
+// TestWriteRecordsItsCurrenciesExpiries checks that a write records the due
+// expiries of the currencies it touches before its own ops, and leaves
+// those of other currencies to the sweeper: it reads only its currencies'
+// lots.
+func TestWriteRecordsItsCurrenciesExpiries(t *testing.T) {
+	e := newEnv(t)
+	soon := time.Now().Add(800 * time.Millisecond)
+	e.mustChange(12, "a", coffer.OpRequest{Currency: "gold", Amount: 40, ExpiresAt: &soon}, free("gold", 10),
+		coffer.OpRequest{Currency: "silver", Amount: 7, ExpiresAt: &soon}, free("silver", 3))
+	time.Sleep(time.Second)
+	expiries := func() []coffer.Op {
+		t.Helper()
+		page, err := e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: 12})
+		must(t, err)
+		var ops []coffer.Op
+		for _, trx := range page.Items {
+			if trx.Kind == coffer.TrxExpire {
+				ops = append(ops, trx.Ops...)
+			}
+		}
+		return ops
+	}
+
+	trx := e.mustChange(12, "b", free("gold", 1))
+	if got := expiries(); len(got) != 1 || got[0].Currency != "gold" || got[0].Amount != -40 || got[0].BalanceAfter != 10 {
+		t.Fatalf("after a gold write, expiries = %+v; want gold's alone", got)
+	}
+	if trx.Ops[0].BalanceAfter != 11 {
+		t.Fatalf("gold write: %+v", trx.Ops)
+	}
+
+	_, _, err := e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(12, "x"), From: "gold", To: "silver", Amount: 1})
+	must(t, err)
+	got := expiries()
+	if len(got) != 2 || got[1].Currency != "silver" || got[1].Amount != -7 || got[1].BalanceAfter != 3 {
+		t.Fatalf("after an exchange into silver, expiries = %+v", got)
+	}
+	if n, err := e.store.SweepExpiredLots(ctx, 100); err != nil || n != 0 {
+		t.Fatalf("sweep after the writes: %d %v; want nothing left", n, err)
+	}
+	if b := e.balance(12, "silver"); b.Total != 103 {
+		t.Fatalf("silver = %+v", b)
+	}
+}
+
 // TestBalanceAtEqualsFinlogReplay checks, at every trx's time, that the
 // balance in the past equals a replay of the finlog up to it.
 func TestBalanceAtEqualsFinlogReplay(t *testing.T) {

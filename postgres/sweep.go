@@ -81,7 +81,7 @@ func (s *Store) expirePlayer(ctx context.Context, ns coffer.Namespace, player co
 	err := s.withPlayer(ctx, ns, player, func(t *playerTx) error {
 		book := &coffer.Book{NewID: t.nextID}
 		b := &pgx.Batch{}
-		queueLots(b, t, book)
+		queueLots(b, t, book, nil)
 		if err := t.start(ctx, b, 1); err != nil {
 			return err
 		}

@@ -110,11 +110,15 @@ func (s *Store) queueTrxByKey(b *pgx.Batch, t *playerTx, sc coffer.Scope, out **
 	})
 }
 
-// queueLots reads the player's lots with an amount into the book.
-func queueLots(b *pgx.Batch, t *playerTx, book *coffer.Book) {
-	b.Queue(t.q.lots, t.ns, t.player).Query(func(rows pgx.Rows) error {
-		return scanLots(rows, book)
-	})
+// queueLots reads the player's lots with an amount into the book: all of
+// them, or only those in currencies when it is not nil.
+func queueLots(b *pgx.Batch, t *playerTx, book *coffer.Book, currencies []int32) {
+	scan := func(rows pgx.Rows) error { return scanLots(rows, book) }
+	if currencies == nil {
+		b.Queue(t.q.lots, t.ns, t.player).Query(scan)
+		return
+	}
+	b.Queue(t.q.lotsIn, t.ns, t.player, currencies).Query(scan)
 }
 
 func scanLots(rows pgx.Rows, book *coffer.Book) error {
@@ -207,7 +211,7 @@ func purchaseJSON(p *coffer.Purchase) []byte {
 // queueLotWrites inserts the book's new lots and updates its changed ones.
 func queueLotWrites(b *pgx.Batch, t *playerTx, book *coffer.Book, trxID int64) {
 	var newIDs, newAmounts, updIDs, updAmounts []int64
-	var newCur, newPrio []int32
+	var newCur, newPrio, updCur []int32
 	var newPaid []bool
 	var newExp []*time.Time
 	for _, l := range book.Lots {
@@ -217,7 +221,7 @@ func queueLotWrites(b *pgx.Batch, t *playerTx, book *coffer.Book, trxID int64) {
 			newCur, newPrio = append(newCur, int32(l.Currency)), append(newPrio, l.Priority)
 			newPaid, newExp = append(newPaid, l.Paid), append(newExp, l.ExpiresAt)
 		case l.Changed:
-			updIDs, updAmounts = append(updIDs, l.ID), append(updAmounts, int64(l.Amount))
+			updCur, updIDs, updAmounts = append(updCur, int32(l.Currency)), append(updIDs, l.ID), append(updAmounts, int64(l.Amount))
 		}
 	}
 	switch len(newIDs) {
@@ -230,9 +234,9 @@ func queueLotWrites(b *pgx.Batch, t *playerTx, book *coffer.Book, trxID int64) {
 	switch len(updIDs) {
 	case 0:
 	case 1:
-		b.Queue(t.q.updateLot, t.ns, t.player, updIDs[0], updAmounts[0])
+		b.Queue(t.q.updateLot, t.ns, t.player, updCur[0], updIDs[0], updAmounts[0])
 	default:
-		b.Queue(t.q.updateLots, t.ns, t.player, updIDs, updAmounts)
+		b.Queue(t.q.updateLots, t.ns, t.player, updCur, updIDs, updAmounts)
 	}
 }
 

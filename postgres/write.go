@@ -18,7 +18,11 @@ func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Tr
 	if err != nil {
 		return coffer.Trx{}, false, err
 	}
-	return s.writeTrx(ctx, req.Scope, v.Hash, 2+len(v.Ops), func(t *playerTx, book *coffer.Book) (coffer.Trx, []coffer.BookOp, []byte, error) {
+	currencies := make([]int32, len(v.Ops))
+	for i, op := range v.Ops {
+		currencies[i] = int32(op.Currency.ID)
+	}
+	return s.writeTrx(ctx, req.Scope, v.Hash, currencies, 2+len(v.Ops), func(t *playerTx, book *coffer.Book) (coffer.Trx, []coffer.BookOp, []byte, error) {
 		var ops []coffer.BookOp
 		var pending []pendingGrant
 		for _, op := range v.Ops {
@@ -56,9 +60,13 @@ func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Tr
 	})
 }
 
-// writeTrx runs a new trx for scope under the player's lock: it records due
-// expiries, lets plan move lots on the book, and writes the trx, its ops and
-// lots. nIDs guesses how many ids plan needs.
+// writeTrx runs a new trx for scope under the player's lock: it loads the
+// lots of the currencies plan may touch, records their due expiries, lets
+// plan move lots on the book, and writes the trx, its ops and lots. nIDs
+// guesses how many ids plan needs. Due expiries in other currencies wait
+// for the sweeper: their op chains are not touched here, so they stay in
+// order, and a write's cost does not grow with every currency the player
+// holds.
 //
 // A new key is the common case, so the key is not looked up first: the
 // trx insert's unique index finds a known key, the transaction rolls back
@@ -66,7 +74,7 @@ func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Tr
 // idempotency_conflict). A plan that fails looks the key up too, so that a
 // retry of a request that succeeded gets its first answer even when it
 // would fail now.
-func (s *Store) writeTrx(ctx context.Context, sc coffer.Scope, hash []byte, nIDs int,
+func (s *Store) writeTrx(ctx context.Context, sc coffer.Scope, hash []byte, currencies []int32, nIDs int,
 	plan func(t *playerTx, book *coffer.Book) (coffer.Trx, []coffer.BookOp, []byte, error)) (coffer.Trx, bool, error) {
 	var out coffer.Trx
 	var replayed bool
@@ -74,7 +82,7 @@ func (s *Store) writeTrx(ctx context.Context, sc coffer.Scope, hash []byte, nIDs
 		t.emitter = sc.Emitter
 		book := &coffer.Book{NewID: t.nextID}
 		b := &pgx.Batch{}
-		queueLots(b, t, book)
+		queueLots(b, t, book, currencies)
 		if err := t.start(ctx, b, nIDs); err != nil {
 			return err
 		}
@@ -151,7 +159,7 @@ func (s *Store) Exchange(ctx context.Context, req coffer.ExchangeRequest) (coffe
 	if err != nil {
 		return coffer.Trx{}, false, err
 	}
-	return s.writeTrx(ctx, req.Scope, v.Hash, 4, func(t *playerTx, book *coffer.Book) (coffer.Trx, []coffer.BookOp, []byte, error) {
+	return s.writeTrx(ctx, req.Scope, v.Hash, []int32{int32(v.From.ID), int32(v.To.ID)}, 4, func(t *playerTx, book *coffer.Book) (coffer.Trx, []coffer.BookOp, []byte, error) {
 		// Paid A that becomes paid B is converted, not consumed: revenue is
 		// recognised only when B cannot be paid.
 		cause := coffer.CauseChange
@@ -211,7 +219,7 @@ func (s *Store) finishHold(ctx context.Context, sc coffer.Scope, commit, sweep b
 		book := &coffer.Book{NewID: t.nextID}
 		b := &pgx.Batch{}
 		s.queueTrxByKey(b, t, sc, &h)
-		queueLots(b, t, book)
+		queueLots(b, t, book, nil)
 		if err := t.start(ctx, b, 2+coffer.OpsMax/8); err != nil {
 			return err
 		}
