@@ -105,7 +105,7 @@ func newQueries(id coffer.ShardID) *queries {
 		finlogAsc:  n(finlogSQL(false)),
 		finlogDesc: n(finlogSQL(true)),
 		expiredPlayers: n(`SELECT DISTINCT ns, player_id FROM lot_N
-			WHERE expires_at <= now() AND amount > 0 LIMIT $1`),
+			WHERE expires_at <= now() AND expires_at > $2 AND amount > 0 LIMIT $1`),
 		pendingHolds: n(`SELECT ns, player_id, emitter, idempotency_key FROM trx_N
 			WHERE status = 'pending' AND hold_expires_at <= now() ORDER BY hold_expires_at LIMIT $1`),
 		revenue: n(`SELECT currency,

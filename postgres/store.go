@@ -34,6 +34,9 @@ type Store struct {
 	catalog *coffer.Catalog
 	opts    Options
 	queries sync.Map // coffer.ShardID → *queries
+	// lotsSwept is, per shard, the expiry time up to which the lot sweeper
+	// has recorded every expired lot (coffer.ShardID → time.Time).
+	lotsSwept sync.Map
 }
 
 var _ coffer.Ledger = (*Store)(nil)

@@ -23,9 +23,10 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m, 2) }
 
 type env struct {
-	store  *postgres.Store
-	router *shard.Router
-	t      *testing.T
+	store   *postgres.Store
+	router  *shard.Router
+	catalog *coffer.Catalog
+	t       *testing.T
 	// damaged skips the closing audit of a test that corrupts rows.
 	damaged bool
 }
@@ -69,7 +70,7 @@ func newEnvOn(t *testing.T, servers ...*pgserver.Server) *env {
 	}
 	must(t, cat.AddRate(1, "gold", "silver", coffer.Rate{Num: 100, Den: 1}))
 	must(t, cat.AddRate(1, "silver", "credits", coffer.Rate{Num: 1, Den: 10}))
-	e := &env{store: postgres.New(router, cat, postgres.Options{}), router: router, t: t}
+	e := &env{store: postgres.New(router, cat, postgres.Options{}), router: router, catalog: cat, t: t}
 	t.Cleanup(func() {
 		if !t.Failed() && !e.damaged {
 			e.auditClean()
@@ -392,21 +393,9 @@ func TestWriteRecordsItsCurrenciesExpiries(t *testing.T) {
 	e.mustChange(12, "a", coffer.OpRequest{Currency: "gold", Amount: 40, ExpiresAt: &soon}, free("gold", 10),
 		coffer.OpRequest{Currency: "silver", Amount: 7, ExpiresAt: &soon}, free("silver", 3))
 	time.Sleep(time.Second)
-	expiries := func() []coffer.Op {
-		t.Helper()
-		page, err := e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: 12})
-		must(t, err)
-		var ops []coffer.Op
-		for _, trx := range page.Items {
-			if trx.Kind == coffer.TrxExpire {
-				ops = append(ops, trx.Ops...)
-			}
-		}
-		return ops
-	}
 
 	trx := e.mustChange(12, "b", free("gold", 1))
-	if got := expiries(); len(got) != 1 || got[0].Currency != "gold" || got[0].Amount != -40 || got[0].BalanceAfter != 10 {
+	if got := e.expiries(12); len(got) != 1 || got[0].Currency != "gold" || got[0].Amount != -40 || got[0].BalanceAfter != 10 {
 		t.Fatalf("after a gold write, expiries = %+v; want gold's alone", got)
 	}
 	if trx.Ops[0].BalanceAfter != 11 {
@@ -415,7 +404,7 @@ func TestWriteRecordsItsCurrenciesExpiries(t *testing.T) {
 
 	_, _, err := e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(12, "x"), From: "gold", To: "silver", Amount: 1})
 	must(t, err)
-	got := expiries()
+	got := e.expiries(12)
 	if len(got) != 2 || got[1].Currency != "silver" || got[1].Amount != -7 || got[1].BalanceAfter != 3 {
 		t.Fatalf("after an exchange into silver, expiries = %+v", got)
 	}
@@ -424,6 +413,70 @@ func TestWriteRecordsItsCurrenciesExpiries(t *testing.T) {
 	}
 	if b := e.balance(12, "silver"); b.Total != 103 {
 		t.Fatalf("silver = %+v", b)
+	}
+}
+
+// expiries are the expire ops in a player's finlog, oldest first.
+func (e *env) expiries(player coffer.PlayerID) []coffer.Op {
+	e.t.Helper()
+	page, err := e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: player})
+	must(e.t, err)
+	var ops []coffer.Op
+	for _, trx := range page.Items {
+		if trx.Kind == coffer.TrxExpire {
+			ops = append(ops, trx.Ops...)
+		}
+	}
+	return ops
+}
+
+// TestHoldCommitRecordsAPastExpiry: a hold's grant whose expiry passed
+// before the commit expires at once, recorded by the commit, so that the
+// lot sweeper, which looks back only so far, has nothing left behind.
+func TestHoldCommitRecordsAPastExpiry(t *testing.T) {
+	e := newEnv(t)
+	soon := time.Now().Add(800 * time.Millisecond)
+	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(15, "h"), Hold: true,
+		Ops: []coffer.OpRequest{{Currency: "gold", Amount: 10, ExpiresAt: &soon}}})
+	must(t, err)
+	time.Sleep(time.Second)
+	trx, _, err := e.store.Commit(ctx, scope(15, "h"))
+	if err != nil || trx.Status != coffer.StatusCommitted {
+		t.Fatalf("commit: %+v %v", trx, err)
+	}
+	if got := e.expiries(15); len(got) != 1 || got[0].Amount != -10 || got[0].BalanceAfter != 0 {
+		t.Fatalf("expiries after the commit = %+v; want the grant's", got)
+	}
+	if n, err := e.store.SweepExpiredLots(ctx, 100); err != nil || n != 0 {
+		t.Fatalf("sweep after the commit: %d %v; want nothing left", n, err)
+	}
+}
+
+// TestLotSweeperLooksBackToItsLastPass: after a complete pass, the lot
+// sweeper looks only at expiries since that pass began (less the
+// overlap), not at every expiry ever recorded; a new instance looks at
+// all of them once.
+func TestLotSweeperLooksBackToItsLastPass(t *testing.T) {
+	e := newEnv(t)
+	later := time.Now().Add(time.Hour)
+	e.mustChange(14, "a", coffer.OpRequest{Currency: "gold", Amount: 5, ExpiresAt: &later})
+	if n, err := e.store.SweepExpiredLots(ctx, 100); err != nil || n != 0 {
+		t.Fatalf("first pass: %d %v", n, err)
+	}
+	// A due expiry behind the window, which no write leaves unrecorded: the
+	// lot's expiry moved an hour back.
+	id := e.router.Map().ShardOf(14)
+	_, err := e.router.Shard(id).Exec(ctx, fmt.Sprintf(`UPDATE lot_%d SET expires_at = now() - interval '1 hour' WHERE player_id = 14`, id))
+	must(t, err)
+	if n, err := e.store.SweepExpiredLots(ctx, 100); err != nil || n != 0 {
+		t.Fatalf("second pass: %d %v; want the lot behind its window left alone", n, err)
+	}
+	fresh := postgres.New(e.router, e.catalog, postgres.Options{})
+	if n, err := fresh.SweepExpiredLots(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("a new instance's first pass: %d %v; want the lot recorded", n, err)
+	}
+	if got := e.expiries(14); len(got) != 1 || got[0].Amount != -5 {
+		t.Fatalf("expiries = %+v", got)
 	}
 }
 

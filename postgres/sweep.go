@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/cofferhq/coffer"
 	"github.com/jackc/pgx/v5"
@@ -14,7 +15,8 @@ import (
 // player's lock, so a hold another sweeper (or a client) finished first is
 // left alone.
 func (s *Store) SweepHolds(ctx context.Context, limit int) (int, error) {
-	return s.sweep(ctx, func(q *queries) string { return q.pendingHolds }, limit,
+	return s.sweep(ctx, limit,
+		func(id coffer.ShardID) (string, []any) { return s.q(id).pendingHolds, []any{limit} },
 		func(r pgx.CollectableRow) (coffer.Scope, error) {
 			var sc coffer.Scope
 			return sc, r.Scan(&sc.Namespace, &sc.PlayerID, &sc.Emitter, &sc.IdempotencyKey)
@@ -22,27 +24,51 @@ func (s *Store) SweepHolds(ctx context.Context, limit int) (int, error) {
 		func(sc coffer.Scope) (bool, error) {
 			trx, replayed, err := s.finishHold(ctx, sc, false, true)
 			return err == nil && !replayed && trx.Status == coffer.StatusExpired, err
-		})
+		}, nil)
 }
+
+// sweepOverlap is how far before a complete pass's start the lot sweeper's
+// next pass looks back: past any write still in flight when the pass began
+// (its grant may carry an expiry the pass could not see) and any drift
+// between this instance's clock and the database's.
+const sweepOverlap = 10 * time.Minute
 
 // SweepExpiredLots records an expire op for every lot that expired with an
 // amount left, at most limit players per shard per pass, and returns how
 // many players it changed. Safe on many instances, like SweepHolds.
+//
+// A recorded lot stays in the expiry index at amount 0 (a hold's rollback
+// may return currency to it), so a scan of every expiry up to now would
+// grow with all the expiries ever recorded. After a pass that listed every
+// due player of a shard and recorded them all, the next passes look only
+// at expiries since its start (less sweepOverlap): a lot that expired
+// before then had its expiry recorded, and one that gets an amount back
+// later (a rollback) has it recorded again by that write.
 func (s *Store) SweepExpiredLots(ctx context.Context, limit int) (int, error) {
-	return s.sweep(ctx, func(q *queries) string { return q.expiredPlayers }, limit,
+	return s.sweep(ctx, limit,
+		func(id coffer.ShardID) (string, []any) {
+			var since time.Time
+			if t, ok := s.lotsSwept.Load(id); ok {
+				since = t.(time.Time)
+			}
+			return s.q(id).expiredPlayers, []any{limit, since}
+		},
 		func(r pgx.CollectableRow) (coffer.Scope, error) {
 			var sc coffer.Scope
 			return sc, r.Scan(&sc.Namespace, &sc.PlayerID)
 		},
-		func(sc coffer.Scope) (bool, error) { return s.expirePlayer(ctx, sc.Namespace, sc.PlayerID) })
+		func(sc coffer.Scope) (bool, error) { return s.expirePlayer(ctx, sc.Namespace, sc.PlayerID) },
+		func(id coffer.ShardID, started time.Time) { s.lotsSwept.Store(id, started.Add(-sweepOverlap)) })
 }
 
 // sweep runs one pass: on every shard it lists at most limit candidates
-// with query (whose one argument is the limit) and acts on each. A failing
-// shard or candidate does not stop the pass; the errors are joined. It
-// returns how many candidates act reported done.
-func (s *Store) sweep(ctx context.Context, query func(*queries) string, limit int,
-	scan pgx.RowToFunc[coffer.Scope], act func(coffer.Scope) (bool, error)) (int, error) {
+// with the statement list gives and acts on each. A failing shard or
+// candidate does not stop the pass; the errors are joined. complete, if
+// set, hears of each shard whose candidates were all listed (fewer than
+// limit) and acted on without an error, with the time its listing began.
+// It returns how many candidates act reported done.
+func (s *Store) sweep(ctx context.Context, limit int, list func(coffer.ShardID) (string, []any),
+	scan pgx.RowToFunc[coffer.Scope], act func(coffer.Scope) (bool, error), complete func(coffer.ShardID, time.Time)) (int, error) {
 	n := 0
 	var errs []error
 	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
@@ -52,8 +78,10 @@ func (s *Store) sweep(ctx context.Context, query func(*queries) string, limit in
 			errs = append(errs, err)
 			continue
 		}
+		started := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		rows, err := pool.Query(cctx, query(s.q(id)), limit)
+		sql, args := list(id)
+		rows, err := pool.Query(cctx, sql, args...)
 		var due []coffer.Scope
 		if err == nil {
 			due, err = pgx.CollectRows(rows, scan)
@@ -63,14 +91,19 @@ func (s *Store) sweep(ctx context.Context, query func(*queries) string, limit in
 			errs = append(errs, s.fail(id, err))
 			continue
 		}
+		failed := false
 		for _, sc := range due {
 			done, err := act(sc)
 			if err != nil {
 				errs = append(errs, err)
+				failed = true
 			}
 			if done {
 				n++
 			}
+		}
+		if complete != nil && !failed && len(due) < limit {
+			complete(id, started)
 		}
 	}
 	return n, errors.Join(errs...)

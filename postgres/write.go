@@ -254,11 +254,15 @@ func (s *Store) finishHold(ctx context.Context, sc coffer.Scope, commit, sweep b
 			if ops, err = s.release(ctx, t, book, h); err != nil {
 				return err
 			}
-			expiredAfter = book.Expire()
 			if commit {
 				after = holdExpired(h)
 			}
 		}
+		// A grant or a reservation may land on a lot whose expiry has
+		// passed: it expires at once, in a trx of its own after the hold's,
+		// so that no lot is left with a due expiry unrecorded behind the
+		// lot sweeper's window (SweepExpiredLots).
+		expiredAfter = book.Expire()
 		out = h.Trx
 		out.Status, out.Version = status, t.version
 		out.Ops = append(settledOps(h.Ops), s.apiOps(ops)...)
