@@ -104,7 +104,9 @@ func newQueries(id coffer.ShardID) *queries {
 				WHERE ns = $1 AND player_id = $2 AND currency = c.currency AND amount > 0 AND expires_at <= $3) x ON true`),
 		finlogAsc:  n(finlogSQL(false)),
 		finlogDesc: n(finlogSQL(true)),
-		expiredPlayers: n(`SELECT DISTINCT ns, player_id FROM lot_N
+		// Not DISTINCT: that reads every due lot before the first row;
+		// the sweeper skips a player it has seen instead.
+		expiredPlayers: n(`SELECT ns, player_id FROM lot_N
 			WHERE expires_at <= now() AND expires_at > $2 AND amount > 0 LIMIT $1`),
 		pendingHolds: n(`SELECT ns, player_id, emitter, idempotency_key FROM trx_N
 			WHERE status = 'pending' AND hold_expires_at <= now() ORDER BY hold_expires_at LIMIT $1`),

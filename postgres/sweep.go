@@ -34,17 +34,18 @@ func (s *Store) SweepHolds(ctx context.Context, limit int) (int, error) {
 const sweepOverlap = 10 * time.Minute
 
 // SweepExpiredLots records an expire op for every lot that expired with an
-// amount left, at most limit players per shard per pass, and returns how
+// amount left, for at most limit due lots per shard per pass, and returns how
 // many players it changed. Safe on many instances, like SweepHolds.
 //
 // A recorded lot stays in the expiry index at amount 0 (a hold's rollback
 // may return currency to it), so a scan of every expiry up to now would
 // grow with all the expiries ever recorded. After a pass that listed every
-// due player of a shard and recorded them all, the next passes look only
-// at expiries since its start (less sweepOverlap): a lot that expired
-// before then had its expiry recorded, and one that gets an amount back
-// later (a rollback) has it recorded again by that write.
+// due lot of a shard and recorded them all, the next passes look only at
+// expiries since its start (less sweepOverlap): a lot that expired before
+// then had its expiry recorded, and the write that gives such a lot an
+// amount again (a hold's rollback or commit) records its expiry itself.
 func (s *Store) SweepExpiredLots(ctx context.Context, limit int) (int, error) {
+	seen := map[coffer.Scope]bool{} // a player is listed once per due lot
 	return s.sweep(ctx, limit,
 		func(id coffer.ShardID) (string, []any) {
 			var since time.Time
@@ -57,7 +58,13 @@ func (s *Store) SweepExpiredLots(ctx context.Context, limit int) (int, error) {
 			var sc coffer.Scope
 			return sc, r.Scan(&sc.Namespace, &sc.PlayerID)
 		},
-		func(sc coffer.Scope) (bool, error) { return s.expirePlayer(ctx, sc.Namespace, sc.PlayerID) },
+		func(sc coffer.Scope) (bool, error) {
+			if seen[sc] {
+				return false, nil
+			}
+			seen[sc] = true
+			return s.expirePlayer(ctx, sc.Namespace, sc.PlayerID)
+		},
 		func(id coffer.ShardID, started time.Time) { s.lotsSwept.Store(id, started.Add(-sweepOverlap)) })
 }
 
