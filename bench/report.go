@@ -80,6 +80,13 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, " %.0f", tps)
 		}
 		fmt.Fprintln(w)
+		if len(d.TenthsCofferCPU) > 0 {
+			fmt.Fprint(w, "coffer CPU s / 1000 ops per tenth (the host's speed):")
+			for _, s := range d.TenthsCofferCPU {
+				fmt.Fprintf(w, " %.3f", s)
+			}
+			fmt.Fprintln(w)
+		}
 	}
 	writeStatements(w, "coffer", &r.Coffer)
 	if r.Baseline != nil {

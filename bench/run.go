@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,11 @@ type RunConfig struct {
 	// Stop, once closed, ends the run early: no op starts after it, and
 	// those in flight finish.
 	Stop <-chan struct{}
+	// CPUPIDs are processes whose CPU time a run with Ops reads at its
+	// start and at the end of each tenth. A process whose work per op
+	// does not grow with the data (coffer serve) gauges the host: a
+	// change of its CPU per op across tenths is the machine's speed.
+	CPUPIDs []int
 }
 
 // stopped tells whether Stop is closed.
@@ -70,6 +76,8 @@ type Result struct {
 	Series  []Point          `json:"series"`
 	// Tenths are the seconds each tenth of Ops took (runs with Ops).
 	Tenths []float64 `json:"tenths_s,omitempty"`
+	// TenthsCPU are the CPU seconds of RunConfig.CPUPIDs in each tenth.
+	TenthsCPU []float64 `json:"tenths_cpu_s,omitempty"`
 
 	hist   *hdrhistogram.Histogram
 	writes int64 // acknowledged writes: each added one trx row
@@ -103,6 +111,14 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	rec := newRecorder(start)
 	var claimed, done, writes, answered atomic.Int64
 	tenths := make([]atomic.Int64, 10) // unix ns when each tenth completed
+	// CPU seconds of cfg.CPUPIDs (as float64 bits) at the start and at
+	// the end of each tenth.
+	cpuAt := make([]atomic.Uint64, 11)
+	readCPU := func(i int) {
+		if len(cfg.CPUPIDs) > 0 {
+			cpuAt[i].Store(math.Float64bits(cpuSeconds(cfg.CPUPIDs)))
+		}
+	}
 	// An op belongs to the warmup if it started (or, in an open loop, was
 	// due) before start.
 	complete := func(at time.Time, code string, op *Op) {
@@ -120,6 +136,7 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 		rec.record(d, code)
 		if n := done.Add(1); cfg.Ops >= 10 && n%(cfg.Ops/10) == 0 && n/(cfg.Ops/10) <= 10 {
 			tenths[n/(cfg.Ops/10)-1].Store(time.Now().UnixNano())
+			readCPU(int(n / (cfg.Ops / 10)))
 		}
 	}
 	claim := func(at time.Time) bool {
@@ -133,6 +150,7 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	ticksDone := make(chan struct{})
 	go func() {
 		time.Sleep(time.Until(start))
+		readCPU(0)
 		tickLoop(rec, cfg, stopTicks, ticksDone)
 	}()
 	var wg sync.WaitGroup
@@ -166,6 +184,9 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 			}
 			res.Tenths = append(res.Tenths, float64(at-prev)/1e9)
 			prev = at
+			if len(cfg.CPUPIDs) > 0 {
+				res.TenthsCPU = append(res.TenthsCPU, math.Float64frombits(cpuAt[i+1].Load())-math.Float64frombits(cpuAt[i].Load()))
+			}
 		}
 	}
 	return res, nil

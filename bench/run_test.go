@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"io"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -31,6 +32,38 @@ func TestRunWarmupIsNotCounted(t *testing.T) {
 	calls := tgt.calls.Load()
 	if res.Ops != 400 || len(res.Tenths) != 10 || calls <= 400 || res.answered != calls || res.writes != calls {
 		t.Fatalf("measured %d, tenths %d, calls %d, answered %d, writes %d", res.Ops, len(res.Tenths), calls, res.answered, res.writes)
+	}
+}
+
+// spinTarget spends the same CPU on every op (some milliseconds: a
+// tenth of a 400-op run spans several clock ticks however loaded the
+// machine is).
+type spinTarget struct{ sink atomic.Uint64 }
+
+func (s *spinTarget) Do(ctx context.Context, op *Op) string {
+	x := uint64(op.Player)
+	for range 2_000_000 {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+	s.sink.Add(x)
+	return ""
+}
+
+// TestRunReadsCPUPerTenth: a run with Ops reads its CPUPIDs' CPU time at
+// the start and at each tenth, and reports what each tenth spent.
+func TestRunReadsCPUPerTenth(t *testing.T) {
+	res, err := Run(context.Background(), RunConfig{Workload: Write, Scale: 1, Seed: 1, Clients: 2,
+		Ops: 400, CPUPIDs: []int{os.Getpid()}}, &spinTarget{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.TenthsCPU) != 10 {
+		t.Fatalf("CPU of %d tenths; want 10", len(res.TenthsCPU))
+	}
+	for i, sec := range res.TenthsCPU {
+		if sec <= 0 {
+			t.Fatalf("tenth %d spent %.3f CPU-s spinning: %v", i+1, sec, res.TenthsCPU)
+		}
 	}
 }
 

@@ -57,16 +57,17 @@ func TestPercentiles(t *testing.T) {
 }
 
 func TestDecay(t *testing.T) {
-	d := decay(1000, []float64{1, 2, 1, 1, 1, 1, 1, 1, 1, 1.25})
+	d := decay(1000, []float64{1, 2, 1, 1, 1, 1, 1, 1, 1, 1.25}, []float64{0.03, 0.03, 0.03, 0.03, 0.03, 0.03, 0.03, 0.03, 0.03, 0.04})
 	if d == nil || d.FirstTPS != 100 || d.LastTPS != 80 || d.Ratio != 0.8 || len(d.TenthsTPS) != 10 || d.TenthsTPS[1] != 50 || d.TenthsTPS[9] != 80 {
 		t.Fatalf("%+v", d)
 	}
 	var text strings.Builder
 	(&Report{Decay: d}).WriteText(&text)
-	if !strings.Contains(text.String(), "tps per tenth: 100 50 100 100 100 100 100 100 100 80\n") {
+	if !strings.Contains(text.String(), "tps per tenth: 100 50 100 100 100 100 100 100 100 80\n") ||
+		!strings.Contains(text.String(), "coffer CPU s / 1000 ops per tenth (the host's speed): 0.300 0.300 0.300 0.300 0.300 0.300 0.300 0.300 0.300 0.400\n") {
 		t.Fatalf("report:\n%s", &text)
 	}
-	if decay(1000, []float64{1, 1}) != nil {
+	if decay(1000, []float64{1, 1}, nil) != nil {
 		t.Error("decay from an unfinished run")
 	}
 }

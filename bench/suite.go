@@ -57,6 +57,10 @@ type Decay struct {
 	// TenthsTPS is the throughput of each tenth, first to last: where
 	// between the two ends it changed.
 	TenthsTPS []float64 `json:"tenths_tps"`
+	// TenthsCofferCPU is coffer serve's CPU seconds per 1000 ops in each
+	// tenth (with --self). Its work per op does not grow with the data,
+	// so where it rises the host slowed down, not the write.
+	TenthsCofferCPU []float64 `json:"tenths_coffer_cpu_s_per_1000,omitempty"`
 }
 
 // Side is what one side (coffer or the baseline) cost, from the database
@@ -244,8 +248,12 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 		fmt.Fprintf(out, "preload   done: %d grants in %.1fs, errors %v\n", res.Ops, res.Elapsed, res.Errors)
 		rep.Preload = res.Ops
 	}
+	cofferRuns := o
+	if env.CofferPID != 0 {
+		cofferRuns.CPUPIDs = []int{env.CofferPID}
+	}
 	for i := 0; i < o.Rounds && !o.stopped(); i++ {
-		res, err := runSide(ctx, o, env, env.Coffer, fmt.Sprintf("coffer#%d", i+1), i, &cofferSide, out)
+		res, err := runSide(ctx, cofferRuns, env, env.Coffer, fmt.Sprintf("coffer#%d", i+1), i, &cofferSide, out)
 		if err != nil {
 			return nil, err
 		}
@@ -289,7 +297,7 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 		rep.RSSPeakBytes = rssPeakBytes(env.CofferPID)
 	}
 	if o.Ops > 0 && len(rep.Runs) > 0 {
-		rep.Decay = decay(o.Ops, rep.Runs[0].Tenths)
+		rep.Decay = decay(o.Ops, rep.Runs[0].Tenths, rep.Runs[0].TenthsCPU)
 	}
 	return rep, nil
 }
@@ -341,8 +349,9 @@ func preflight(ctx context.Context, t Target) error {
 	return nil
 }
 
-// decay compares the throughput of the first and last tenth of ops.
-func decay(ops int64, tenths []float64) *Decay {
+// decay compares the throughput of the first and last tenth of ops, from
+// the seconds each tenth took and coffer's CPU seconds in each (if read).
+func decay(ops int64, tenths, cpu []float64) *Decay {
 	if len(tenths) < 10 || tenths[0] <= 0 || tenths[9] <= 0 {
 		return nil
 	}
@@ -350,6 +359,11 @@ func decay(ops int64, tenths []float64) *Decay {
 	d := &Decay{Ops: ops}
 	for _, sec := range tenths {
 		d.TenthsTPS = append(d.TenthsTPS, per/sec)
+	}
+	if len(cpu) == len(tenths) {
+		for _, sec := range cpu {
+			d.TenthsCofferCPU = append(d.TenthsCofferCPU, 1000*sec/per)
+		}
 	}
 	d.FirstTPS, d.LastTPS = d.TenthsTPS[0], d.TenthsTPS[9]
 	d.Ratio = d.LastTPS / d.FirstTPS
