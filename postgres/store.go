@@ -148,7 +148,8 @@ type playerTx struct {
 	ids     []int64
 	idErr   error
 	open    bool
-	// ctx is the request's, for the few statements run outside batches.
+	// ctx bounds every statement of the transaction: the request's, cut
+	// to the store's Timeout.
 	ctx context.Context
 }
 
@@ -212,7 +213,7 @@ func (s *Store) withPlayer(ctx context.Context, ns coffer.Namespace, player coff
 
 // start queues BEGIN, the player lock and nIDs fresh ids in front of b and
 // runs it: one round trip for the transaction's reads.
-func (t *playerTx) start(ctx context.Context, b *pgx.Batch, nIDs int) error {
+func (t *playerTx) start(b *pgx.Batch, nIDs int) error {
 	head := &pgx.Batch{}
 	head.Queue("BEGIN")
 	head.Queue(t.q.lockPlayer, t.ns, t.player, nIDs).QueryRow(func(row pgx.Row) error {
@@ -220,13 +221,13 @@ func (t *playerTx) start(ctx context.Context, b *pgx.Batch, nIDs int) error {
 	})
 	head.QueuedQueries = append(head.QueuedQueries, b.QueuedQueries...)
 	t.open = true
-	return t.conn.SendBatch(ctx, head).Close()
+	return t.conn.SendBatch(t.ctx, head).Close()
 }
 
 // finish runs the writes in b followed by COMMIT: the second round trip.
-func (t *playerTx) finish(ctx context.Context, b *pgx.Batch) error {
+func (t *playerTx) finish(b *pgx.Batch) error {
 	b.Queue("COMMIT")
-	if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
+	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
 		return err
 	}
 	t.open = false

@@ -480,6 +480,24 @@ func TestLotSweeperLooksBackToItsLastPass(t *testing.T) {
 	}
 }
 
+// TestTimeoutBoundsTheLockWait: a write on a player whose lock another
+// transaction holds gives up at the store's Timeout with shard_unavailable
+// (retry with the same key), instead of waiting as long as the lock is
+// held; the timeout bounds every statement of the write.
+func TestTimeoutBoundsTheLockWait(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(19, "a", free("gold", 5))
+	id := e.router.Map().ShardOf(19)
+	tx, err := e.router.Shard(id).Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = 19 FOR UPDATE`, id))
+	must(t, err)
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 300 * time.Millisecond})
+	_, _, err = store.Change(ctx, coffer.ChangeRequest{Scope: scope(19, "b"), Ops: []coffer.OpRequest{free("gold", 1)}})
+	wantCode(t, err, coffer.CodeUnavailable)
+}
+
 // TestBalanceAtEqualsFinlogReplay checks, at every trx's time, that the
 // balance in the past equals a replay of the finlog up to it.
 func TestBalanceAtEqualsFinlogReplay(t *testing.T) {

@@ -122,7 +122,7 @@ func (s *Store) expirePlayer(ctx context.Context, ns coffer.Namespace, player co
 		book := &coffer.Book{NewID: t.nextID}
 		b := &pgx.Batch{}
 		queueLots(b, t, book, nil)
-		if err := t.start(ctx, b, 1); err != nil {
+		if err := t.start(b, 1); err != nil {
 			return err
 		}
 		book.Now = t.now
@@ -136,7 +136,7 @@ func (s *Store) expirePlayer(ctx context.Context, ns coffer.Namespace, player co
 		if t.idErr != nil {
 			return t.idErr
 		}
-		if err := t.finish(ctx, w); err != nil {
+		if err := t.finish(w); err != nil {
 			return err
 		}
 		changed = true

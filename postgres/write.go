@@ -83,14 +83,14 @@ func (s *Store) writeTrx(ctx context.Context, sc coffer.Scope, hash []byte, curr
 		book := &coffer.Book{NewID: t.nextID}
 		b := &pgx.Batch{}
 		queueLots(b, t, book, currencies)
-		if err := t.start(ctx, b, nIDs); err != nil {
+		if err := t.start(b, nIDs); err != nil {
 			return err
 		}
 		book.Now = t.now
 		expired := book.Expire()
 		trx, ops, pending, err := plan(t, book)
 		if err != nil {
-			out, replayed, err = s.known(ctx, t, sc, hash, err)
+			out, replayed, err = s.known(t, sc, hash, err)
 			return err
 		}
 		out = trx
@@ -102,12 +102,12 @@ func (s *Store) writeTrx(ctx context.Context, sc coffer.Scope, hash []byte, curr
 		if t.idErr != nil {
 			return t.idErr
 		}
-		err = t.finish(ctx, w)
+		err = t.finish(w)
 		if keyTaken(t, err) {
 			if err := t.rollback(); err != nil {
 				return err
 			}
-			out, replayed, err = s.known(ctx, t, sc, hash, err)
+			out, replayed, err = s.known(t, sc, hash, err)
 		}
 		return err
 	})
@@ -117,11 +117,11 @@ func (s *Store) writeTrx(ctx context.Context, sc coffer.Scope, hash []byte, curr
 // known answers a write whose key may have been used: the stored trx's
 // replay or idempotency_conflict, or failed if the key is new. One round
 // trip.
-func (s *Store) known(ctx context.Context, t *playerTx, sc coffer.Scope, hash []byte, failed error) (coffer.Trx, bool, error) {
+func (s *Store) known(t *playerTx, sc coffer.Scope, hash []byte, failed error) (coffer.Trx, bool, error) {
 	var existing *storedTrx
 	b := &pgx.Batch{}
 	s.queueTrxByKey(b, t, sc, &existing)
-	if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
+	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
 		return coffer.Trx{}, false, err
 	}
 	if existing == nil {
@@ -220,7 +220,7 @@ func (s *Store) finishHold(ctx context.Context, sc coffer.Scope, commit, sweep b
 		b := &pgx.Batch{}
 		s.queueTrxByKey(b, t, sc, &h)
 		queueLots(b, t, book, nil)
-		if err := t.start(ctx, b, 2+coffer.OpsMax/8); err != nil {
+		if err := t.start(b, 2+coffer.OpsMax/8); err != nil {
 			return err
 		}
 		if h == nil {
@@ -251,7 +251,7 @@ func (s *Store) finishHold(ctx context.Context, sc coffer.Scope, commit, sweep b
 				status = coffer.StatusExpired
 			}
 			var err error
-			if ops, err = s.release(ctx, t, book, h); err != nil {
+			if ops, err = s.release(t, book, h); err != nil {
 				return err
 			}
 			if commit {
@@ -276,7 +276,7 @@ func (s *Store) finishHold(ctx context.Context, sc coffer.Scope, commit, sweep b
 		if t.idErr != nil {
 			return t.idErr
 		}
-		return t.finish(ctx, w)
+		return t.finish(w)
 	})
 	if err == nil && after != nil {
 		return out, false, after
@@ -328,7 +328,7 @@ func settledOps(ops []coffer.Op) []coffer.Op {
 
 // release returns each consume of hold h to its lot, loading lots that
 // are empty now (the batch read only lots with an amount).
-func (s *Store) release(ctx context.Context, t *playerTx, book *coffer.Book, h *storedTrx) ([]coffer.BookOp, error) {
+func (s *Store) release(t *playerTx, book *coffer.Book, h *storedTrx) ([]coffer.BookOp, error) {
 	have := map[int64]bool{}
 	for _, l := range book.Lots {
 		have[l.ID] = true
@@ -341,7 +341,7 @@ func (s *Store) release(ctx context.Context, t *playerTx, book *coffer.Book, h *
 		}
 	}
 	if len(missing) > 0 {
-		rows, err := t.conn.Query(ctx, t.q.lotsByID, t.ns, t.player, missing)
+		rows, err := t.conn.Query(t.ctx, t.q.lotsByID, t.ns, t.player, missing)
 		if err != nil {
 			return nil, err
 		}
