@@ -498,6 +498,57 @@ func TestTimeoutBoundsTheLockWait(t *testing.T) {
 	wantCode(t, err, coffer.CodeUnavailable)
 }
 
+// TestLotSweeperWindowWaitsForACompletePass: the window moves only after a
+// pass that listed every due lot of a shard (fewer than limit) and
+// recorded them all. A pass cut short by a player it could not lock, or by
+// the limit, leaves it where it was, so the lots it missed are found next.
+func TestLotSweeperWindowWaitsForACompletePass(t *testing.T) {
+	e := newEnv(t)
+	// Four players of one shard, each with a lot due an hour ago: behind
+	// the window of any complete pass (moved back by hand, as no write
+	// leaves them).
+	id := e.router.Map().ShardOf(20)
+	players := []coffer.PlayerID{20}
+	for p := coffer.PlayerID(21); len(players) < 4; p++ {
+		if e.router.Map().ShardOf(p) == id {
+			players = append(players, p)
+		}
+	}
+	later := time.Now().Add(time.Hour)
+	dueAnHourAgo := func(ps ...coffer.PlayerID) {
+		t.Helper()
+		for _, p := range ps {
+			e.mustChange(p, "a", coffer.OpRequest{Currency: "gold", Amount: 5, ExpiresAt: &later})
+			_, err := e.router.Shard(id).Exec(ctx, fmt.Sprintf(`UPDATE lot_%d SET expires_at = now() - interval '1 hour' WHERE player_id = %d`, id, p))
+			must(t, err)
+		}
+	}
+	sweep := func(store *postgres.Store, limit, want int, failing bool) {
+		t.Helper()
+		if n, err := store.SweepExpiredLots(ctx, limit); n != want || (err != nil) != failing {
+			t.Fatalf("pass (limit %d): %d players, error %v; want %d, failing %v", limit, n, err, want, failing)
+		}
+	}
+
+	// A player locked elsewhere: its pass fails, the next finds it.
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 300 * time.Millisecond})
+	dueAnHourAgo(players[0], players[1])
+	tx, err := e.router.Shard(id).Begin(ctx)
+	must(t, err)
+	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = %d FOR UPDATE`, id, players[0]))
+	must(t, err)
+	sweep(store, 100, 1, true)
+	must(t, tx.Rollback(ctx))
+	sweep(store, 100, 1, false)
+
+	// A pass that reached its limit: the next one finds the rest.
+	store = postgres.New(e.router, e.catalog, postgres.Options{})
+	dueAnHourAgo(players[2], players[3])
+	sweep(store, 1, 1, false)
+	sweep(store, 1, 1, false)
+	sweep(store, 1, 0, false)
+}
+
 // TestBalanceAtEqualsFinlogReplay checks, at every trx's time, that the
 // balance in the past equals a replay of the finlog up to it.
 func TestBalanceAtEqualsFinlogReplay(t *testing.T) {
