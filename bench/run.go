@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,14 +110,11 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	rec := newRecorder(start)
 	var claimed, done, writes, answered atomic.Int64
 	tenths := make([]atomic.Int64, 10) // unix ns when each tenth completed
-	// CPU seconds of cfg.CPUPIDs (as float64 bits) at the start and at
-	// the end of each tenth.
-	cpuAt := make([]atomic.Uint64, 11)
-	readCPU := func(i int) {
-		if len(cfg.CPUPIDs) > 0 {
-			cpuAt[i].Store(math.Float64bits(cpuSeconds(cfg.CPUPIDs)))
-		}
-	}
+	// CPU seconds of cfg.CPUPIDs at the start and at the end of each
+	// tenth. Each is written once, by the goroutine that reaches it, and
+	// read after the clients and the ticks are done.
+	cpuAt := make([]float64, 11)
+	readCPU := func(i int) { cpuAt[i] = cpuSeconds(cfg.CPUPIDs) }
 	// An op belongs to the warmup if it started (or, in an open loop, was
 	// due) before start.
 	complete := func(at time.Time, code string, op *Op) {
@@ -185,7 +181,7 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 			res.Tenths = append(res.Tenths, float64(at-prev)/1e9)
 			prev = at
 			if len(cfg.CPUPIDs) > 0 {
-				res.TenthsCPU = append(res.TenthsCPU, math.Float64frombits(cpuAt[i+1].Load())-math.Float64frombits(cpuAt[i].Load()))
+				res.TenthsCPU = append(res.TenthsCPU, cpuAt[i+1]-cpuAt[i])
 			}
 		}
 	}
