@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -49,21 +50,21 @@ func (s *spinTarget) Do(ctx context.Context, op *Op) string {
 	return ""
 }
 
-// TestRunReadsCPUPerTenth: a run with Ops reads its CPUPIDs' CPU time at
-// the start and at each tenth, and reports what each tenth spent.
-func TestRunReadsCPUPerTenth(t *testing.T) {
-	res, err := Run(context.Background(), RunConfig{Workload: Write, Scale: 1, Seed: 1, Clients: 2,
-		Ops: 400, CPUPIDs: []int{os.Getpid()}}, &spinTarget{})
+// TestDecayGaugesTheHost: a decay run with coffer's pid reads its CPU at
+// the start and at each tenth, and reports what each tenth spent per 1000
+// ops; against a target whose process the bench does not know, no figure.
+func TestDecayGaugesTheHost(t *testing.T) {
+	o := Options{RunConfig: RunConfig{Workload: Write, Scale: 1, Seed: 1, Clients: 2, Ops: 400}, Rounds: 1}
+	rep, err := Bench(context.Background(), o, Env{Coffer: &spinTarget{}, CofferPID: os.Getpid()}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.TenthsCPU) != 10 {
-		t.Fatalf("CPU of %d tenths; want 10", len(res.TenthsCPU))
+	if cpu := rep.Decay.TenthsCofferCPU; len(cpu) != 10 || slices.ContainsFunc(cpu, func(s float64) bool { return s <= 0 }) {
+		t.Fatalf("CPU per tenth %v; want 10 figures, each above 0 (the target spins)", cpu)
 	}
-	for i, sec := range res.TenthsCPU {
-		if sec <= 0 {
-			t.Fatalf("tenth %d spent %.3f CPU-s spinning: %v", i+1, sec, res.TenthsCPU)
-		}
+	rep, err = Bench(context.Background(), o, Env{Coffer: &countTarget{}}, io.Discard)
+	if err != nil || rep.Decay == nil || rep.Decay.TenthsCofferCPU != nil {
+		t.Fatalf("without a pid: %+v %v", rep.Decay, err)
 	}
 }
 
