@@ -101,7 +101,7 @@ func writeStatements(w io.Writer, name string, s *Side) {
 	if len(s.Statements) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n%s: %.2f statements and %.0f µs executing them per op (pg_stat_statements)\n", name, s.StatementsPerOp, s.ExecUsPerOp)
+	fmt.Fprintf(w, "\n%s: %.2f statements sent and %.0f µs executing them per op (pg_stat_statements; ↳ ran inside a function, its time the function's too)\n", name, s.StatementsPerOp, s.ExecUsPerOp)
 	fmt.Fprintf(w, "%8s %8s %8s %8s  %s\n", "calls/op", "µs/op", "mean µs", "WAL B/op", "statement")
 	for i, st := range s.Statements {
 		if i == statementsShown {
@@ -110,6 +110,9 @@ func writeStatements(w io.Writer, name string, s *Side) {
 		q := st.Query
 		if len(q) > 90 {
 			q = q[:87] + "..."
+		}
+		if st.Nested {
+			q = "↳ " + q
 		}
 		fmt.Fprintf(w, "%8.2f %8.1f %8.1f %8.0f  %s\n", st.CallsPerOp, st.ExecUsPerOp, st.MeanExecUs, st.WALBytesPerOp, q)
 	}

@@ -83,8 +83,9 @@ type Side struct {
 	BenchCPUPer1000Op float64 `json:"bench_cpu_s_per_1000_ops"`
 	LotHOTShare       float64 `json:"lot_hot_update_share,omitempty"`
 	// StatementsPerOp and ExecUsPerOp are what pg_stat_statements counted
-	// (with Options.Statements): statements run and the time executing
-	// them, per op. Statements lists them, the costliest first.
+	// (with Options.Statements): statements sent and the time executing
+	// them, per op. Statements lists them, the costliest first, with those
+	// run inside a function (Nested), whose time is their call's too.
 	StatementsPerOp float64     `json:"statements_per_op,omitempty"`
 	ExecUsPerOp     float64     `json:"statement_exec_us_per_op,omitempty"`
 	Statements      []Statement `json:"statements,omitempty"`
@@ -93,6 +94,7 @@ type Side struct {
 // Statement is one statement's share of a side's ops.
 type Statement struct {
 	Query         string  `json:"query"`
+	Nested        bool    `json:"nested,omitempty"`
 	CallsPerOp    float64 `json:"calls_per_op"`
 	ExecUsPerOp   float64 `json:"exec_us_per_op"`
 	MeanExecUs    float64 `json:"mean_exec_us"`
@@ -202,9 +204,11 @@ func (s *sideTotals) side() Side {
 		out.StealShare = float64(s.steal) / float64(s.machine)
 	}
 	for _, st := range s.statements {
-		out.StatementsPerOp += per(float64(st.Calls))
-		out.ExecUsPerOp += 1000 * per(st.ExecMs)
-		out.Statements = append(out.Statements, Statement{Query: st.Query, CallsPerOp: per(float64(st.Calls)),
+		if !st.Nested {
+			out.StatementsPerOp += per(float64(st.Calls))
+			out.ExecUsPerOp += 1000 * per(st.ExecMs)
+		}
+		out.Statements = append(out.Statements, Statement{Query: st.Query, Nested: st.Nested, CallsPerOp: per(float64(st.Calls)),
 			ExecUsPerOp: 1000 * per(st.ExecMs), MeanExecUs: 1000 * st.ExecMs / float64(max(st.Calls, 1)),
 			WALBytesPerOp: per(float64(st.WALBytes))})
 	}

@@ -9,7 +9,7 @@ import (
 type queries struct {
 	lockPlayer, nextIDs                    string
 	lots, lotsIn, lotsByID, trxByKey       string
-	insertTrx, finishHold                  string
+	insertTrx, finishHold, grantTrx        string
 	insertOps, insertLots                  string
 	updateLots, balancesNow, balancesAt    string
 	insertOp, insertLot, updateLot         string
@@ -58,6 +58,7 @@ func newQueries(id coffer.ShardID) *queries {
 		insertTrx: n(`INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
 			kind, status, reason, meta, hold_expires_at, pending_grants, version)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`),
+		grantTrx: n(`SELECT * FROM grant_trx_N($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`),
 		finishHold: n(`UPDATE trx_N SET status = $5, version = $6, finished_at = $7
 			WHERE ns = $1 AND player_id = $2 AND created_at = $3 AND trx_id = $4`),
 		// A trx of one op moving one lot is the common case: single-row

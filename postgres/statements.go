@@ -12,7 +12,11 @@ import (
 // StatementStats are one statement's pg_stat_statements counters, summed
 // over every shard: the shard number in table names is replaced by N.
 type StatementStats struct {
-	Query    string
+	Query string
+	// Nested statements ran inside a function (seen with
+	// pg_stat_statements.track = all); the call's own counters include
+	// theirs.
+	Nested   bool
 	Calls    int64
 	ExecMs   float64
 	WALBytes int64
@@ -20,10 +24,14 @@ type StatementStats struct {
 
 // AddStatement adds st's counters to its statement's entry in m.
 func AddStatement(m map[string]*StatementStats, st StatementStats) {
-	sum, ok := m[st.Query]
+	key := st.Query
+	if st.Nested {
+		key = "nested " + key
+	}
+	sum, ok := m[key]
 	if !ok {
-		sum = &StatementStats{Query: st.Query}
-		m[st.Query] = sum
+		sum = &StatementStats{Query: st.Query, Nested: st.Nested}
+		m[key] = sum
 	}
 	sum.Calls += st.Calls
 	sum.ExecMs += st.ExecMs
@@ -59,7 +67,7 @@ func ResetStatements(ctx context.Context, router *shard.Router) error {
 func ReadStatements(ctx context.Context, router *shard.Router) (map[string]*StatementStats, error) {
 	out := map[string]*StatementStats{}
 	err := eachServer(router, func(i int) error {
-		rows, err := router.Database(i).Query(ctx, `SELECT query, calls, total_exec_time, wal_bytes::bigint
+		rows, err := router.Database(i).Query(ctx, `SELECT query, NOT toplevel, calls, total_exec_time, wal_bytes::bigint
 			FROM pg_stat_statements`)
 		if err != nil {
 			return err
@@ -67,10 +75,10 @@ func ReadStatements(ctx context.Context, router *shard.Router) (map[string]*Stat
 		defer rows.Close()
 		for rows.Next() {
 			var s StatementStats
-			if err := rows.Scan(&s.Query, &s.Calls, &s.ExecMs, &s.WALBytes); err != nil {
+			if err := rows.Scan(&s.Query, &s.Nested, &s.Calls, &s.ExecMs, &s.WALBytes); err != nil {
 				return err
 			}
-			s.Query = shardless(s.Query)
+			s.Query = statementText(s.Query, s.Nested)
 			AddStatement(out, s)
 		}
 		return rows.Err()
@@ -95,10 +103,17 @@ func eachServer(router *shard.Router, fn func(database int) error) error {
 var (
 	shardSuffix = regexp.MustCompile(`\b([a-z]+(?:_[a-z]+)*)_[0-9]+\b`)
 	spaces      = regexp.MustCompile(`\s+`)
+	constants   = regexp.MustCompile(`'(?:[^']|'')*'|\$[0-9]+|\b[0-9]+\b`)
 )
 
-// shardless is a statement's text the same on every shard, on one line:
-// trx_7 becomes trx_N.
-func shardless(query string) string {
-	return strings.TrimSpace(spaces.ReplaceAllString(shardSuffix.ReplaceAllString(query, "${1}_N"), " "))
+// statementText is a statement's text the same on every shard, on one
+// line: trx_7 becomes trx_N. A statement run inside a function (nested)
+// is kept with its constants or with them numbered, whichever its first
+// call in each database left, so its constants become ?.
+func statementText(query string, nested bool) string {
+	query = strings.TrimSpace(spaces.ReplaceAllString(shardSuffix.ReplaceAllString(query, "${1}_N"), " "))
+	if nested {
+		query = constants.ReplaceAllString(query, "?")
+	}
+	return query
 }

@@ -29,6 +29,8 @@ type env struct {
 	t       *testing.T
 	// damaged skips the closing audit of a test that corrupts rows.
 	damaged bool
+	// sent counts the statements and batches the router's pools send.
+	sent *sentCounter
 }
 
 var ctx = context.Background()
@@ -58,7 +60,9 @@ func newEnvOn(t *testing.T, servers ...*pgserver.Server) *env {
 	if err := (&migrate.Engine{Map: m, Env: migrate.SchemaEnv, Migrations: ms}).Apply(ctx, migrate.Options{TargetVersion: -1}); err != nil {
 		t.Fatal(err)
 	}
-	router, err := shard.Open(m, shard.DefaultPoolConfig())
+	pc, sent := shard.DefaultPoolConfig(), &sentCounter{}
+	pc.Tracer = sent
+	router, err := shard.Open(m, pc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +74,7 @@ func newEnvOn(t *testing.T, servers ...*pgserver.Server) *env {
 	}
 	must(t, cat.AddRate(1, "gold", "silver", coffer.Rate{Num: 100, Den: 1}))
 	must(t, cat.AddRate(1, "silver", "credits", coffer.Rate{Num: 1, Den: 10}))
-	e := &env{store: postgres.New(router, cat, postgres.Options{}), router: router, catalog: cat, t: t}
+	e := &env{store: postgres.New(router, cat, postgres.Options{}), router: router, catalog: cat, t: t, sent: sent}
 	t.Cleanup(func() {
 		if !t.Failed() && !e.damaged {
 			e.auditClean()

@@ -11,13 +11,25 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Change applies a one-phase change or begins a hold. Cost: two round
-// trips (lock and reads; writes and commit), two more for a replay.
+// Change applies a one-phase change or begins a hold. Cost: one round
+// trip for a change of one grant (grantTrx), otherwise two (lock and
+// reads; writes and commit); one more for a replay.
 func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Trx, bool, error) {
 	v, err := s.catalog.ValidateChange(req, time.Now())
 	if err != nil {
 		return coffer.Trx{}, false, err
 	}
+	if !req.Hold && len(v.Ops) == 1 && v.Ops[0].Amount > 0 {
+		if out, replayed, err := s.grantTrx(ctx, v); !errors.Is(err, errPlanHere) {
+			return out, replayed, err
+		}
+	}
+	return s.planChange(ctx, v)
+}
+
+// planChange writes a validated change as the service plans it.
+func (s *Store) planChange(ctx context.Context, v coffer.ValidChange) (coffer.Trx, bool, error) {
+	req := v.ChangeRequest
 	currencies := make([]int32, len(v.Ops))
 	for i, op := range v.Ops {
 		currencies[i] = int32(op.Currency.ID)
@@ -44,7 +56,7 @@ func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Tr
 				ops = append(ops, g)
 			}
 		}
-		out := s.newTrx(t, req.IdempotencyKey, coffer.TrxChange, req.Reason, v.Meta, ops)
+		out := s.newTrx(t, t.nextID(), req.IdempotencyKey, coffer.TrxChange, req.Reason, v.Meta, ops)
 		if !req.Hold {
 			return out, ops, nil, nil
 		}
@@ -138,18 +150,65 @@ func keyTaken(t *playerTx, err error) bool {
 }
 
 // newTrx is a committed trx of the ops, as answered to the client.
-func (s *Store) newTrx(t *playerTx, key string, kind coffer.TrxKind, reason string, meta json.RawMessage, ops []coffer.BookOp) coffer.Trx {
-	return coffer.Trx{ID: t.nextID(), IdempotencyKey: key, Kind: kind, Status: coffer.StatusCommitted,
+func (s *Store) newTrx(t *playerTx, id int64, key string, kind coffer.TrxKind, reason string, meta json.RawMessage, ops []coffer.BookOp) coffer.Trx {
+	return coffer.Trx{ID: id, IdempotencyKey: key, Kind: kind, Status: coffer.StatusCommitted,
 		Reason: reason, Meta: meta, CreatedAt: t.now.UTC(), Version: t.version, Ops: s.apiOps(ops), Balances: s.balancesAfter(ops)}
 }
 
 func (s *Store) queueNewTrx(b *pgx.Batch, t *playerTx, trx coffer.Trx, hash, pending []byte) {
-	var meta []byte
-	if len(trx.Meta) > 0 {
-		meta = trx.Meta
-	}
 	b.Queue(t.q.insertTrx, t.ns, t.player, t.now, trx.ID, t.emitter, trx.IdempotencyKey, hash,
-		trx.Kind, trx.Status, trx.Reason, meta, trx.HoldExpiresAt, pending, trx.Version)
+		trx.Kind, trx.Status, trx.Reason, metaJSON(trx.Meta), trx.HoldExpiresAt, pending, trx.Version)
+}
+
+// metaJSON is a trx's meta as stored: NULL when there is none.
+func metaJSON(meta json.RawMessage) []byte {
+	if len(meta) == 0 {
+		return nil
+	}
+	return meta
+}
+
+// errPlanHere is grantTrx's answer when the database left the write to
+// the service's plan, with nothing written.
+var errPlanHere = errors.New("the service plans this write")
+
+// grantTrx writes a one-phase change of one grant in one statement,
+// grant_trx_N: the lock, the plan and the writes run in the database, so
+// the write costs one round trip and an implicit transaction, where
+// writeTrx costs two. The function writes the rows Book.Grant plans; where
+// that plan would do more (a due expiry to record first) or fail (an
+// overflow), it raises CF001 having written nothing, and grantTrx returns
+// errPlanHere.
+func (s *Store) grantTrx(ctx context.Context, v coffer.ValidChange) (coffer.Trx, bool, error) {
+	var out coffer.Trx
+	var replayed, planHere bool
+	sc, g := v.Scope, v.Ops[0]
+	err := s.withPlayer(ctx, sc.Namespace, sc.PlayerID, func(t *playerTx) error {
+		op := coffer.BookOp{Currency: g.Currency.ID, Kind: coffer.OpGrant, Cause: coffer.CauseChange,
+			Amount: g.Amount, Paid: g.Paid, Purchase: g.Purchase}
+		var id int64
+		err := t.conn.QueryRow(t.ctx, t.q.grantTrx, t.ns, t.player, sc.Emitter, sc.IdempotencyKey, v.Hash,
+			v.Reason, metaJSON(v.Meta), int32(g.Currency.ID), int64(g.Amount), g.Paid, g.ExpiresAt, g.Priority,
+			purchaseJSON(g.Purchase)).Scan(&id, &op.LotID, &t.version, &t.now, &op.BalanceAfter, &op.PaidAfter)
+		var pg *pgconn.PgError
+		switch {
+		case errors.As(err, &pg) && pg.Code == "CF001":
+			planHere = true
+			return nil
+		case keyTaken(t, err):
+			out, replayed, err = s.known(t, sc, v.Hash, err)
+			return err
+		case err != nil:
+			return err
+		}
+		ops := []coffer.BookOp{op}
+		out = s.newTrx(t, id, sc.IdempotencyKey, coffer.TrxChange, v.Reason, v.Meta, ops)
+		return nil
+	})
+	if planHere {
+		return coffer.Trx{}, false, errPlanHere
+	}
+	return out, replayed, err
 }
 
 // Exchange consumes From in spend order and grants To at the rate; the paid
@@ -187,7 +246,7 @@ func (s *Store) Exchange(ctx context.Context, req coffer.ExchangeRequest) (coffe
 			}
 			ops = append(ops, g)
 		}
-		return s.newTrx(t, req.IdempotencyKey, coffer.TrxExchange, req.Reason, v.Meta, ops), ops, nil, nil
+		return s.newTrx(t, t.nextID(), req.IdempotencyKey, coffer.TrxExchange, req.Reason, v.Meta, ops), ops, nil, nil
 	})
 }
 

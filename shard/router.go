@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -18,6 +19,9 @@ type PoolConfig struct {
 	ConnLifetimeMax   time.Duration `yaml:"conn_lifetime_max"`
 	ConnIdleMax       time.Duration `yaml:"conn_idle_max"`
 	HealthCheckPeriod time.Duration `yaml:"health_check_period"`
+	// Tracer, if set, sees every statement and batch the pools send (the
+	// store's tests count round trips with it).
+	Tracer pgx.QueryTracer `yaml:"-"`
 }
 
 // DefaultPoolConfig suits one service instance on a small server: enough
@@ -70,6 +74,7 @@ func Open(m *Map, pc PoolConfig) (*Router, error) {
 		cfg.MaxConnIdleTime = pc.ConnIdleMax
 		cfg.HealthCheckPeriod = pc.HealthCheckPeriod
 		cfg.ConnConfig.ConnectTimeout = pc.ConnectTimeout
+		cfg.ConnConfig.Tracer = pc.Tracer
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		if err != nil {
 			r.Close()

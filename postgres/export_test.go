@@ -1,0 +1,18 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/cofferhq/coffer"
+)
+
+// PlanChange is Change without grantTrx: the service plans every change,
+// so that tests can compare what the two write.
+func (s *Store) PlanChange(ctx context.Context, req coffer.ChangeRequest) (coffer.Trx, bool, error) {
+	v, err := s.catalog.ValidateChange(req, time.Now())
+	if err != nil {
+		return coffer.Trx{}, false, err
+	}
+	return s.planChange(ctx, v)
+}
