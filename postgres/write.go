@@ -12,8 +12,8 @@ import (
 )
 
 // Change applies a one-phase change or begins a hold. Cost: one round
-// trip for a change of one grant (grantTrx), otherwise two (lock and
-// reads; writes and commit); one more for a replay.
+// trip for a change of one grant (grantTrx; a replay one more), otherwise
+// two (lock and reads; writes and commit; a replay two more).
 func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Trx, bool, error) {
 	v, err := s.catalog.ValidateChange(req, time.Now())
 	if err != nil {
