@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,16 +68,24 @@ func TestOneGrantIsOneRoundTrip(t *testing.T) {
 	if b := e.balance(40, "gold"); b.Total != 201 || b.Paid != 30 {
 		t.Fatalf("gold = %+v, want 201 with 30 paid", b)
 	}
+	// The answer built from the function's row is the one a replay
+	// rebuilds from the stored rows.
+	first := e.mustChange(40, "h", paid("gold", 7, "o-2"))
+	again, replayed, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(40, "h"),
+		Ops: []coffer.OpRequest{paid("gold", 7, "o-2")}, Reason: "test"})
+	if err != nil || !replayed || !reflect.DeepEqual(again, first) {
+		t.Fatalf("replay of a grant:\n%+v %v %v\nfirst answer:\n%+v", again, replayed, err, first)
+	}
 
 	time.Sleep(time.Second)
 	var trx coffer.Trx
 	if got := e.roundTrips(func() { trx = e.mustChange(40, "g", free("gold", 1)) }); got != 3 {
 		t.Errorf("a grant behind a due expiry: %d round trips, want 3 (the statement refuses, the service plans)", got)
 	}
-	if got := e.expiries(40); len(got) != 1 || got[0].Amount != -40 || got[0].BalanceAfter != 161 {
+	if got := e.expiries(40); len(got) != 1 || got[0].Amount != -40 || got[0].BalanceAfter != 168 {
 		t.Fatalf("expiries = %+v; want the 40 recorded before the grant", got)
 	}
-	if trx.Ops[0].BalanceAfter != 162 {
+	if trx.Ops[0].BalanceAfter != 169 {
 		t.Fatalf("grant after the expiry: %+v", trx.Ops)
 	}
 }

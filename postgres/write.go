@@ -20,9 +20,7 @@ func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Tr
 		return coffer.Trx{}, false, err
 	}
 	if !req.Hold && len(v.Ops) == 1 && v.Ops[0].Amount > 0 {
-		if out, replayed, err := s.grantTrx(ctx, v); !errors.Is(err, errPlanHere) {
-			return out, replayed, err
-		}
+		return s.grantTrx(ctx, v)
 	}
 	return s.planChange(ctx, v)
 }
@@ -168,17 +166,13 @@ func metaJSON(meta json.RawMessage) []byte {
 	return meta
 }
 
-// errPlanHere is grantTrx's answer when the database left the write to
-// the service's plan, with nothing written.
-var errPlanHere = errors.New("the service plans this write")
-
 // grantTrx writes a one-phase change of one grant in one statement,
 // grant_trx_N: the lock, the plan and the writes run in the database, so
 // the write costs one round trip and an implicit transaction, where
 // writeTrx costs two. The function writes the rows Book.Grant plans; where
 // that plan would do more (a due expiry to record first) or fail (an
-// overflow), it raises CF001 having written nothing, and grantTrx returns
-// errPlanHere.
+// overflow), it raises CF001 having written nothing, and the service
+// plans the write (planChange).
 func (s *Store) grantTrx(ctx context.Context, v coffer.ValidChange) (coffer.Trx, bool, error) {
 	var out coffer.Trx
 	var replayed, planHere bool
@@ -206,7 +200,7 @@ func (s *Store) grantTrx(ctx context.Context, v coffer.ValidChange) (coffer.Trx,
 		return nil
 	})
 	if planHere {
-		return coffer.Trx{}, false, errPlanHere
+		return s.planChange(ctx, v)
 	}
 	return out, replayed, err
 }
