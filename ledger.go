@@ -79,6 +79,16 @@ type Ledger interface {
 	// invalid_argument, insufficient_funds, idempotency_conflict,
 	// shard_unavailable, internal.
 	Change(ctx context.Context, req ChangeRequest) (trx Trx, replay bool, err error)
+	// BatchChange applies each change as Change would, atomically per
+	// change and never across changes, and answers each in request
+	// order. It behaves as if the changes were sent one after the other:
+	// one player's run in request order (BatchPlayers), so the second of
+	// two changes with one key is a replay or idempotency_conflict of the
+	// first. A change that fails does not stop the others. The error is
+	// the whole batch's, returned before any change runs:
+	// invalid_argument (no changes, or more than BatchChangesMax). Each
+	// result's Err has one of Change's codes.
+	BatchChange(ctx context.Context, reqs []ChangeRequest) ([]ChangeResult, error)
 	// Commit applies a pending hold's grants. Committing a committed hold
 	// is a replay. Errors: not_found, hold_not_pending (rolled back, or not
 	// a hold), hold_expired, shard_unavailable, internal.

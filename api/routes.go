@@ -31,6 +31,7 @@ type Route struct {
 var permissions = map[string]coffer.Permission{
 	"GetBalances": coffer.PermRead,
 	"Change":      coffer.PermWrite,
+	"BatchChange": coffer.PermWrite,
 	"Commit":      coffer.PermWrite,
 	"Rollback":    coffer.PermWrite,
 	"GetTrx":      coffer.PermRead,

@@ -70,6 +70,44 @@ func (c *Client) Change(ctx context.Context, ns coffer.Namespace, p coffer.Playe
 	return trx, status == http.StatusOK, err
 }
 
+// BatchChange is one change of a batch, as sent.
+type BatchChange = coffer.BatchChangeBody
+
+// BatchChange applies up to coffer.BatchChangesMax changes, for players of
+// namespace ns, in one call, each atomically on its own. The results come
+// per change, in request order: a failed change has a *coffer.Error in
+// Err, with the code the change sent alone would have had. err is the
+// call's: the envelope was refused, or no answer came; then resend the
+// whole batch with the same keys, and what was applied replays.
+func (c *Client) BatchChange(ctx context.Context, ns coffer.Namespace, changes []BatchChange) ([]coffer.ChangeResult, error) {
+	var out struct {
+		Results []struct {
+			Trx    *coffer.Trx `json:"trx"`
+			Replay bool        `json:"replay"`
+			Error  *problem    `json:"error"`
+		} `json:"results"`
+	}
+	path := fmt.Sprintf("/v1/namespaces/%d/transactions:batch", ns)
+	if _, err := c.do(ctx, "POST", path, nil, coffer.BatchBody{Changes: changes}, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Results) != len(changes) {
+		return nil, fmt.Errorf("coffer: POST %s: %d results for %d changes", path, len(out.Results), len(changes))
+	}
+	results := make([]coffer.ChangeResult, len(changes))
+	for i, r := range out.Results {
+		switch {
+		case r.Error != nil:
+			results[i].Err = &coffer.Error{Code: r.Error.Code, Message: r.Error.Detail}
+		case r.Trx != nil:
+			results[i] = coffer.ChangeResult{Trx: *r.Trx, Replay: r.Replay}
+		default:
+			return nil, fmt.Errorf("coffer: POST %s: result %d has neither trx nor error", path, i)
+		}
+	}
+	return results, nil
+}
+
 // Commit commits a pending hold.
 func (c *Client) Commit(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (trx coffer.Trx, replay bool, err error) {
 	status, err := c.do(ctx, "POST", playerPath(ns, p)+"/transactions/"+url.PathEscape(key)+"/commit", nil, nil, &trx)

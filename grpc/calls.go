@@ -23,9 +23,21 @@ func (s *Server) GetBalances(ctx context.Context, req *cofferv1.GetBalancesReque
 
 // Change implements the rpc of the same name: a one-phase change or the begin of a hold.
 func (s *Server) Change(ctx context.Context, req *cofferv1.ChangeRequest) (*cofferv1.Trx, error) {
-	meta, err := metaJSON(req.Meta)
+	change, err := fromChangeRequest(ctx, req)
 	if err != nil {
 		return nil, err
+	}
+	trx, replay, err := s.Ledger.Change(ctx, change)
+	return written(ctx, trx, replay, err)
+}
+
+// fromChangeRequest is a change of the calling client. Errors
+// (invalid_argument) are those of the fields read here; the domain
+// validates the rest.
+func fromChangeRequest(ctx context.Context, req *cofferv1.ChangeRequest) (coffer.ChangeRequest, error) {
+	meta, err := metaJSON(req.Meta)
+	if err != nil {
+		return coffer.ChangeRequest{}, err
 	}
 	ops := make([]coffer.OpRequest, len(req.Ops))
 	for i, op := range req.Ops {
@@ -33,13 +45,12 @@ func (s *Server) Change(ctx context.Context, req *cofferv1.ChangeRequest) (*coff
 	}
 	ttl, err := coffer.HoldTTL(req.HoldTtlSeconds)
 	if err != nil {
-		return nil, err
+		return coffer.ChangeRequest{}, err
 	}
-	trx, replay, err := s.Ledger.Change(ctx, coffer.ChangeRequest{
+	return coffer.ChangeRequest{
 		Scope: scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey),
 		Ops:   ops, Reason: req.Reason, Meta: meta, Hold: req.Hold, HoldTTL: ttl,
-	})
-	return written(ctx, trx, replay, err)
+	}, nil
 }
 
 // Commit implements the rpc of the same name: applies a pending hold.

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // Server is the gRPC transport. Its fields are set once, before NewServer.
@@ -31,15 +32,16 @@ type Server struct {
 	Clients *coffer.Clients
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
-	// MessageBytesMax bounds a request message.
-	MessageBytesMax int
-	Status          func(context.Context) coffer.Status
+	// MessageBytesMax bounds a request message, and BatchMessageBytesMax
+	// a BatchChange's instead.
+	MessageBytesMax, BatchMessageBytesMax int
+	Status                                func(context.Context) coffer.Status
 }
 
 // NewServer returns a grpc.Server with the Wallet service registered and
 // every call authenticated, authorized, measured and logged.
 func (s *Server) NewServer() *grpc.Server {
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(s.MessageBytesMax), grpc.ChainUnaryInterceptor(s.intercept))
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(max(s.MessageBytesMax, s.BatchMessageBytesMax)), grpc.ChainUnaryInterceptor(s.intercept))
 	cofferv1.RegisterWalletServer(g, s)
 	return g
 }
@@ -61,6 +63,9 @@ var codeOf = map[coffer.Code]codes.Code{
 
 type clientKey struct{}
 
+// requestIDKey holds the request id in a handler's context.
+type requestIDKey struct{}
+
 // namespaced is every request that addresses a namespace.
 type namespaced interface{ GetNamespace() int32 }
 
@@ -74,9 +79,12 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", id))
 	done := s.Metrics.Begin(rpc)
 	client, err := s.authorize(md, rpc, req)
+	if err == nil {
+		err = s.checkSize(rpc, req)
+	}
 	var resp any
 	if err == nil {
-		resp, err = handler(context.WithValue(ctx, clientKey{}, client), req)
+		resp, err = handler(context.WithValue(context.WithValue(ctx, clientKey{}, client), requestIDKey{}, id), req)
 	}
 	done(err)
 	s.log(ctx, rpc, id, client, err, time.Since(start))
@@ -106,6 +114,20 @@ func (s *Server) authorize(md metadata.MD, rpc string, req any) (*coffer.Client,
 		return c, c.Allow(coffer.Namespace(r.GetNamespace()), perm)
 	}
 	return c, c.AllowAny(perm)
+}
+
+// checkSize bounds a request message by its rpc's limit. gRPC bounds what
+// it receives by the largest (a batch's), so a message of any other rpc
+// is checked again here. Errors: payload_too_large.
+func (s *Server) checkSize(rpc string, req any) error {
+	limit := s.MessageBytesMax
+	if rpc == "BatchChange" {
+		limit = s.BatchMessageBytesMax
+	}
+	if m, ok := req.(proto.Message); ok && proto.Size(m) > limit {
+		return coffer.Errorf(coffer.CodePayloadTooLarge, "the message is larger than %d bytes", limit)
+	}
+	return nil
 }
 
 func toStatus(err error, requestID string) error {

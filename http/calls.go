@@ -41,13 +41,11 @@ func (s *Server) change(r *http.Request, c *coffer.Client) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	ttl, err := coffer.HoldTTL(body.HoldTTLSeconds)
+	req, err := body.Request(sc)
 	if err != nil {
 		return 0, nil, err
 	}
-	trx, replay, err := s.Ledger.Change(r.Context(), coffer.ChangeRequest{
-		Scope: sc, Ops: body.Ops, Reason: body.Reason, Meta: body.Meta, Hold: body.Hold, HoldTTL: ttl,
-	})
+	trx, replay, err := s.Ledger.Change(r.Context(), req)
 	return written(trx, replay, err)
 }
 

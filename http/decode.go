@@ -36,11 +36,16 @@ func (s *Server) scope(r *http.Request, c *coffer.Client, body any, key *string)
 // data and bodies over BodyBytesMax are errors. An empty body is an error
 // only if required.
 func (s *Server) decode(r *http.Request, v any, required bool) error {
-	body := http.MaxBytesReader(nil, r.Body, s.BodyBytesMax)
+	return decodeBody(r, v, required, s.BodyBytesMax)
+}
+
+// decodeBody is decode with the body bounded by bytesMax.
+func decodeBody(r *http.Request, v any, required bool, bytesMax int64) error {
+	body := http.MaxBytesReader(nil, r.Body, bytesMax)
 	err := decodeJSON(body, v, required)
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		return coffer.Errorf(coffer.CodePayloadTooLarge, "the body is larger than %d bytes", s.BodyBytesMax)
+		return coffer.Errorf(coffer.CodePayloadTooLarge, "the body is larger than %d bytes", bytesMax)
 	}
 	return err
 }

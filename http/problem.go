@@ -39,12 +39,26 @@ type Problem struct {
 // problem writes err as problem+json and returns the status. An internal
 // error's detail is not shown: it may name tables or hosts; the log has it.
 func (s *Server) problem(w http.ResponseWriter, _ *http.Request, requestID string, err error) int {
+	p := problemOf(err, requestID)
+	if p.Code == coffer.CodeUnavailable {
+		w.Header().Set("Retry-After", strconv.Itoa(int(shard.DownCooldown.Seconds())))
+	}
+	raw, _ := json.Marshal(p)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(append(raw, '\n'))
+	return p.Status
+}
+
+// problemOf is err as a problem details body: a call's error, or one
+// change's in a batch.
+func problemOf(err error, requestID string) *Problem {
 	code := coffer.ErrorCode(err)
 	status, ok := statusOf[code]
 	if !ok {
 		code, status = coffer.CodeInternal, http.StatusInternalServerError
 	}
-	p := Problem{
+	p := &Problem{
 		Type:      "https://github.com/cofferhq/coffer/blob/main/docs/api.md#" + string(code),
 		Title:     http.StatusText(status),
 		Status:    status,
@@ -57,12 +71,5 @@ func (s *Server) problem(w http.ResponseWriter, _ *http.Request, requestID strin
 	} else {
 		p.Detail = "internal error; the server log has the details under this request_id"
 	}
-	if code == coffer.CodeUnavailable {
-		w.Header().Set("Retry-After", strconv.Itoa(int(shard.DownCooldown.Seconds())))
-	}
-	raw, _ := json.Marshal(p)
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(raw, '\n'))
-	return status
+	return p
 }

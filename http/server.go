@@ -27,6 +27,8 @@ type Server struct {
 	// BodyBytesMax bounds a request body; a larger one is
 	// payload_too_large.
 	BodyBytesMax int64
+	// BatchBodyBytesMax bounds the body of a batch instead.
+	BatchBodyBytesMax int64
 	// Status is the operators' view, for GET /v1/status.
 	Status func(context.Context) coffer.Status
 	// Ready tells whether the instance should get traffic (GET /readyz).
@@ -43,6 +45,7 @@ func (s *Server) Handler() http.Handler {
 	handlers := map[string]handler{
 		"GetBalances": s.getBalances,
 		"Change":      s.change,
+		"BatchChange": s.batchChange,
 		"Commit":      s.commit,
 		"Rollback":    s.rollback,
 		"GetTrx":      s.getTrx,
@@ -88,7 +91,7 @@ func (s *Server) call(rt api.Route, h handler) http.Handler {
 		client, err := s.authorize(r, rt)
 		status, body := 0, any(nil)
 		if err == nil {
-			status, body, err = h(r, client)
+			status, body, err = h(r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)), client)
 		}
 		done(err)
 		if err != nil {
@@ -139,6 +142,9 @@ func (s *Server) log(r *http.Request, rt api.Route, id string, c *coffer.Client,
 	}
 	s.Logger.LogAttrs(r.Context(), level, "request", attrs...)
 }
+
+// requestIDKey holds the request id in a handler's context.
+type requestIDKey struct{}
 
 // requestID takes the caller's X-Request-Id if it is sane, or makes one,
 // and echoes it in the response.

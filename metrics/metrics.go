@@ -26,6 +26,7 @@ type Metrics struct {
 	shardsAvailable prometheus.Gauge
 	sweeps          *prometheus.CounterVec
 	swept           *prometheus.CounterVec
+	batchChanges    *prometheus.CounterVec
 }
 
 // New registers coffer's collectors, the Go runtime's and the process's,
@@ -57,10 +58,13 @@ func New(router *shard.Router) *Metrics {
 		swept: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coffer_sweeper_items_total", Help: "Holds rolled back as expired (holds) and players whose expired lots were recorded (lots).",
 		}, []string{"sweeper"}),
+		batchChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coffer_batch_changes_total", Help: "Changes sent in batches, by outcome (ok or the error code).",
+		}, []string{"outcome"}),
 	}
 	shards := prometheus.NewGauge(prometheus.GaugeOpts{Name: "coffer_shards", Help: "The shard_count of the deployment."})
 	shards.Set(float64(router.Map().ShardCount()))
-	m.registry.MustRegister(m.requests, m.errors, m.inFlight, m.databaseUp, m.shardsAvailable, m.sweeps, m.swept, shards,
+	m.registry.MustRegister(m.requests, m.errors, m.inFlight, m.databaseUp, m.shardsAvailable, m.sweeps, m.swept, m.batchChanges, shards,
 		poolCollector{router},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -78,13 +82,25 @@ func (m *Metrics) Begin(call string) func(err error) {
 	m.inFlight.Inc()
 	return func(err error) {
 		m.inFlight.Dec()
-		outcome := "ok"
-		if err != nil {
-			outcome = string(coffer.ErrorCode(err))
-			m.errors.WithLabelValues(outcome).Inc()
-		}
-		m.requests.WithLabelValues(call, outcome).Observe(time.Since(start).Seconds())
+		m.requests.WithLabelValues(call, m.outcome(err)).Observe(time.Since(start).Seconds())
 	}
+}
+
+// outcome is "ok" or err's code, which it counts in coffer_errors_total.
+func (m *Metrics) outcome(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	code := string(coffer.ErrorCode(err))
+	m.errors.WithLabelValues(code).Inc()
+	return code
+}
+
+// BatchChange counts one change of a batch with its error (nil for
+// success); a failed change counts in coffer_errors_total too, as a call
+// would, so that an alert on a code sees batches.
+func (m *Metrics) BatchChange(err error) {
+	m.batchChanges.WithLabelValues(m.outcome(err)).Inc()
 }
 
 // SetDatabaseUp records a database check.

@@ -48,6 +48,8 @@ type ListenConfig struct {
 // LimitsConfig bounds requests.
 type LimitsConfig struct {
 	BodyBytesMax int64 `yaml:"body_bytes_max"`
+	// BatchBodyBytesMax bounds a batch's body instead: up to 1000 changes.
+	BatchBodyBytesMax int64 `yaml:"batch_body_bytes_max"`
 }
 
 // TimeoutsConfig bounds the work of a request and the drain at shutdown.
@@ -115,7 +117,7 @@ func DefaultConfig() *Config {
 	return &Config{
 		Pool:     shard.DefaultPoolConfig(),
 		Listen:   ListenConfig{HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:9090"},
-		Limits:   LimitsConfig{BodyBytesMax: 64 << 10},
+		Limits:   LimitsConfig{BodyBytesMax: 64 << 10, BatchBodyBytesMax: 4 << 20},
 		Timeouts: TimeoutsConfig{Request: 5 * time.Second, Shutdown: 20 * time.Second},
 		Holds:    HoldsConfig{TTLDefault: 10 * time.Minute, TTLMax: 24 * time.Hour},
 		Sweep:    SweepConfig{Interval: 5 * time.Second, BatchMax: 1000},
@@ -191,6 +193,8 @@ func (c *Config) service() (*coffer.Catalog, *coffer.Clients, error) {
 		return nil, nil, fmt.Errorf("listen: set http, grpc or both")
 	case c.Limits.BodyBytesMax < 1024:
 		return nil, nil, fmt.Errorf("limits.body_bytes_max: must be at least 1024")
+	case c.Limits.BatchBodyBytesMax < c.Limits.BodyBytesMax:
+		return nil, nil, fmt.Errorf("limits.batch_body_bytes_max: must be at least limits.body_bytes_max, since a batch may hold one change of that size")
 	case c.Timeouts.Request <= 0 || c.Timeouts.Shutdown <= 0:
 		return nil, nil, fmt.Errorf("timeouts: request and shutdown must be > 0")
 	case c.Sweep.Interval <= 0 || c.Sweep.BatchMax <= 0:

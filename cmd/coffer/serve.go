@@ -118,7 +118,7 @@ func (m *Main) listen(store *postgres.Store, clients *coffer.Clients) error {
 			return fmt.Errorf("listen.http: %w", err)
 		}
 		h := &cofferhttp.Server{Ledger: store, Clients: clients, Metrics: m.metrics, Logger: m.Logger,
-			BodyBytesMax: cfg.Limits.BodyBytesMax, Status: m.status, Ready: m.ready.Load}
+			BodyBytesMax: cfg.Limits.BodyBytesMax, BatchBodyBytesMax: cfg.Limits.BatchBodyBytesMax, Status: m.status, Ready: m.ready.Load}
 		m.httpServer = &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 			ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
@@ -149,7 +149,7 @@ func (m *Main) listen(store *postgres.Store, clients *coffer.Clients) error {
 			return fmt.Errorf("listen.grpc: %w", err)
 		}
 		g := &coffergrpc.Server{Ledger: store, Clients: clients, Metrics: m.metrics, Logger: m.Logger,
-			MessageBytesMax: int(cfg.Limits.BodyBytesMax), Status: m.status}
+			MessageBytesMax: int(cfg.Limits.BodyBytesMax), BatchMessageBytesMax: int(cfg.Limits.BatchBodyBytesMax), Status: m.status}
 		m.grpcServer = g.NewServer()
 		m.GRPCAddr = ln.Addr().String()
 		go func() { _ = m.grpcServer.Serve(ln) }()

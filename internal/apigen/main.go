@@ -18,6 +18,7 @@ import (
 	"github.com/bufbuild/protocompile"
 	"github.com/bufbuild/protocompile/linker"
 	_ "google.golang.org/genproto/googleapis/api/annotations" // registers google/api/*.proto
+	_ "google.golang.org/genproto/googleapis/rpc/status"      // registers google/rpc/status.proto
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -96,7 +97,8 @@ func write(root string, files map[string][]byte) error {
 }
 
 // compile parses and links the contract. google/protobuf imports come with
-// the compiler; google/api ones from the Go packages linked in.
+// the compiler; google/api and google/rpc ones from the Go packages
+// linked in.
 func compile(root string) (linker.File, error) {
 	linked := protocompile.ResolverFunc(func(path string) (protocompile.SearchResult, error) {
 		fd, err := protoregistry.GlobalFiles.FindFileByPath(path)

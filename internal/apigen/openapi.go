@@ -127,7 +127,7 @@ func operation(file protoreflect.FileDescriptor, m protoreflect.MethodDescriptor
 		"application/json": object{"schema": ref(m.Output())},
 	}}
 	responses := object{"200": ok, "default": problemResponse("An error; code says which.")}
-	if method == "POST" {
+	if m.Output().Name() == "Trx" && method == "POST" {
 		ok["description"] = "A replay: the original result of the same key and payload."
 		responses["201"] = object{"description": "Created: a new write.", "content": ok["content"]}
 	}
@@ -188,6 +188,10 @@ func fieldSchema(f protoreflect.FieldDescriptor) object {
 			s = object{"type": "string", "format": "date-time"}
 		case "google.protobuf.Struct":
 			s = object{"type": "object", "additionalProperties": true}
+		case "google.rpc.Status":
+			// An error inside an answer: over HTTP it is what a call's
+			// error is, a problem details body.
+			s = object{"$ref": "#/components/schemas/Problem"}
 		default:
 			s = ref(f.Message())
 		}

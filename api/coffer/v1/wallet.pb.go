@@ -15,6 +15,7 @@ package cofferv1
 
 import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
+	status "google.golang.org/genproto/googleapis/rpc/status"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -378,6 +379,282 @@ func (x *ChangeRequest) GetHoldTtlSeconds() int64 {
 	return 0
 }
 
+// BatchChangeRequest is a batch of changes in one namespace.
+type BatchChangeRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace int32                  `protobuf:"varint,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// 1–1000 changes.
+	Changes       []*BatchChange `protobuf:"bytes,2,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchChangeRequest) Reset() {
+	*x = BatchChangeRequest{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchChangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchChangeRequest) ProtoMessage() {}
+
+func (x *BatchChangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchChangeRequest.ProtoReflect.Descriptor instead.
+func (*BatchChangeRequest) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BatchChangeRequest) GetNamespace() int32 {
+	if x != nil {
+		return x.Namespace
+	}
+	return 0
+}
+
+func (x *BatchChangeRequest) GetChanges() []*BatchChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+// BatchChange is one change of a batch: a ChangeRequest without the
+// namespace, which the batch gives.
+type BatchChange struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	PlayerId int64                  `protobuf:"varint,1,opt,name=player_id,json=playerId,proto3" json:"player_id,omitempty"`
+	// 1–128 bytes, chosen by the client; scoped to the client and player.
+	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// 1–64 ops, applied all or nothing.
+	Ops    []*OpRequest `protobuf:"bytes,3,rep,name=ops,proto3" json:"ops,omitempty"`
+	Reason string       `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Any JSON object, at most 4096 bytes.
+	Meta *structpb.Struct `protobuf:"bytes,5,opt,name=meta,proto3" json:"meta,omitempty"`
+	// Begin a hold: consumes are reserved now, grants wait for commit.
+	Hold bool `protobuf:"varint,6,opt,name=hold,proto3" json:"hold,omitempty"`
+	// The hold's life; 0 means the configured default.
+	HoldTtlSeconds int64 `protobuf:"varint,7,opt,name=hold_ttl_seconds,json=holdTtlSeconds,proto3" json:"hold_ttl_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *BatchChange) Reset() {
+	*x = BatchChange{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchChange) ProtoMessage() {}
+
+func (x *BatchChange) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchChange.ProtoReflect.Descriptor instead.
+func (*BatchChange) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *BatchChange) GetPlayerId() int64 {
+	if x != nil {
+		return x.PlayerId
+	}
+	return 0
+}
+
+func (x *BatchChange) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *BatchChange) GetOps() []*OpRequest {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+func (x *BatchChange) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *BatchChange) GetMeta() *structpb.Struct {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+func (x *BatchChange) GetHold() bool {
+	if x != nil {
+		return x.Hold
+	}
+	return false
+}
+
+func (x *BatchChange) GetHoldTtlSeconds() int64 {
+	if x != nil {
+		return x.HoldTtlSeconds
+	}
+	return 0
+}
+
+// BatchChangeResponse has one result per change, in request order.
+type BatchChangeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*BatchChangeResult   `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchChangeResponse) Reset() {
+	*x = BatchChangeResponse{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchChangeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchChangeResponse) ProtoMessage() {}
+
+func (x *BatchChangeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchChangeResponse.ProtoReflect.Descriptor instead.
+func (*BatchChangeResponse) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *BatchChangeResponse) GetResults() []*BatchChangeResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// BatchChangeResult is what the same change sent alone would have
+// answered: trx, or error.
+type BatchChangeResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Over HTTP, the status of the change sent alone: 201 (a new trx), 200
+	// (a replay) or the error's (400, 409, 503, ...). Over gRPC 0: error
+	// carries the code.
+	Status int32 `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
+	// The trx, when the change was applied now or before (a replay).
+	Trx *Trx `protobuf:"bytes,2,opt,name=trx,proto3" json:"trx,omitempty"`
+	// The trx is the original result of an earlier change with the same
+	// key and payload.
+	Replay bool `protobuf:"varint,3,opt,name=replay,proto3" json:"replay,omitempty"`
+	// Why the change failed, as a single call reports it: over HTTP the
+	// problem details body, over gRPC the status with its ErrorInfo.
+	Error         *status.Status `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchChangeResult) Reset() {
+	*x = BatchChangeResult{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchChangeResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchChangeResult) ProtoMessage() {}
+
+func (x *BatchChangeResult) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchChangeResult.ProtoReflect.Descriptor instead.
+func (*BatchChangeResult) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *BatchChangeResult) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *BatchChangeResult) GetTrx() *Trx {
+	if x != nil {
+		return x.Trx
+	}
+	return nil
+}
+
+func (x *BatchChangeResult) GetReplay() bool {
+	if x != nil {
+		return x.Replay
+	}
+	return false
+}
+
+func (x *BatchChangeResult) GetError() *status.Status {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 // TrxRequest names one trx of the calling client.
 type TrxRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -390,7 +667,7 @@ type TrxRequest struct {
 
 func (x *TrxRequest) Reset() {
 	*x = TrxRequest{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[4]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +679,7 @@ func (x *TrxRequest) String() string {
 func (*TrxRequest) ProtoMessage() {}
 
 func (x *TrxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[4]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +692,7 @@ func (x *TrxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrxRequest.ProtoReflect.Descriptor instead.
 func (*TrxRequest) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{4}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TrxRequest) GetNamespace() int32 {
@@ -457,7 +734,7 @@ type ExchangeRequest struct {
 
 func (x *ExchangeRequest) Reset() {
 	*x = ExchangeRequest{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[5]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +746,7 @@ func (x *ExchangeRequest) String() string {
 func (*ExchangeRequest) ProtoMessage() {}
 
 func (x *ExchangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[5]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +759,7 @@ func (x *ExchangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExchangeRequest.ProtoReflect.Descriptor instead.
 func (*ExchangeRequest) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{5}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExchangeRequest) GetNamespace() int32 {
@@ -566,7 +843,7 @@ type FinlogRequest struct {
 
 func (x *FinlogRequest) Reset() {
 	*x = FinlogRequest{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[6]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +855,7 @@ func (x *FinlogRequest) String() string {
 func (*FinlogRequest) ProtoMessage() {}
 
 func (x *FinlogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[6]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +868,7 @@ func (x *FinlogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinlogRequest.ProtoReflect.Descriptor instead.
 func (*FinlogRequest) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{6}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FinlogRequest) GetNamespace() int32 {
@@ -670,7 +947,7 @@ type RevenueRequest struct {
 
 func (x *RevenueRequest) Reset() {
 	*x = RevenueRequest{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[7]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +959,7 @@ func (x *RevenueRequest) String() string {
 func (*RevenueRequest) ProtoMessage() {}
 
 func (x *RevenueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[7]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +972,7 @@ func (x *RevenueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevenueRequest.ProtoReflect.Descriptor instead.
 func (*RevenueRequest) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{7}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RevenueRequest) GetNamespace() int32 {
@@ -735,7 +1012,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[8]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +1024,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[8]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +1037,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{8}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{12}
 }
 
 // Lot is one balance row.
@@ -779,7 +1056,7 @@ type Lot struct {
 
 func (x *Lot) Reset() {
 	*x = Lot{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[9]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +1068,7 @@ func (x *Lot) String() string {
 func (*Lot) ProtoMessage() {}
 
 func (x *Lot) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[9]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +1081,7 @@ func (x *Lot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lot.ProtoReflect.Descriptor instead.
 func (*Lot) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{9}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Lot) GetId() int64 {
@@ -870,7 +1147,7 @@ type Balance struct {
 
 func (x *Balance) Reset() {
 	*x = Balance{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[10]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +1159,7 @@ func (x *Balance) String() string {
 func (*Balance) ProtoMessage() {}
 
 func (x *Balance) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[10]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1172,7 @@ func (x *Balance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Balance.ProtoReflect.Descriptor instead.
 func (*Balance) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{10}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Balance) GetCurrency() string {
@@ -949,7 +1226,7 @@ type Balances struct {
 
 func (x *Balances) Reset() {
 	*x = Balances{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[11]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1238,7 @@ func (x *Balances) String() string {
 func (*Balances) ProtoMessage() {}
 
 func (x *Balances) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[11]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1251,7 @@ func (x *Balances) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Balances.ProtoReflect.Descriptor instead.
 func (*Balances) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{11}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Balances) GetNamespace() int32 {
@@ -1034,7 +1311,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[12]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1323,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[12]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1336,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{12}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Op) GetCurrency() string {
@@ -1143,7 +1420,7 @@ type Trx struct {
 
 func (x *Trx) Reset() {
 	*x = Trx{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[13]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1432,7 @@ func (x *Trx) String() string {
 func (*Trx) ProtoMessage() {}
 
 func (x *Trx) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[13]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1445,7 @@ func (x *Trx) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Trx.ProtoReflect.Descriptor instead.
 func (*Trx) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{13}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Trx) GetId() int64 {
@@ -1259,7 +1536,7 @@ type FinlogPage struct {
 
 func (x *FinlogPage) Reset() {
 	*x = FinlogPage{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[14]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1548,7 @@ func (x *FinlogPage) String() string {
 func (*FinlogPage) ProtoMessage() {}
 
 func (x *FinlogPage) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[14]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1561,7 @@ func (x *FinlogPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinlogPage.ProtoReflect.Descriptor instead.
 func (*FinlogPage) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{14}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FinlogPage) GetItems() []*Trx {
@@ -1323,7 +1600,7 @@ type RevenueLine struct {
 
 func (x *RevenueLine) Reset() {
 	*x = RevenueLine{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[15]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1612,7 @@ func (x *RevenueLine) String() string {
 func (*RevenueLine) ProtoMessage() {}
 
 func (x *RevenueLine) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[15]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1625,7 @@ func (x *RevenueLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevenueLine.ProtoReflect.Descriptor instead.
 func (*RevenueLine) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{15}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RevenueLine) GetCurrency() string {
@@ -1413,7 +1690,7 @@ type RevenueReport struct {
 
 func (x *RevenueReport) Reset() {
 	*x = RevenueReport{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[16]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1702,7 @@ func (x *RevenueReport) String() string {
 func (*RevenueReport) ProtoMessage() {}
 
 func (x *RevenueReport) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[16]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1715,7 @@ func (x *RevenueReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevenueReport.ProtoReflect.Descriptor instead.
 func (*RevenueReport) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{16}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RevenueReport) GetNamespace() int32 {
@@ -1484,7 +1761,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[17]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1773,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[17]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1786,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{17}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Status) GetVersion() string {
@@ -1558,7 +1835,7 @@ type ShardRange struct {
 
 func (x *ShardRange) Reset() {
 	*x = ShardRange{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1847,7 @@ func (x *ShardRange) String() string {
 func (*ShardRange) ProtoMessage() {}
 
 func (x *ShardRange) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1860,7 @@ func (x *ShardRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRange.ProtoReflect.Descriptor instead.
 func (*ShardRange) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{18}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ShardRange) GetMin() int32 {
@@ -1622,7 +1899,7 @@ type DatabaseStatus struct {
 
 func (x *DatabaseStatus) Reset() {
 	*x = DatabaseStatus{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1911,7 @@ func (x *DatabaseStatus) String() string {
 func (*DatabaseStatus) ProtoMessage() {}
 
 func (x *DatabaseStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1924,7 @@ func (x *DatabaseStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DatabaseStatus.ProtoReflect.Descriptor instead.
 func (*DatabaseStatus) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{19}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DatabaseStatus) GetName() string {
@@ -1717,7 +1994,7 @@ var File_coffer_v1_wallet_proto protoreflect.FileDescriptor
 
 const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\n" +
-	"\x16coffer/v1/wallet.proto\x12\tcoffer.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xab\x01\n" +
+	"\x16coffer/v1/wallet.proto\x12\tcoffer.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xab\x01\n" +
 	"\x12GetBalancesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x12\x1b\n" +
 	"\tplayer_id\x18\x02 \x01(\x03R\bplayerId\x12\x1a\n" +
@@ -1745,7 +2022,25 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12+\n" +
 	"\x04meta\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x04meta\x12\x12\n" +
 	"\x04hold\x18\a \x01(\bR\x04hold\x12(\n" +
-	"\x10hold_ttl_seconds\x18\b \x01(\x03R\x0eholdTtlSeconds\"p\n" +
+	"\x10hold_ttl_seconds\x18\b \x01(\x03R\x0eholdTtlSeconds\"d\n" +
+	"\x12BatchChangeRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x120\n" +
+	"\achanges\x18\x02 \x03(\v2\x16.coffer.v1.BatchChangeR\achanges\"\xfe\x01\n" +
+	"\vBatchChange\x12\x1b\n" +
+	"\tplayer_id\x18\x01 \x01(\x03R\bplayerId\x12'\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12&\n" +
+	"\x03ops\x18\x03 \x03(\v2\x14.coffer.v1.OpRequestR\x03ops\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12+\n" +
+	"\x04meta\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x04meta\x12\x12\n" +
+	"\x04hold\x18\x06 \x01(\bR\x04hold\x12(\n" +
+	"\x10hold_ttl_seconds\x18\a \x01(\x03R\x0eholdTtlSeconds\"M\n" +
+	"\x13BatchChangeResponse\x126\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.coffer.v1.BatchChangeResultR\aresults\"\x8f\x01\n" +
+	"\x11BatchChangeResult\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\x05R\x06status\x12 \n" +
+	"\x03trx\x18\x02 \x01(\v2\x0e.coffer.v1.TrxR\x03trx\x12\x16\n" +
+	"\x06replay\x18\x03 \x01(\bR\x06replay\x12(\n" +
+	"\x05error\x18\x04 \x01(\v2\x12.google.rpc.StatusR\x05error\"p\n" +
 	"\n" +
 	"TrxRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x12\x1b\n" +
@@ -1864,10 +2159,11 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\vconns_total\x18\a \x01(\x05R\n" +
 	"connsTotal\x12%\n" +
 	"\x0econns_acquired\x18\b \x01(\x05R\rconnsAcquired\x12\x1b\n" +
-	"\tconns_max\x18\t \x01(\x05R\bconnsMax2\xef\b\n" +
+	"\tconns_max\x18\t \x01(\x05R\bconnsMax2\xf8\t\n" +
 	"\x06Wallet\x12\x82\x01\n" +
 	"\vGetBalances\x12\x1d.coffer.v1.GetBalancesRequest\x1a\x13.coffer.v1.Balances\"?\x82\xd3\xe4\x93\x029\x127/v1/namespaces/{namespace}/players/{player_id}/balances\x12z\n" +
-	"\x06Change\x12\x18.coffer.v1.ChangeRequest\x1a\x0e.coffer.v1.Trx\"F\x82\xd3\xe4\x93\x02@:\x01*\";/v1/namespaces/{namespace}/players/{player_id}/transactions\x12\x8d\x01\n" +
+	"\x06Change\x12\x18.coffer.v1.ChangeRequest\x1a\x0e.coffer.v1.Trx\"F\x82\xd3\xe4\x93\x02@:\x01*\";/v1/namespaces/{namespace}/players/{player_id}/transactions\x12\x86\x01\n" +
+	"\vBatchChange\x12\x1d.coffer.v1.BatchChangeRequest\x1a\x1e.coffer.v1.BatchChangeResponse\"8\x82\xd3\xe4\x93\x022:\x01*\"-/v1/namespaces/{namespace}/transactions:batch\x12\x8d\x01\n" +
 	"\x06Commit\x12\x15.coffer.v1.TrxRequest\x1a\x0e.coffer.v1.Trx\"\\\x82\xd3\xe4\x93\x02V\"T/v1/namespaces/{namespace}/players/{player_id}/transactions/{idempotency_key}/commit\x12\x91\x01\n" +
 	"\bRollback\x12\x15.coffer.v1.TrxRequest\x1a\x0e.coffer.v1.Trx\"^\x82\xd3\xe4\x93\x02X\"V/v1/namespaces/{namespace}/players/{player_id}/transactions/{idempotency_key}/rollback\x12\x86\x01\n" +
 	"\x06GetTrx\x12\x15.coffer.v1.TrxRequest\x1a\x0e.coffer.v1.Trx\"U\x82\xd3\xe4\x93\x02O\x12M/v1/namespaces/{namespace}/players/{player_id}/transactions/{idempotency_key}\x12{\n" +
@@ -1889,84 +2185,97 @@ func file_coffer_v1_wallet_proto_rawDescGZIP() []byte {
 	return file_coffer_v1_wallet_proto_rawDescData
 }
 
-var file_coffer_v1_wallet_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_coffer_v1_wallet_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_coffer_v1_wallet_proto_goTypes = []any{
 	(*GetBalancesRequest)(nil),    // 0: coffer.v1.GetBalancesRequest
 	(*Purchase)(nil),              // 1: coffer.v1.Purchase
 	(*OpRequest)(nil),             // 2: coffer.v1.OpRequest
 	(*ChangeRequest)(nil),         // 3: coffer.v1.ChangeRequest
-	(*TrxRequest)(nil),            // 4: coffer.v1.TrxRequest
-	(*ExchangeRequest)(nil),       // 5: coffer.v1.ExchangeRequest
-	(*FinlogRequest)(nil),         // 6: coffer.v1.FinlogRequest
-	(*RevenueRequest)(nil),        // 7: coffer.v1.RevenueRequest
-	(*StatusRequest)(nil),         // 8: coffer.v1.StatusRequest
-	(*Lot)(nil),                   // 9: coffer.v1.Lot
-	(*Balance)(nil),               // 10: coffer.v1.Balance
-	(*Balances)(nil),              // 11: coffer.v1.Balances
-	(*Op)(nil),                    // 12: coffer.v1.Op
-	(*Trx)(nil),                   // 13: coffer.v1.Trx
-	(*FinlogPage)(nil),            // 14: coffer.v1.FinlogPage
-	(*RevenueLine)(nil),           // 15: coffer.v1.RevenueLine
-	(*RevenueReport)(nil),         // 16: coffer.v1.RevenueReport
-	(*Status)(nil),                // 17: coffer.v1.Status
-	(*ShardRange)(nil),            // 18: coffer.v1.ShardRange
-	(*DatabaseStatus)(nil),        // 19: coffer.v1.DatabaseStatus
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 21: google.protobuf.Struct
+	(*BatchChangeRequest)(nil),    // 4: coffer.v1.BatchChangeRequest
+	(*BatchChange)(nil),           // 5: coffer.v1.BatchChange
+	(*BatchChangeResponse)(nil),   // 6: coffer.v1.BatchChangeResponse
+	(*BatchChangeResult)(nil),     // 7: coffer.v1.BatchChangeResult
+	(*TrxRequest)(nil),            // 8: coffer.v1.TrxRequest
+	(*ExchangeRequest)(nil),       // 9: coffer.v1.ExchangeRequest
+	(*FinlogRequest)(nil),         // 10: coffer.v1.FinlogRequest
+	(*RevenueRequest)(nil),        // 11: coffer.v1.RevenueRequest
+	(*StatusRequest)(nil),         // 12: coffer.v1.StatusRequest
+	(*Lot)(nil),                   // 13: coffer.v1.Lot
+	(*Balance)(nil),               // 14: coffer.v1.Balance
+	(*Balances)(nil),              // 15: coffer.v1.Balances
+	(*Op)(nil),                    // 16: coffer.v1.Op
+	(*Trx)(nil),                   // 17: coffer.v1.Trx
+	(*FinlogPage)(nil),            // 18: coffer.v1.FinlogPage
+	(*RevenueLine)(nil),           // 19: coffer.v1.RevenueLine
+	(*RevenueReport)(nil),         // 20: coffer.v1.RevenueReport
+	(*Status)(nil),                // 21: coffer.v1.Status
+	(*ShardRange)(nil),            // 22: coffer.v1.ShardRange
+	(*DatabaseStatus)(nil),        // 23: coffer.v1.DatabaseStatus
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 25: google.protobuf.Struct
+	(*status.Status)(nil),         // 26: google.rpc.Status
 }
 var file_coffer_v1_wallet_proto_depIdxs = []int32{
-	20, // 0: coffer.v1.GetBalancesRequest.at:type_name -> google.protobuf.Timestamp
-	20, // 1: coffer.v1.OpRequest.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 0: coffer.v1.GetBalancesRequest.at:type_name -> google.protobuf.Timestamp
+	24, // 1: coffer.v1.OpRequest.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: coffer.v1.OpRequest.purchase:type_name -> coffer.v1.Purchase
 	2,  // 3: coffer.v1.ChangeRequest.ops:type_name -> coffer.v1.OpRequest
-	21, // 4: coffer.v1.ChangeRequest.meta:type_name -> google.protobuf.Struct
-	21, // 5: coffer.v1.ExchangeRequest.meta:type_name -> google.protobuf.Struct
-	20, // 6: coffer.v1.FinlogRequest.from:type_name -> google.protobuf.Timestamp
-	20, // 7: coffer.v1.FinlogRequest.to:type_name -> google.protobuf.Timestamp
-	20, // 8: coffer.v1.RevenueRequest.from:type_name -> google.protobuf.Timestamp
-	20, // 9: coffer.v1.RevenueRequest.to:type_name -> google.protobuf.Timestamp
-	20, // 10: coffer.v1.Lot.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 11: coffer.v1.Lot.created_at:type_name -> google.protobuf.Timestamp
-	9,  // 12: coffer.v1.Balance.lots:type_name -> coffer.v1.Lot
-	20, // 13: coffer.v1.Balances.at:type_name -> google.protobuf.Timestamp
-	10, // 14: coffer.v1.Balances.balances:type_name -> coffer.v1.Balance
-	1,  // 15: coffer.v1.Op.purchase:type_name -> coffer.v1.Purchase
-	21, // 16: coffer.v1.Trx.meta:type_name -> google.protobuf.Struct
-	12, // 17: coffer.v1.Trx.ops:type_name -> coffer.v1.Op
-	20, // 18: coffer.v1.Trx.created_at:type_name -> google.protobuf.Timestamp
-	20, // 19: coffer.v1.Trx.hold_expires_at:type_name -> google.protobuf.Timestamp
-	10, // 20: coffer.v1.Trx.balances:type_name -> coffer.v1.Balance
-	13, // 21: coffer.v1.FinlogPage.items:type_name -> coffer.v1.Trx
-	20, // 22: coffer.v1.RevenueReport.from:type_name -> google.protobuf.Timestamp
-	20, // 23: coffer.v1.RevenueReport.to:type_name -> google.protobuf.Timestamp
-	15, // 24: coffer.v1.RevenueReport.lines:type_name -> coffer.v1.RevenueLine
-	20, // 25: coffer.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	19, // 26: coffer.v1.Status.databases:type_name -> coffer.v1.DatabaseStatus
-	18, // 27: coffer.v1.DatabaseStatus.shards:type_name -> coffer.v1.ShardRange
-	20, // 28: coffer.v1.DatabaseStatus.checked_at:type_name -> google.protobuf.Timestamp
-	0,  // 29: coffer.v1.Wallet.GetBalances:input_type -> coffer.v1.GetBalancesRequest
-	3,  // 30: coffer.v1.Wallet.Change:input_type -> coffer.v1.ChangeRequest
-	4,  // 31: coffer.v1.Wallet.Commit:input_type -> coffer.v1.TrxRequest
-	4,  // 32: coffer.v1.Wallet.Rollback:input_type -> coffer.v1.TrxRequest
-	4,  // 33: coffer.v1.Wallet.GetTrx:input_type -> coffer.v1.TrxRequest
-	5,  // 34: coffer.v1.Wallet.Exchange:input_type -> coffer.v1.ExchangeRequest
-	6,  // 35: coffer.v1.Wallet.Finlog:input_type -> coffer.v1.FinlogRequest
-	7,  // 36: coffer.v1.Wallet.Revenue:input_type -> coffer.v1.RevenueRequest
-	8,  // 37: coffer.v1.Wallet.GetStatus:input_type -> coffer.v1.StatusRequest
-	11, // 38: coffer.v1.Wallet.GetBalances:output_type -> coffer.v1.Balances
-	13, // 39: coffer.v1.Wallet.Change:output_type -> coffer.v1.Trx
-	13, // 40: coffer.v1.Wallet.Commit:output_type -> coffer.v1.Trx
-	13, // 41: coffer.v1.Wallet.Rollback:output_type -> coffer.v1.Trx
-	13, // 42: coffer.v1.Wallet.GetTrx:output_type -> coffer.v1.Trx
-	13, // 43: coffer.v1.Wallet.Exchange:output_type -> coffer.v1.Trx
-	14, // 44: coffer.v1.Wallet.Finlog:output_type -> coffer.v1.FinlogPage
-	16, // 45: coffer.v1.Wallet.Revenue:output_type -> coffer.v1.RevenueReport
-	17, // 46: coffer.v1.Wallet.GetStatus:output_type -> coffer.v1.Status
-	38, // [38:47] is the sub-list for method output_type
-	29, // [29:38] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	25, // 4: coffer.v1.ChangeRequest.meta:type_name -> google.protobuf.Struct
+	5,  // 5: coffer.v1.BatchChangeRequest.changes:type_name -> coffer.v1.BatchChange
+	2,  // 6: coffer.v1.BatchChange.ops:type_name -> coffer.v1.OpRequest
+	25, // 7: coffer.v1.BatchChange.meta:type_name -> google.protobuf.Struct
+	7,  // 8: coffer.v1.BatchChangeResponse.results:type_name -> coffer.v1.BatchChangeResult
+	17, // 9: coffer.v1.BatchChangeResult.trx:type_name -> coffer.v1.Trx
+	26, // 10: coffer.v1.BatchChangeResult.error:type_name -> google.rpc.Status
+	25, // 11: coffer.v1.ExchangeRequest.meta:type_name -> google.protobuf.Struct
+	24, // 12: coffer.v1.FinlogRequest.from:type_name -> google.protobuf.Timestamp
+	24, // 13: coffer.v1.FinlogRequest.to:type_name -> google.protobuf.Timestamp
+	24, // 14: coffer.v1.RevenueRequest.from:type_name -> google.protobuf.Timestamp
+	24, // 15: coffer.v1.RevenueRequest.to:type_name -> google.protobuf.Timestamp
+	24, // 16: coffer.v1.Lot.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 17: coffer.v1.Lot.created_at:type_name -> google.protobuf.Timestamp
+	13, // 18: coffer.v1.Balance.lots:type_name -> coffer.v1.Lot
+	24, // 19: coffer.v1.Balances.at:type_name -> google.protobuf.Timestamp
+	14, // 20: coffer.v1.Balances.balances:type_name -> coffer.v1.Balance
+	1,  // 21: coffer.v1.Op.purchase:type_name -> coffer.v1.Purchase
+	25, // 22: coffer.v1.Trx.meta:type_name -> google.protobuf.Struct
+	16, // 23: coffer.v1.Trx.ops:type_name -> coffer.v1.Op
+	24, // 24: coffer.v1.Trx.created_at:type_name -> google.protobuf.Timestamp
+	24, // 25: coffer.v1.Trx.hold_expires_at:type_name -> google.protobuf.Timestamp
+	14, // 26: coffer.v1.Trx.balances:type_name -> coffer.v1.Balance
+	17, // 27: coffer.v1.FinlogPage.items:type_name -> coffer.v1.Trx
+	24, // 28: coffer.v1.RevenueReport.from:type_name -> google.protobuf.Timestamp
+	24, // 29: coffer.v1.RevenueReport.to:type_name -> google.protobuf.Timestamp
+	19, // 30: coffer.v1.RevenueReport.lines:type_name -> coffer.v1.RevenueLine
+	24, // 31: coffer.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	23, // 32: coffer.v1.Status.databases:type_name -> coffer.v1.DatabaseStatus
+	22, // 33: coffer.v1.DatabaseStatus.shards:type_name -> coffer.v1.ShardRange
+	24, // 34: coffer.v1.DatabaseStatus.checked_at:type_name -> google.protobuf.Timestamp
+	0,  // 35: coffer.v1.Wallet.GetBalances:input_type -> coffer.v1.GetBalancesRequest
+	3,  // 36: coffer.v1.Wallet.Change:input_type -> coffer.v1.ChangeRequest
+	4,  // 37: coffer.v1.Wallet.BatchChange:input_type -> coffer.v1.BatchChangeRequest
+	8,  // 38: coffer.v1.Wallet.Commit:input_type -> coffer.v1.TrxRequest
+	8,  // 39: coffer.v1.Wallet.Rollback:input_type -> coffer.v1.TrxRequest
+	8,  // 40: coffer.v1.Wallet.GetTrx:input_type -> coffer.v1.TrxRequest
+	9,  // 41: coffer.v1.Wallet.Exchange:input_type -> coffer.v1.ExchangeRequest
+	10, // 42: coffer.v1.Wallet.Finlog:input_type -> coffer.v1.FinlogRequest
+	11, // 43: coffer.v1.Wallet.Revenue:input_type -> coffer.v1.RevenueRequest
+	12, // 44: coffer.v1.Wallet.GetStatus:input_type -> coffer.v1.StatusRequest
+	15, // 45: coffer.v1.Wallet.GetBalances:output_type -> coffer.v1.Balances
+	17, // 46: coffer.v1.Wallet.Change:output_type -> coffer.v1.Trx
+	6,  // 47: coffer.v1.Wallet.BatchChange:output_type -> coffer.v1.BatchChangeResponse
+	17, // 48: coffer.v1.Wallet.Commit:output_type -> coffer.v1.Trx
+	17, // 49: coffer.v1.Wallet.Rollback:output_type -> coffer.v1.Trx
+	17, // 50: coffer.v1.Wallet.GetTrx:output_type -> coffer.v1.Trx
+	17, // 51: coffer.v1.Wallet.Exchange:output_type -> coffer.v1.Trx
+	18, // 52: coffer.v1.Wallet.Finlog:output_type -> coffer.v1.FinlogPage
+	20, // 53: coffer.v1.Wallet.Revenue:output_type -> coffer.v1.RevenueReport
+	21, // 54: coffer.v1.Wallet.GetStatus:output_type -> coffer.v1.Status
+	45, // [45:55] is the sub-list for method output_type
+	35, // [35:45] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_coffer_v1_wallet_proto_init() }
@@ -1980,7 +2289,7 @@ func file_coffer_v1_wallet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coffer_v1_wallet_proto_rawDesc), len(file_coffer_v1_wallet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

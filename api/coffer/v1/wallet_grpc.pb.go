@@ -28,6 +28,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Wallet_GetBalances_FullMethodName = "/coffer.v1.Wallet/GetBalances"
 	Wallet_Change_FullMethodName      = "/coffer.v1.Wallet/Change"
+	Wallet_BatchChange_FullMethodName = "/coffer.v1.Wallet/BatchChange"
 	Wallet_Commit_FullMethodName      = "/coffer.v1.Wallet/Commit"
 	Wallet_Rollback_FullMethodName    = "/coffer.v1.Wallet/Rollback"
 	Wallet_GetTrx_FullMethodName      = "/coffer.v1.Wallet/GetTrx"
@@ -54,6 +55,16 @@ type WalletClient interface {
 	// A new trx answers 201, a replay of the same key and payload 200.
 	// Permission: write.
 	Change(ctx context.Context, in *ChangeRequest, opts ...grpc.CallOption) (*Trx, error)
+	// BatchChange applies up to 1000 changes, for many players of one
+	// namespace, in one call: each as Change would, with its own idempotency
+	// key, atomic per change and never across changes. The call answers 200
+	// with one result per change, in request order, whatever each result
+	// is; it fails as a whole only when the envelope is wrong (no changes or
+	// more than 1000, a body over limits.batch_body_bytes_max, the
+	// namespace or permission). One player's changes apply one after the
+	// other in request order. To retry, send the whole batch again with the
+	// same keys: what was applied replays. Permission: write.
+	BatchChange(ctx context.Context, in *BatchChangeRequest, opts ...grpc.CallOption) (*BatchChangeResponse, error)
 	// Commit applies a pending hold's grants. Permission: write.
 	Commit(ctx context.Context, in *TrxRequest, opts ...grpc.CallOption) (*Trx, error)
 	// Rollback returns a pending hold's reservations to their lots.
@@ -97,6 +108,16 @@ func (c *walletClient) Change(ctx context.Context, in *ChangeRequest, opts ...gr
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Trx)
 	err := c.cc.Invoke(ctx, Wallet_Change_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *walletClient) BatchChange(ctx context.Context, in *BatchChangeRequest, opts ...grpc.CallOption) (*BatchChangeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchChangeResponse)
+	err := c.cc.Invoke(ctx, Wallet_BatchChange_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +211,16 @@ type WalletServer interface {
 	// A new trx answers 201, a replay of the same key and payload 200.
 	// Permission: write.
 	Change(context.Context, *ChangeRequest) (*Trx, error)
+	// BatchChange applies up to 1000 changes, for many players of one
+	// namespace, in one call: each as Change would, with its own idempotency
+	// key, atomic per change and never across changes. The call answers 200
+	// with one result per change, in request order, whatever each result
+	// is; it fails as a whole only when the envelope is wrong (no changes or
+	// more than 1000, a body over limits.batch_body_bytes_max, the
+	// namespace or permission). One player's changes apply one after the
+	// other in request order. To retry, send the whole batch again with the
+	// same keys: what was applied replays. Permission: write.
+	BatchChange(context.Context, *BatchChangeRequest) (*BatchChangeResponse, error)
 	// Commit applies a pending hold's grants. Permission: write.
 	Commit(context.Context, *TrxRequest) (*Trx, error)
 	// Rollback returns a pending hold's reservations to their lots.
@@ -224,6 +255,9 @@ func (UnimplementedWalletServer) GetBalances(context.Context, *GetBalancesReques
 }
 func (UnimplementedWalletServer) Change(context.Context, *ChangeRequest) (*Trx, error) {
 	return nil, status.Error(codes.Unimplemented, "method Change not implemented")
+}
+func (UnimplementedWalletServer) BatchChange(context.Context, *BatchChangeRequest) (*BatchChangeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchChange not implemented")
 }
 func (UnimplementedWalletServer) Commit(context.Context, *TrxRequest) (*Trx, error) {
 	return nil, status.Error(codes.Unimplemented, "method Commit not implemented")
@@ -299,6 +333,24 @@ func _Wallet_Change_Handler(srv interface{}, ctx context.Context, dec func(inter
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(WalletServer).Change(ctx, req.(*ChangeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Wallet_BatchChange_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchChangeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WalletServer).BatchChange(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Wallet_BatchChange_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WalletServer).BatchChange(ctx, req.(*BatchChangeRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -443,6 +495,10 @@ var Wallet_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Change",
 			Handler:    _Wallet_Change_Handler,
+		},
+		{
+			MethodName: "BatchChange",
+			Handler:    _Wallet_BatchChange_Handler,
 		},
 		{
 			MethodName: "Commit",

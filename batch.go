@@ -1,0 +1,144 @@
+package coffer
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// BatchChangesMax bounds the changes of one batch: what a season reward or
+// a tournament payout sends at once, small enough that one call's answer
+// stays a few megabytes.
+const BatchChangesMax = 1000
+
+// ChangeResult is the answer to one change of a batch: what Change would
+// have returned for it alone. Err is nil, or carries one of Change's codes.
+type ChangeResult struct {
+	Trx    Trx
+	Replay bool
+	Err    error
+}
+
+// BatchBody is the JSON body of a batch over HTTP: the changes, each with
+// its player. The server decodes each change on its own, so that a
+// malformed one fails alone; the Go client sends it whole.
+type BatchBody struct {
+	Changes []BatchChangeBody `json:"changes"`
+}
+
+// BatchChangeBody is one change of a batch: a ChangeBody and its player.
+// Its fields are ChangeBody's, not an embedded ChangeBody, whose name
+// the JSON decoder would put in the messages of type errors.
+type BatchChangeBody struct {
+	PlayerID       PlayerID        `json:"player_id"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	Ops            []OpRequest     `json:"ops"`
+	Reason         string          `json:"reason,omitempty"`
+	Meta           json.RawMessage `json:"meta,omitempty"`
+	Hold           bool            `json:"hold,omitempty"`
+	HoldTTLSeconds int64           `json:"hold_ttl_seconds,omitempty"`
+}
+
+// ValidateBatchSize checks the number of changes of a batch, before any is
+// decoded or applied. Errors are invalid_argument.
+func ValidateBatchSize(n int) error {
+	if n < 1 || n > BatchChangesMax {
+		return Errorf(CodeInvalid, "changes: 1–%d changes required, got %d", BatchChangesMax, n)
+	}
+	return nil
+}
+
+// BatchPlayers groups the changes of a batch by player (namespace and
+// player id): each group lists the indexes of one player's changes in
+// request order, and the groups come in the order their player first
+// appears. A batch behaves as if its changes were sent one after the
+// other, in request order: a player's changes must run in that order (a
+// consume after a grant, the second of two changes with one key a replay
+// or a conflict of the first); changes of different players touch nothing
+// in common, so their groups may run concurrently.
+func BatchPlayers(reqs []ChangeRequest) [][]int {
+	type player struct {
+		ns Namespace
+		id PlayerID
+	}
+	at := map[player]int{}
+	var groups [][]int
+	for i, req := range reqs {
+		p := player{req.Namespace, req.PlayerID}
+		g, ok := at[p]
+		if !ok {
+			g = len(groups)
+			at[p] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// Request is the ChangeRequest of a change body in scope sc (whose key is
+// replaced by the body's). Errors (invalid_argument) are those of the
+// fields read here; Catalog.ValidateChange checks the rest.
+func (b ChangeBody) Request(sc Scope) (ChangeRequest, error) {
+	ttl, err := HoldTTL(b.HoldTTLSeconds)
+	if err != nil {
+		return ChangeRequest{}, err
+	}
+	sc.IdempotencyKey = b.IdempotencyKey
+	return ChangeRequest{Scope: sc, Ops: b.Ops, Reason: b.Reason, Meta: b.Meta, Hold: b.Hold, HoldTTL: ttl}, nil
+}
+
+// Request is the ChangeRequest of one change of a batch in namespace ns,
+// for the client of emitter.
+func (b BatchChangeBody) Request(ns Namespace, emitter Emitter) (ChangeRequest, error) {
+	c := ChangeBody{IdempotencyKey: b.IdempotencyKey, Ops: b.Ops, Reason: b.Reason, Meta: b.Meta, Hold: b.Hold, HoldTTLSeconds: b.HoldTTLSeconds}
+	return c.Request(Scope{Namespace: ns, PlayerID: b.PlayerID, Emitter: emitter})
+}
+
+// BatchDecoded applies the changes of a batch that a transport could
+// decode, through l.BatchChange, and answers the others with the error
+// that stopped them: reqs and errs have one element per change, and
+// errs[i] != nil leaves reqs[i] out. Results come in request order.
+// Errors are BatchChange's.
+func BatchDecoded(ctx context.Context, l Ledger, reqs []ChangeRequest, errs []error) ([]ChangeResult, error) {
+	if err := ValidateBatchSize(len(reqs)); err != nil {
+		return nil, err
+	}
+	out := make([]ChangeResult, len(reqs))
+	var valid []ChangeRequest
+	var at []int // the index in the batch of each of valid
+	for i, err := range errs {
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		valid = append(valid, reqs[i])
+		at = append(at, i)
+	}
+	if len(valid) == 0 {
+		return out, nil
+	}
+	done, err := l.BatchChange(ctx, valid)
+	if err != nil {
+		return nil, err
+	}
+	for j, r := range done {
+		out[at[j]] = r
+	}
+	return out, nil
+}
+
+// BatchFailures finds the changes of a batch that failed on the server's
+// side (internal, shard_unavailable), which the log reports: how many,
+// and the first of them (its index, -1 if none).
+func BatchFailures(results []ChangeResult) (n, first int) {
+	first = -1
+	for i, r := range results {
+		if c := ErrorCode(r.Err); c == CodeInternal || c == CodeUnavailable {
+			if n == 0 {
+				first = i
+			}
+			n++
+		}
+	}
+	return n, first
+}

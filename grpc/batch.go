@@ -1,0 +1,62 @@
+package grpc
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/cofferhq/coffer"
+	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
+	"google.golang.org/grpc/status"
+)
+
+// BatchChange implements the rpc of the same name: many changes for many
+// players of one namespace, answered per change in request order. The
+// envelope fails the call; a change that fails gets its own error, as the
+// same change sent alone would.
+func (s *Server) BatchChange(ctx context.Context, req *cofferv1.BatchChangeRequest) (*cofferv1.BatchChangeResponse, error) {
+	if err := coffer.ValidateBatchSize(len(req.Changes)); err != nil {
+		return nil, err
+	}
+	reqs := make([]coffer.ChangeRequest, len(req.Changes))
+	errs := make([]error, len(req.Changes))
+	for i, c := range req.Changes {
+		reqs[i], errs[i] = fromChangeRequest(ctx, &cofferv1.ChangeRequest{Namespace: req.Namespace, PlayerId: c.PlayerId,
+			IdempotencyKey: c.IdempotencyKey, Ops: c.Ops, Reason: c.Reason, Meta: c.Meta, Hold: c.Hold, HoldTtlSeconds: c.HoldTtlSeconds})
+	}
+	results, err := coffer.BatchDecoded(ctx, s.Ledger, reqs, errs)
+	if err != nil {
+		return nil, err
+	}
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	out := &cofferv1.BatchChangeResponse{Results: make([]*cofferv1.BatchChangeResult, len(results))}
+	for i := range results {
+		r := &cofferv1.BatchChangeResult{Replay: results[i].Replay}
+		if results[i].Err == nil {
+			// A trx whose meta does not convert fails alone, as
+			// it would alone.
+			r.Trx, results[i].Err = toTrx(results[i].Trx)
+		}
+		if err := results[i].Err; err != nil {
+			r.Trx, r.Replay = nil, false
+			r.Error = status.Convert(toStatus(err, id)).Proto()
+		}
+		s.Metrics.BatchChange(results[i].Err)
+		out.Results[i] = r
+	}
+	s.logBatchFailures(ctx, id, results)
+	return out, nil
+}
+
+// logBatchFailures logs, as an error, the changes of a batch that failed
+// on the server's side: the call itself succeeded, so its own log line
+// does not say. One line per batch, however many failed.
+func (s *Server) logBatchFailures(ctx context.Context, id string, results []coffer.ChangeResult) {
+	n, first := coffer.BatchFailures(results)
+	if n == 0 {
+		return
+	}
+	err := results[first].Err
+	s.Logger.LogAttrs(ctx, slog.LevelError, "batch changes failed", slog.String("request_id", id),
+		slog.String("transport", "grpc"), slog.Int("failed", n), slog.Int("first", first),
+		slog.String("code", string(coffer.ErrorCode(err))), slog.String("error", err.Error()))
+}

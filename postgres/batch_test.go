@@ -1,0 +1,121 @@
+package postgres_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/cofferhq/coffer"
+)
+
+// mixedBatch is a batch over few players: grants, consumes (some lacking
+// funds), holds, bad changes, and keys used twice, with the same payload
+// (a replay) or another (a conflict), in namespace ns.
+func mixedBatch(ns coffer.Namespace, n int) []coffer.ChangeRequest {
+	rng := rand.New(rand.NewPCG(7, 11))
+	currencies := []string{"gold", "silver"}
+	var reqs []coffer.ChangeRequest
+	for i := range n {
+		player := coffer.PlayerID(1 + rng.IntN(24))
+		req := coffer.ChangeRequest{Scope: coffer.Scope{Namespace: ns, PlayerID: player, Emitter: 7, IdempotencyKey: fmt.Sprintf("b-%d", i)},
+			Reason: "season", Ops: []coffer.OpRequest{free(currencies[rng.IntN(2)], coffer.Amount(1+rng.IntN(100)))}}
+		switch k := rng.IntN(10); {
+		case k < 3:
+			req.Ops[0].Amount = -coffer.Amount(1 + rng.IntN(150))
+		case k == 3:
+			req.Hold = true
+			req.Ops = append(req.Ops, free("gold", -coffer.Amount(1+rng.IntN(20))))
+		case k == 4:
+			req.Ops[0].Amount = 0 // invalid_argument
+		case k == 5 && i > 0:
+			// Again an earlier change: as it was (a replay, or its
+			// error again) or with another amount (a conflict).
+			req = reqs[rng.IntN(len(reqs))]
+			req.Ops = append([]coffer.OpRequest(nil), req.Ops...)
+			if rng.IntN(2) == 0 {
+				req.Ops[0].Amount += 1
+			}
+		}
+		reqs = append(reqs, req)
+	}
+	return reqs
+}
+
+// answer is what a test compares of a result: everything but the ids and
+// times a second ledger gives otherwise.
+func answer(r coffer.ChangeResult) coffer.ChangeResult {
+	if r.Err != nil {
+		return coffer.ChangeResult{Err: coffer.Errorf(coffer.ErrorCode(r.Err), "")}
+	}
+	t := r.Trx
+	t.ID, t.CreatedAt, t.HoldExpiresAt = 0, time.Time{}, nil
+	t.Ops = append([]coffer.Op(nil), t.Ops...)
+	for i := range t.Ops {
+		t.Ops[i].LotID = 0
+	}
+	return coffer.ChangeResult{Trx: t, Replay: r.Replay}
+}
+
+// TestBatchAnswersAsOneAtATime: every answer of a batch equals what the
+// same changes sent one at a time, in request order, answer; the batch
+// runs in namespace 1, the one-at-a-time reference in namespace 2.
+func TestBatchAnswersAsOneAtATime(t *testing.T) {
+	e := newEnv(t)
+	const n = 400
+	got, err := e.store.BatchChange(ctx, mixedBatch(1, n))
+	must(t, err)
+	if len(got) != n {
+		t.Fatalf("%d results for %d changes", len(got), n)
+	}
+	codes := map[coffer.Code]int{}
+	replays := 0
+	for i, req := range mixedBatch(2, n) {
+		var want coffer.ChangeResult
+		want.Trx, want.Replay, want.Err = e.store.Change(ctx, req)
+		if g, w := answer(got[i]), answer(want); !reflect.DeepEqual(g, w) {
+			t.Fatalf("change %d (%s, player %d): batch answered %+v, one at a time %+v", i, req.IdempotencyKey, req.PlayerID, g, w)
+		}
+		codes[coffer.ErrorCode(want.Err)]++
+		if want.Replay {
+			replays++
+		}
+	}
+	// The batch covers what it means to.
+	for _, c := range []coffer.Code{"", coffer.CodeInvalid, coffer.CodeInsufficientFunds, coffer.CodeIdempotencyConflict} {
+		if codes[c] == 0 {
+			t.Errorf("no change answered %q: %v", c, codes)
+		}
+	}
+	if replays == 0 {
+		t.Errorf("no replay in the batch")
+	}
+	// Sent again, the batch replays what was applied; a change that
+	// failed is tried again (a consume may find funds now).
+	again, err := e.store.BatchChange(ctx, mixedBatch(1, n))
+	must(t, err)
+	for i := range again {
+		if got[i].Err == nil && (!again[i].Replay || again[i].Trx.ID != got[i].Trx.ID) {
+			t.Fatalf("change %d sent again: %+v, first %+v", i, again[i], got[i])
+		}
+		if c := coffer.ErrorCode(got[i].Err); c == coffer.CodeInvalid && coffer.ErrorCode(again[i].Err) != c {
+			t.Fatalf("change %d sent again: %v, first %v", i, again[i].Err, got[i].Err)
+		}
+	}
+}
+
+func TestBatchEnvelope(t *testing.T) {
+	e := newEnv(t)
+	for _, n := range []int{0, coffer.BatchChangesMax + 1} {
+		reqs := make([]coffer.ChangeRequest, n)
+		for i := range reqs {
+			reqs[i] = coffer.ChangeRequest{Scope: scope(coffer.PlayerID(i+1), "k"), Ops: []coffer.OpRequest{free("gold", 1)}}
+		}
+		_, err := e.store.BatchChange(ctx, reqs)
+		wantCode(t, err, coffer.CodeInvalid)
+	}
+	if b := e.balance(1, "gold"); b.Total != 0 {
+		t.Fatalf("a refused batch wrote: %+v", b)
+	}
+}
