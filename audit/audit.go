@@ -66,9 +66,19 @@ var checks = []check{
 	{"balance_after chain broken", `SELECT ns, player_id, currency, trx_id, seq, prev, amount, balance_after FROM (
 			SELECT ns, player_id, currency, trx_id, seq, amount, paid, balance_after, paid_after,
 				lag(balance_after, 1, 0::bigint) OVER w AS prev, lag(paid_after, 1, 0::bigint) OVER w AS prev_paid
-			FROM op_N WINDOW w AS (PARTITION BY ns, player_id, currency ORDER BY created_at, trx_id, seq)) x
+			FROM op_N WINDOW w AS (PARTITION BY ns, player_id, currency ORDER BY pos)) x
 		WHERE balance_after <> prev + amount OR paid_after <> prev_paid + CASE WHEN paid THEN amount ELSE 0 END
 			OR balance_after < 0 OR paid_after < 0 OR paid_after > balance_after`},
+	// A player's trx and ops are in one order, by position: each has its
+	// own, none beyond the last the player's row handed out, and times
+	// never go back as positions grow (reads by time rely on it).
+	{"player order broken", `SELECT ns, player_id, pos, created_at, prev_at, last FROM (
+			SELECT e.ns, e.player_id, e.pos, e.created_at, b.pos AS last,
+				lag(e.pos) OVER w AS prev, lag(e.created_at) OVER w AS prev_at
+			FROM (SELECT ns, player_id, pos, created_at FROM trx_N UNION ALL SELECT ns, player_id, pos, created_at FROM op_N) e
+			LEFT JOIN balance_N b ON b.ns = e.ns AND b.player_id = e.player_id
+			WINDOW w AS (PARTITION BY e.ns, e.player_id ORDER BY e.pos)) x
+		WHERE pos = prev OR created_at < prev_at OR pos < 1 OR last IS NULL OR pos > last`},
 	{"version went back", `SELECT t.ns, t.player_id, t.trx_id, t.version, b.version FROM trx_N t
 		LEFT JOIN balance_N b ON b.ns = t.ns AND b.player_id = t.player_id
 		WHERE b.version IS NULL OR t.version > b.version OR t.version < 1`},

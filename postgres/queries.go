@@ -7,7 +7,7 @@ import (
 // queries are the statements of one shard. Table names carry the shard
 // number, so each shard has its own text (and prepared statements).
 type queries struct {
-	lockPlayer, nextIDs                    string
+	lockPlayer, nextIDs, setPos            string
 	lots, lotsIn, lotsByID, trxByKey       string
 	insertTrx, finishHold, grantTrx        string
 	insertOps, insertLots                  string
@@ -22,7 +22,7 @@ type queries struct {
 
 // trxColumns are read by scanTrx, in this order; ops come as a JSON array.
 const trxColumns = `t.trx_id, t.idempotency_key, t.kind, t.status, t.reason, t.meta, t.created_at,
-	t.hold_expires_at, t.pending_grants, t.request_hash, t.version,
+	t.hold_expires_at, t.pending_grants, t.request_hash, t.version, t.pos,
 	COALESCE((SELECT json_agg(json_build_object('c', o.currency, 'a', o.amount, 'k', o.kind, 'p', o.paid,
 		'l', o.lot_id, 'b', o.balance_after, 'q', o.paid_after, 'u', o.purchase, 'z', o.cause,
 		'f', o.created_at = COALESCE(t.finished_at, t.created_at)) ORDER BY o.seq)
@@ -32,14 +32,17 @@ func newQueries(id coffer.ShardID) *queries {
 	n := func(sql string) string { return shardSQL(sql, id) }
 	return &queries{
 		// Every write locks the player first and bumps the version; the
-		// timestamp never goes back for a player, so the finlog and the
-		// balance_after chains are in time order. The same statement
-		// draws the trx's ids ($3 of them): one statement fewer per write.
+		// timestamp never goes back for a player, so times never go back
+		// as positions grow. It returns the last position handed out
+		// (the write hands out the next ones and stores the last with
+		// setPos). The same statement draws the trx's ids ($3 of them):
+		// one statement fewer per write.
 		lockPlayer: n(`INSERT INTO balance_N AS b (ns, player_id, version, updated_at)
 			VALUES ($1, $2, 1, clock_timestamp())
 			ON CONFLICT (ns, player_id) DO UPDATE
 			SET version = b.version + 1, updated_at = greatest(clock_timestamp(), b.updated_at + interval '1 microsecond')
-			RETURNING version, updated_at, ARRAY(SELECT nextval('id_seq_N') FROM generate_series(1, $3))`),
+			RETURNING version, updated_at, pos, ARRAY(SELECT nextval('id_seq_N') FROM generate_series(1, $3))`),
+		setPos:         n(`UPDATE balance_N SET pos = $3 WHERE ns = $1 AND player_id = $2`),
 		lockPlayerSkip: n(`SELECT 1 FROM balance_N WHERE ns = $1 AND player_id = $2 FOR UPDATE SKIP LOCKED`),
 		nextIDs:        n(`SELECT nextval('id_seq_N') FROM generate_series(1, $1)`),
 		lots: n(`SELECT lot_id, currency, paid, amount, expires_at, priority FROM lot_N
@@ -56,8 +59,8 @@ func newQueries(id coffer.ShardID) *queries {
 		trxOpsColumns:    n(trxColumns),
 		idempotencyIndex: n(`trx_N_idempotency`),
 		insertTrx: n(`INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
-			kind, status, reason, meta, hold_expires_at, pending_grants, version)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`),
+			kind, status, reason, meta, hold_expires_at, pending_grants, version, pos)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`),
 		grantTrx: n(`SELECT * FROM grant_trx_N($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`),
 		finishHold: n(`UPDATE trx_N SET status = $5, version = $6, finished_at = $7
 			WHERE ns = $1 AND player_id = $2 AND created_at = $3 AND trx_id = $4`),
@@ -66,18 +69,18 @@ func newQueries(id coffer.ShardID) *queries {
 		// row itself (an op: 13–18 µs as VALUES, 23–27 µs through unnest,
 		// docs/benchmarks.md).
 		insertOp: n(`INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
-			balance_after, paid_after, created_at, purchase)
-			VALUES ($4, $5, $1, $2, $6, $7, $8, $9, $10, $11, $12, $13, $3, $14)`),
+			balance_after, paid_after, created_at, purchase, pos)
+			VALUES ($4, $5, $1, $2, $6, $7, $8, $9, $10, $11, $12, $13, $3, $14, $15)`),
 		insertLot: n(`INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, expires_at, priority, created_at, trx_id)
 			VALUES ($1, $2, $5, $6, $7, $8, $9, $10, $3, $4)`),
 		updateLot: n(`UPDATE lot_N SET amount = $5 WHERE ns = $1 AND player_id = $2 AND currency = $3 AND lot_id = $4`),
 		insertOps: n(`INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
-			balance_after, paid_after, created_at, purchase)
+			balance_after, paid_after, created_at, purchase, pos)
 			SELECT u.trx_id, u.seq, $1, $2, u.currency, u.lot_id, u.kind::op_kind, u.cause::op_cause, u.amount, u.paid,
-				u.balance_after, u.paid_after, $3, u.purchase
-			FROM unnest($4::bigint[], $5::smallint[], $6::int[], $7::bigint[], $8::text[], $9::text[],
-				$10::bigint[], $11::bool[], $12::bigint[], $13::bigint[], $14::jsonb[])
-				AS u(trx_id, seq, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, purchase)`),
+				u.balance_after, u.paid_after, $3, u.purchase, u.pos
+			FROM unnest($4::bigint[], $5::int[], $6::int[], $7::bigint[], $8::text[], $9::text[],
+				$10::bigint[], $11::bool[], $12::bigint[], $13::bigint[], $14::jsonb[], $15::bigint[])
+				AS u(trx_id, seq, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, purchase, pos)`),
 		insertLots: n(`INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, expires_at, priority, created_at, trx_id)
 			SELECT $1, $2, u.lot_id, u.currency, u.paid, u.amount, u.expires_at, u.priority, $3, $4
 			FROM unnest($5::bigint[], $6::int[], $7::bool[], $8::bigint[], $9::timestamptz[], $10::int[])
@@ -91,16 +94,17 @@ func newQueries(id coffer.ShardID) *queries {
 			FROM balance_N b LEFT JOIN lot_N l ON l.ns = b.ns AND l.player_id = b.player_id
 				AND l.amount > 0 AND (l.expires_at IS NULL OR l.expires_at > now())
 			WHERE b.ns = $1 AND b.player_id = $2`),
-		// One index lookup per currency in op_N_at; expiries not yet
+		// One index lookup per currency in op_N_at, in position order
+		// (times never go back as positions grow); expiries not yet
 		// recorded by the sweeper are subtracted from lots (they are not
 		// in the op chain yet, and their lots still hold the amount).
 		balancesAt: n(`SELECT c.currency, COALESCE(o.balance_after, 0) - COALESCE(x.total, 0), COALESCE(o.paid_after, 0) - COALESCE(x.paid, 0),
 				(SELECT t.version FROM trx_N t WHERE t.ns = $1 AND t.player_id = $2 AND t.created_at <= $3
-					ORDER BY t.created_at DESC, t.trx_id DESC LIMIT 1)
+					ORDER BY t.created_at DESC, t.pos DESC LIMIT 1)
 			FROM unnest($4::int[]) AS c(currency)
 			LEFT JOIN LATERAL (SELECT balance_after, paid_after FROM op_N
 				WHERE ns = $1 AND player_id = $2 AND currency = c.currency AND created_at <= $3
-				ORDER BY created_at DESC, trx_id DESC, seq DESC LIMIT 1) o ON true
+				ORDER BY created_at DESC, pos DESC LIMIT 1) o ON true
 			LEFT JOIN LATERAL (SELECT sum(amount) AS total, sum(amount) FILTER (WHERE paid) AS paid FROM lot_N
 				WHERE ns = $1 AND player_id = $2 AND currency = c.currency AND amount > 0 AND expires_at <= $3) x ON true`),
 		finlogAsc:  n(finlogSQL(false)),
@@ -123,8 +127,9 @@ func newQueries(id coffer.ShardID) *queries {
 	}
 }
 
-// finlogSQL pages a player's trx in the order of the trx primary key, so
-// that each page is one index range scan.
+// finlogSQL pages a player's trx in the order of the trx primary key,
+// (created_at, pos), which is position order, so that each page is one
+// index range scan.
 func finlogSQL(desc bool) string {
 	cmp, dir := ">", "ASC"
 	if desc {
@@ -135,7 +140,7 @@ func finlogSQL(desc bool) string {
 		AND t.created_at >= $3 AND t.created_at < $4
 		AND ($5::text IS NULL OR t.reason = $5)
 		AND ($6::int IS NULL OR EXISTS (SELECT 1 FROM op_N o WHERE o.trx_id = t.trx_id AND o.currency = $6))
-		AND ($7::timestamptz IS NULL OR (t.created_at, t.trx_id) ` + cmp + ` ($7, $8))
-		ORDER BY t.created_at ` + dir + `, t.trx_id ` + dir + `
+		AND ($7::timestamptz IS NULL OR (t.created_at, t.pos) ` + cmp + ` ($7, $8))
+		ORDER BY t.created_at ` + dir + `, t.pos ` + dir + `
 		LIMIT $9`
 }

@@ -213,13 +213,13 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 		currency = &c
 	}
 	var afterTime *time.Time
-	var afterID int64
+	var afterPos int64
 	if q.Cursor != "" {
-		t, id, err := decodeCursor(q.Cursor)
+		t, pos, err := decodeCursor(q.Cursor)
 		if err != nil {
 			return coffer.FinlogPage{}, err
 		}
-		afterTime, afterID = &t, id
+		afterTime, afterPos = &t, pos
 	}
 	shardID := s.router.Map().ShardOf(q.PlayerID)
 	pool, err := s.pool(shardID)
@@ -232,33 +232,36 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	rows, err := pool.Query(ctx, sql, q.Namespace, q.PlayerID, from, to, reason, currency, afterTime, afterID, q.Limit+1)
+	rows, err := pool.Query(ctx, sql, q.Namespace, q.PlayerID, from, to, reason, currency, afterTime, afterPos, q.Limit+1)
 	if err != nil {
 		return coffer.FinlogPage{}, s.fail(shardID, err)
 	}
 	defer rows.Close()
 	page := coffer.FinlogPage{Items: []coffer.Trx{}}
+	var lastPos int64
 	for rows.Next() {
 		st, err := s.scanTrx(rows)
 		if err != nil {
 			return coffer.FinlogPage{}, s.fail(shardID, err)
 		}
-		page.Items = append(page.Items, st.Trx)
+		if len(page.Items) < q.Limit {
+			page.Items, lastPos = append(page.Items, st.Trx), st.pos
+		} else {
+			last := page.Items[q.Limit-1]
+			page.NextCursor = encodeCursor(last.CreatedAt, lastPos)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return coffer.FinlogPage{}, s.fail(shardID, err)
 	}
-	if len(page.Items) > q.Limit {
-		page.Items = page.Items[:q.Limit]
-		last := page.Items[q.Limit-1]
-		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
-	}
 	return page, nil
 }
 
-// A cursor is the (created_at, trx_id) of the last trx of a page.
-func encodeCursor(t time.Time, id int64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(t.UnixMicro(), 10) + "." + strconv.FormatInt(id, 10)))
+// A cursor is the (created_at, pos) of the last trx of a page. The ":"
+// tells it from the cursors of earlier versions, "micros.trx_id", which
+// paged by trx id: those are refused rather than misread.
+func encodeCursor(t time.Time, pos int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(t.UnixMicro(), 10) + ":" + strconv.FormatInt(pos, 10)))
 }
 
 func decodeCursor(c string) (time.Time, int64, error) {
@@ -267,12 +270,12 @@ func decodeCursor(c string) (time.Time, int64, error) {
 	if err != nil {
 		return time.Time{}, 0, bad
 	}
-	micro, id, ok := strings.Cut(string(raw), ".")
+	micro, pos, ok := strings.Cut(string(raw), ":")
 	if !ok {
 		return time.Time{}, 0, bad
 	}
 	m, err1 := strconv.ParseInt(micro, 10, 64)
-	n, err2 := strconv.ParseInt(id, 10, 64)
+	n, err2 := strconv.ParseInt(pos, 10, 64)
 	if err1 != nil || err2 != nil {
 		return time.Time{}, 0, bad
 	}

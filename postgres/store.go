@@ -145,9 +145,13 @@ type playerTx struct {
 	emitter coffer.Emitter
 	version int64
 	now     time.Time
-	ids     []int64
-	idErr   error
-	open    bool
+	// pos is the last position handed out in the player's order of trx
+	// and ops; posLocked is what the lock read, so that finish knows
+	// whether to store it.
+	pos, posLocked int64
+	ids            []int64
+	idErr          error
+	open           bool
 	// ctx bounds every statement of the transaction: the request's, cut
 	// to the store's Timeout.
 	ctx context.Context
@@ -218,15 +222,31 @@ func (t *playerTx) start(b *pgx.Batch, nIDs int) error {
 	head := &pgx.Batch{}
 	head.Queue("BEGIN")
 	head.Queue(t.q.lockPlayer, t.ns, t.player, nIDs).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&t.version, &t.now, &t.ids)
+		if err := row.Scan(&t.version, &t.now, &t.pos, &t.ids); err != nil {
+			return err
+		}
+		t.posLocked = t.pos
+		return nil
 	})
 	head.QueuedQueries = append(head.QueuedQueries, b.QueuedQueries...)
 	t.open = true
 	return t.conn.SendBatch(t.ctx, head).Close()
 }
 
-// finish runs the writes in b followed by COMMIT: the second round trip.
+// nextPos hands out the next position in the player's order: every trx
+// and op row takes one as it is queued, so the order is the order the
+// write queues them in.
+func (t *playerTx) nextPos() int64 {
+	t.pos++
+	return t.pos
+}
+
+// finish runs the writes in b, stores the last position handed out, and
+// commits: the second round trip.
 func (t *playerTx) finish(b *pgx.Batch) error {
+	if t.pos != t.posLocked {
+		b.Queue(t.q.setPos, t.ns, t.player, t.pos)
+	}
 	b.Queue("COMMIT")
 	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
 		return err

@@ -46,6 +46,13 @@ func newEnv(t *testing.T) *env {
 // newEnvOn is newEnv with its two databases on the given servers.
 func newEnvOn(t *testing.T, servers ...*pgserver.Server) *env {
 	t.Helper()
+	return newEnvAt(t, -1, servers...)
+}
+
+// newEnvAt is newEnvOn with the schema migrated up to version only
+// (negative: all of it); e.migrate applies the rest.
+func newEnvAt(t *testing.T, version int64, servers ...*pgserver.Server) *env {
+	t.Helper()
 	cfg := shard.Config{ShardCount: 8, DistributionMode: "auto", ShardOnDB: 4}
 	for _, s := range servers {
 		d := pgtest.NewDBOn(t, s)
@@ -56,10 +63,7 @@ func newEnvOn(t *testing.T, servers ...*pgserver.Server) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, _ := migrate.Load(migrate.Schema(), "schema")
-	if err := (&migrate.Engine{Map: m, Env: migrate.SchemaEnv, Migrations: ms}).Apply(ctx, migrate.Options{TargetVersion: -1}); err != nil {
-		t.Fatal(err)
-	}
+	migrateTo(t, m, version)
 	pc, sent := shard.DefaultPoolConfig(), &sentCounter{}
 	pc.Tracer = sent
 	router, err := shard.Open(m, pc)
@@ -82,6 +86,15 @@ func newEnvOn(t *testing.T, servers ...*pgserver.Server) *env {
 		router.Close()
 	})
 	return e
+}
+
+// migrateTo applies coffer's schema to m up to version (negative: all).
+func migrateTo(t *testing.T, m *shard.Map, version int64) {
+	t.Helper()
+	ms, _ := migrate.Load(migrate.Schema(), "schema")
+	if err := (&migrate.Engine{Map: m, Env: migrate.SchemaEnv, Migrations: ms}).Apply(ctx, migrate.Options{TargetVersion: version}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func must(t *testing.T, err error) {
@@ -719,7 +732,8 @@ func TestAuditFindsDamage(t *testing.T) {
 	cases := map[string]string{
 		"lot differs from its ops":     "UPDATE lot_%d SET amount = amount + 1",
 		"balance_after chain broken":   "DELETE FROM op_%d WHERE seq = 0 AND kind = 'grant' AND amount = 5",
-		"balance differs from its ops": "INSERT INTO op_%[1]d SELECT trx_id, seq + 10, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, purchase FROM op_%[1]d WHERE amount = 7",
+		"balance differs from its ops": "INSERT INTO op_%[1]d SELECT trx_id, seq + 10, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, purchase, pos + 10 FROM op_%[1]d WHERE amount = 7",
+		"player order broken":          "UPDATE op_%d SET pos = pos - 1 WHERE amount = 7",
 	}
 	for check, damage := range cases {
 		t.Run(check, func(t *testing.T) {

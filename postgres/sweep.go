@@ -131,7 +131,7 @@ func (s *Store) expirePlayer(ctx context.Context, ns coffer.Namespace, player co
 			return nil // another sweeper or a write recorded them first
 		}
 		w := &pgx.Batch{}
-		s.queueExpireTrx(w, t, expired, false)
+		s.queueExpireTrx(w, t, expired)
 		queueLotWrites(w, t, book, 0)
 		if t.idErr != nil {
 			return t.idErr

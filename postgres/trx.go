@@ -15,6 +15,8 @@ type storedTrx struct {
 	coffer.Trx
 	hash          []byte
 	pendingGrants []pendingGrant
+	// pos is the trx's position in its player's order.
+	pos int64
 }
 
 // pendingGrant is a hold's grant, kept in trx.pending_grants until commit.
@@ -55,7 +57,7 @@ func (s *Store) scanTrx(row pgx.Row) (*storedTrx, error) {
 	var t storedTrx
 	var meta, pending, ops []byte
 	err := row.Scan(&t.ID, &t.IdempotencyKey, &t.Kind, &t.Status, &t.Reason, &meta, &t.CreatedAt,
-		&t.HoldExpiresAt, &pending, &t.hash, &t.Version, &ops)
+		&t.HoldExpiresAt, &pending, &t.hash, &t.Version, &t.pos, &ops)
 	if err != nil {
 		return nil, err
 	}
@@ -172,31 +174,32 @@ func (s *Store) apiOps(ops []coffer.BookOp) []coffer.Op {
 	return out
 }
 
-// queueOps inserts ops of trxID numbered from seq, at time at.
-func queueOps(b *pgx.Batch, t *playerTx, at time.Time, trxID int64, seq int, ops []coffer.BookOp) {
+// queueOps inserts ops of trxID numbered from seq, at the write's time,
+// each at the next position of the player's order.
+func queueOps(b *pgx.Batch, t *playerTx, trxID int64, seq int32, ops []coffer.BookOp) {
 	n := len(ops)
 	switch n {
 	case 0:
 		return
 	case 1:
 		o := ops[0]
-		b.Queue(t.q.insertOp, t.ns, t.player, at, trxID, int16(seq), int32(o.Currency), o.LotID, string(o.Kind), string(o.Cause),
-			int64(o.Amount), o.Paid, int64(o.BalanceAfter), int64(o.PaidAfter), purchaseJSON(o.Purchase))
+		b.Queue(t.q.insertOp, t.ns, t.player, t.now, trxID, seq, int32(o.Currency), o.LotID, string(o.Kind), string(o.Cause),
+			int64(o.Amount), o.Paid, int64(o.BalanceAfter), int64(o.PaidAfter), purchaseJSON(o.Purchase), t.nextPos())
 		return
 	}
-	trxIDs, seqs := make([]int64, n), make([]int16, n)
+	trxIDs, seqs, pos := make([]int64, n), make([]int32, n), make([]int64, n)
 	cur, lots := make([]int32, n), make([]int64, n)
 	kinds, causes := make([]string, n), make([]string, n)
 	amounts, after, paidAfter := make([]int64, n), make([]int64, n), make([]int64, n)
 	paid, purchases := make([]bool, n), make([][]byte, n)
 	for i, o := range ops {
-		trxIDs[i], seqs[i] = trxID, int16(seq+i)
+		trxIDs[i], seqs[i], pos[i] = trxID, seq+int32(i), t.nextPos()
 		cur[i], lots[i] = int32(o.Currency), o.LotID
 		kinds[i], causes[i] = string(o.Kind), string(o.Cause)
 		amounts[i], after[i], paidAfter[i] = int64(o.Amount), int64(o.BalanceAfter), int64(o.PaidAfter)
 		paid[i], purchases[i] = o.Paid, purchaseJSON(o.Purchase)
 	}
-	b.Queue(t.q.insertOps, t.ns, t.player, at, trxIDs, seqs, cur, lots, kinds, causes, amounts, paid, after, paidAfter, purchases)
+	b.Queue(t.q.insertOps, t.ns, t.player, t.now, trxIDs, seqs, cur, lots, kinds, causes, amounts, paid, after, paidAfter, purchases, pos)
 }
 
 // purchaseJSON is an op's purchase as stored: JSON, or NULL.
@@ -241,23 +244,25 @@ func queueLotWrites(b *pgx.Batch, t *playerTx, book *coffer.Book, trxID int64) {
 }
 
 // queueExpireTrx records expire ops in a trx of their own (kind expire,
-// emitter 0), so that the finlog shows when and why currency left. The
-// balance_after chains order ops by (created_at, trx_id, seq): expiries
-// planned before a trx's ops are stamped a microsecond earlier (the player
-// lock keeps that after every earlier trx); those planned after (a hold
-// released onto an expired lot) at the same time with a newer trx id.
-func (s *Store) queueExpireTrx(b *pgx.Batch, t *playerTx, ops []coffer.BookOp, before bool) {
+// emitter 0), so that the finlog shows when and why currency left. Queued
+// before a write's own trx (the expiries due when it began) or after its
+// ops (a hold's release or grant onto an expired lot), it takes its
+// positions there in the player's order.
+func (s *Store) queueExpireTrx(b *pgx.Batch, t *playerTx, ops []coffer.BookOp) {
 	if len(ops) == 0 {
 		return
 	}
-	at := t.now
-	if before {
-		at = at.Add(-time.Microsecond)
-	}
 	id := t.nextID()
-	b.Queue(t.q.insertTrx, t.ns, t.player, at, id, 0, "expire-"+strconv.FormatInt(id, 10), []byte{},
-		coffer.TrxExpire, coffer.StatusCommitted, "expired", nil, nil, nil, t.version)
-	queueOps(b, t, at, id, 0, ops)
+	queueTrxRow(b, t, coffer.Trx{ID: id, IdempotencyKey: "expire-" + strconv.FormatInt(id, 10), Kind: coffer.TrxExpire,
+		Status: coffer.StatusCommitted, Reason: "expired", Version: t.version}, 0, []byte{}, nil)
+	queueOps(b, t, id, 0, ops)
+}
+
+// queueTrxRow inserts a new trx at the write's time and the next position
+// of the player's order.
+func queueTrxRow(b *pgx.Batch, t *playerTx, trx coffer.Trx, emitter coffer.Emitter, hash, pending []byte) {
+	b.Queue(t.q.insertTrx, t.ns, t.player, t.now, trx.ID, emitter, trx.IdempotencyKey, hash,
+		trx.Kind, trx.Status, trx.Reason, metaJSON(trx.Meta), trx.HoldExpiresAt, pending, trx.Version, t.nextPos())
 }
 
 // nextID hands out an id fetched with the first batch, or fetches more

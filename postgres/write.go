@@ -105,9 +105,9 @@ func (s *Store) writeTrx(ctx context.Context, sc coffer.Scope, hash []byte, curr
 		}
 		out = trx
 		w := &pgx.Batch{}
-		s.queueExpireTrx(w, t, expired, true)
-		s.queueNewTrx(w, t, out, hash, pending)
-		queueOps(w, t, t.now, out.ID, 0, ops)
+		s.queueExpireTrx(w, t, expired)
+		queueTrxRow(w, t, out, t.emitter, hash, pending)
+		queueOps(w, t, out.ID, 0, ops)
 		queueLotWrites(w, t, book, out.ID)
 		if t.idErr != nil {
 			return t.idErr
@@ -151,11 +151,6 @@ func keyTaken(t *playerTx, err error) bool {
 func (s *Store) newTrx(t *playerTx, id int64, key string, kind coffer.TrxKind, reason string, meta json.RawMessage, ops []coffer.BookOp) coffer.Trx {
 	return coffer.Trx{ID: id, IdempotencyKey: key, Kind: kind, Status: coffer.StatusCommitted,
 		Reason: reason, Meta: meta, CreatedAt: t.now.UTC(), Version: t.version, Ops: s.apiOps(ops), Balances: s.balancesAfter(ops)}
-}
-
-func (s *Store) queueNewTrx(b *pgx.Batch, t *playerTx, trx coffer.Trx, hash, pending []byte) {
-	b.Queue(t.q.insertTrx, t.ns, t.player, t.now, trx.ID, t.emitter, trx.IdempotencyKey, hash,
-		trx.Kind, trx.Status, trx.Reason, metaJSON(trx.Meta), trx.HoldExpiresAt, pending, trx.Version)
 }
 
 // metaJSON is a trx's meta as stored: NULL when there is none.
@@ -312,19 +307,20 @@ func (s *Store) finishHold(ctx context.Context, sc coffer.Scope, commit, sweep b
 			}
 		}
 		// A grant or a reservation may land on a lot whose expiry has
-		// passed: it expires at once, in a trx of its own after the hold's,
-		// so that no lot is left with a due expiry unrecorded behind the
-		// lot sweeper's window (SweepExpiredLots).
+		// passed: it expires at once, in a trx of its own whose ops follow
+		// the hold's in the player's order, so that no lot is left with a
+		// due expiry unrecorded behind the lot sweeper's window
+		// (SweepExpiredLots).
 		expiredAfter = book.Expire()
 		out = h.Trx
 		out.Status, out.Version = status, t.version
 		out.Ops = append(settledOps(h.Ops), s.apiOps(ops)...)
 		out.Balances = s.balancesAfter(ops)
 		w := &pgx.Batch{}
-		s.queueExpireTrx(w, t, expired, true)
+		s.queueExpireTrx(w, t, expired)
 		w.Queue(t.q.finishHold, t.ns, t.player, h.CreatedAt, h.ID, status, t.version, t.now)
-		queueOps(w, t, t.now, h.ID, len(settledOps(h.Ops)), ops)
-		s.queueExpireTrx(w, t, expiredAfter, false)
+		queueOps(w, t, h.ID, int32(len(settledOps(h.Ops))), ops)
+		s.queueExpireTrx(w, t, expiredAfter)
 		queueLotWrites(w, t, book, h.ID)
 		if t.idErr != nil {
 			return t.idErr

@@ -41,12 +41,16 @@ func TestTortureCatchesDamage(t *testing.T) {
 	for name, c := range map[string]struct{ sql, want string }{
 		"corrupt a lot":     {sql: `UPDATE lot_%d SET amount = amount + 7 WHERE lot_id = (SELECT min(lot_id) FROM lot_%d)`},
 		"delete an op":      {sql: `DELETE FROM op_%d WHERE (trx_id, seq) = (SELECT trx_id, seq FROM op_%d ORDER BY trx_id LIMIT 1)`},
-		"duplicate a grant": {sql: `INSERT INTO op_%d SELECT trx_id, seq + 100, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, purchase FROM op_%d WHERE kind = 'grant' LIMIT 1`},
+		"duplicate a grant": {sql: `INSERT INTO op_%d SELECT trx_id, seq + 100, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, purchase, pos FROM op_%d WHERE kind = 'grant' LIMIT 1`},
 		// A trx without ops moves no currency: only the finlog count,
 		// read over pages of 2, sees it.
-		"add a trx": {sql: `INSERT INTO trx_%d (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, version)
-			SELECT ns, player_id, created_at, trx_id + 1000000000, emitter, idempotency_key || '-copy', request_hash, kind, status, reason, version
-			FROM trx_%d WHERE emitter <> 0 LIMIT 1`, want: "finlog has"},
+		// It takes the player's next position, as a write would.
+		"add a trx": {sql: `WITH b AS (UPDATE balance_%[1]d SET pos = pos + 1
+				WHERE (ns, player_id) = (SELECT ns, player_id FROM trx_%[1]d WHERE emitter <> 0 LIMIT 1) RETURNING ns, player_id, pos)
+			INSERT INTO trx_%[1]d (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, version, pos)
+			SELECT t.ns, t.player_id, clock_timestamp(), t.trx_id + 1000000000, t.emitter, t.idempotency_key || '-copy', t.request_hash,
+				t.kind, t.status, t.reason, t.version, b.pos
+			FROM trx_%[1]d t JOIN b USING (ns, player_id) WHERE t.emitter <> 0 LIMIT 1`, want: "finlog has"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
