@@ -7,17 +7,20 @@ import (
 	"fmt"
 )
 
-// Permission is what a client may do in its namespaces. Permissions do not
-// imply one another: a support tool that reads and reports needs read and
-// admin.
+// Permission is what a client may do in its namespaces, or, for ops, on
+// the instance. Permissions do not imply one another: a support tool that
+// reads and reports needs read and admin.
 type Permission string
 
 // Permissions: read balances, trx and finlog; write (change, hold,
-// exchange); admin (revenue report, instance status).
+// exchange); admin (revenue report) in a namespace; ops (instance status,
+// which shows every database) on the deployment, in no namespace: an admin
+// of one namespace must not see the rest of the deployment.
 const (
 	PermRead  Permission = "read"
 	PermWrite Permission = "write"
 	PermAdmin Permission = "admin"
+	PermOps   Permission = "ops"
 )
 
 // KeyHash is the SHA-256 of an API key. API keys are random and long, so a
@@ -62,10 +65,10 @@ func (c *Client) Allow(ns Namespace, p Permission) error {
 	return Errorf(CodePermissionDenied, "client %s may not use namespace %d", c.Name, ns)
 }
 
-// AllowAny checks that the client has permission p, in any namespace, for
-// calls that address none. Errors: permission_denied.
-func (c *Client) AllowAny(p Permission) error {
-	if !c.has(p) {
+// AllowOps checks that the client has the ops permission, for calls that
+// address the instance rather than a namespace. Errors: permission_denied.
+func (c *Client) AllowOps() error {
+	if p := PermOps; !c.has(p) {
 		return Errorf(CodePermissionDenied, "client %s lacks the %s permission", c.Name, p)
 	}
 	return nil
@@ -85,7 +88,8 @@ func (c *Client) has(p Permission) bool {
 type Clients struct{ list []*Client }
 
 // NewClients checks clients: names, emitters and key hashes unique, every
-// permission known, every namespace > 0.
+// permission known, every namespace > 0, and namespaces given unless the
+// client's only permission is ops.
 func NewClients(list []Client) (*Clients, error) {
 	cs := &Clients{}
 	names, emitters, hashes := map[string]bool{}, map[Emitter]bool{}, map[KeyHash]bool{}
@@ -98,8 +102,10 @@ func NewClients(list []Client) (*Clients, error) {
 			return nil, fmt.Errorf("clients[%d].emitter: must be > 0 and unique, since it scopes idempotency keys", i)
 		case len(c.KeyHashes) == 0:
 			return nil, fmt.Errorf("clients[%d]: needs at least one key hash", i)
-		case len(c.Namespaces) == 0 || len(c.Permissions) == 0:
-			return nil, fmt.Errorf("clients[%d]: needs namespaces and permissions", i)
+		case len(c.Permissions) == 0:
+			return nil, fmt.Errorf("clients[%d]: needs permissions", i)
+		case len(c.Namespaces) == 0 && !(len(c.Permissions) == 1 && c.Permissions[0] == PermOps):
+			return nil, fmt.Errorf("clients[%d]: needs namespaces (only a client whose one permission is ops needs none)", i)
 		}
 		for _, h := range c.KeyHashes {
 			if hashes[h] {
@@ -108,8 +114,8 @@ func NewClients(list []Client) (*Clients, error) {
 			hashes[h] = true
 		}
 		for _, p := range c.Permissions {
-			if p != PermRead && p != PermWrite && p != PermAdmin {
-				return nil, fmt.Errorf("clients[%d].permissions: %q is not read, write or admin", i, p)
+			if p != PermRead && p != PermWrite && p != PermAdmin && p != PermOps {
+				return nil, fmt.Errorf("clients[%d].permissions: %q is not read, write, admin or ops", i, p)
 			}
 		}
 		for _, ns := range c.Namespaces {

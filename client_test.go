@@ -25,12 +25,36 @@ func TestClientsAuthenticateAndAllow(t *testing.T) {
 	}
 	c, _ := cs.Authenticate("new")
 	if c.Allow(2, PermWrite) != nil || ErrorCode(c.Allow(3, PermRead)) != CodePermissionDenied ||
-		ErrorCode(c.Allow(1, PermAdmin)) != CodePermissionDenied || ErrorCode(c.AllowAny(PermAdmin)) != CodePermissionDenied {
+		ErrorCode(c.Allow(1, PermAdmin)) != CodePermissionDenied || ErrorCode(c.AllowOps()) != CodePermissionDenied {
 		t.Fatal("permissions of game are wrong")
 	}
 	s, _ := cs.Authenticate("s")
-	if s.AllowAny(PermAdmin) != nil || ErrorCode(s.Allow(1, PermRead)) != CodePermissionDenied {
+	if s.Allow(1, PermAdmin) != nil || ErrorCode(s.Allow(1, PermRead)) != CodePermissionDenied {
 		t.Fatal("admin does not imply read")
+	}
+}
+
+// TestOpsIsNotAdmin: the instance-wide calls need ops; an admin of a
+// namespace is refused them, and a client with only ops needs no
+// namespace and may touch none.
+func TestOpsIsNotAdmin(t *testing.T) {
+	cs, err := NewClients([]Client{
+		{Name: "support", Emitter: 1, KeyHashes: []KeyHash{HashKey("s")}, Namespaces: []Namespace{1}, Permissions: []Permission{PermRead, PermAdmin}},
+		{Name: "monitor", Emitter: 2, KeyHashes: []KeyHash{HashKey("m")}, Permissions: []Permission{PermOps}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	support, _ := cs.Authenticate("s")
+	monitor, _ := cs.Authenticate("m")
+	if ErrorCode(support.AllowOps()) != CodePermissionDenied {
+		t.Error("an admin of namespace 1 passes for ops")
+	}
+	if monitor.AllowOps() != nil || ErrorCode(monitor.Allow(1, PermRead)) != CodePermissionDenied {
+		t.Error("ops: wrong permissions")
+	}
+	if _, err := NewClients([]Client{{Name: "x", Emitter: 1, KeyHashes: []KeyHash{HashKey("x")}, Permissions: []Permission{PermOps, PermRead}}}); err == nil {
+		t.Error("a client with read and no namespace was accepted")
 	}
 }
 

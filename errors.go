@@ -21,13 +21,17 @@ const (
 	CodeHoldExpired         Code = "hold_expired"
 	CodePayloadTooLarge     Code = "payload_too_large"
 	CodeUnavailable         Code = "shard_unavailable"
-	CodeInternal            Code = "internal"
+	// CodeOverloaded refuses a call at once because the instance is
+	// serving as many as it may; nothing was done, retry (with the same
+	// key) after Retry-After.
+	CodeOverloaded Code = "overloaded"
+	CodeInternal   Code = "internal"
 )
 
 // Codes lists every code, in the order of the contract.
 var Codes = []Code{CodeInvalid, CodeUnauthenticated, CodePermissionDenied, CodeNotFound,
 	CodeInsufficientFunds, CodeIdempotencyConflict, CodeHoldNotPending, CodeHoldExpired,
-	CodePayloadTooLarge, CodeUnavailable, CodeInternal}
+	CodePayloadTooLarge, CodeUnavailable, CodeOverloaded, CodeInternal}
 
 // Error is the one domain error type: a code, a message for people, and
 // optionally the cause.

@@ -21,7 +21,8 @@ type Route struct {
 	// Body tells whether the request's other fields come in a JSON body.
 	Body bool
 	// Namespaced tells whether the path names a namespace, which the
-	// permission then applies to.
+	// permission then applies to. A call that names none addresses the
+	// instance and needs ops.
 	Namespaced bool
 	// Permission is what the calling client needs.
 	Permission coffer.Permission
@@ -38,7 +39,7 @@ var permissions = map[string]coffer.Permission{
 	"Exchange":    coffer.PermWrite,
 	"Finlog":      coffer.PermRead,
 	"Revenue":     coffer.PermAdmin,
-	"GetStatus":   coffer.PermAdmin,
+	"GetStatus":   coffer.PermOps,
 }
 
 // Routes lists the Wallet rpcs in contract order, read from the compiled
@@ -57,8 +58,8 @@ func Routes() []Route {
 			r.Method, r.Path = "POST", p.Post
 		}
 		r.Namespaced = strings.Contains(r.Path, "{namespace}")
-		if r.Method == "" || r.Permission == "" {
-			panic(fmt.Sprintf("api: rpc %s needs a GET or POST rule and a permission", r.RPC))
+		if r.Method == "" || r.Permission == "" || r.Namespaced == (r.Permission == coffer.PermOps) {
+			panic(fmt.Sprintf("api: rpc %s needs a GET or POST rule and a permission, ops exactly when it names no namespace", r.RPC))
 		}
 		out = append(out, r)
 	}

@@ -9,7 +9,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -17,9 +19,12 @@ import (
 	"github.com/cofferhq/coffer/api"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	"github.com/cofferhq/coffer/metrics"
+	"github.com/cofferhq/coffer/shed"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -33,17 +38,65 @@ type Server struct {
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 	// MessageBytesMax bounds a request message, and BatchMessageBytesMax
-	// a BatchChange's instead.
+	// a BatchChange's instead; a larger one is payload_too_large.
 	MessageBytesMax, BatchMessageBytesMax int
-	Status                                func(context.Context) coffer.Status
+	// HeaderBytesMax bounds a request's metadata.
+	HeaderBytesMax int
+	// StreamsPerConnMax bounds the calls one connection may have open at
+	// once; a client with more waits for a stream.
+	StreamsPerConnMax int
+	// Gate bounds the calls served at once (shared with the HTTP
+	// transport); a call beyond it is overloaded at once.
+	Gate *shed.Gate
+	// HandshakeTimeout bounds a new connection's setup; IdleTimeout closes
+	// a connection with no call open for that long.
+	HandshakeTimeout, IdleTimeout time.Duration
+	Status                        func(context.Context) coffer.Status
+
+	codec *codec
 }
 
+// keepalive pings: a client may ping at most every pingMin (gRPC's own
+// client refuses a shorter keepalive time), also with no call open; one
+// that pings more often is sent away (GOAWAY too_many_pings) instead of
+// making the server answer a flood. The server pings a connection quiet for
+// pingEvery and drops it when no answer comes in pingTimeout, so a peer
+// that vanished does not hold its connection.
+const (
+	pingMin     = 10 * time.Second
+	pingEvery   = time.Minute
+	pingTimeout = 20 * time.Second
+)
+
 // NewServer returns a grpc.Server with the Wallet service registered and
-// every call authenticated, authorized, measured and logged.
+// every call authenticated, authorized, measured and logged, and its
+// connections bounded: streams, metadata, handshake, idle time, pings.
 func (s *Server) NewServer() *grpc.Server {
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(max(s.MessageBytesMax, s.BatchMessageBytesMax)), grpc.ChainUnaryInterceptor(s.intercept))
+	s.codec = &codec{base: encoding.GetCodecV2("proto")}
+	g := grpc.NewServer(
+		grpc.ForceServerCodecV2(s.codec),
+		grpc.MaxRecvMsgSize(readFactor*max(s.MessageBytesMax, s.BatchMessageBytesMax)),
+		grpc.MaxHeaderListSize(uint32(s.HeaderBytesMax)),
+		grpc.MaxConcurrentStreams(uint32(s.StreamsPerConnMax)),
+		grpc.ConnectionTimeout(s.HandshakeTimeout),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: pingMin, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.IdleTimeout, Time: pingEvery, Timeout: pingTimeout}),
+		grpc.ChainUnaryInterceptor(s.intercept, recoverPanic))
 	cofferv1.RegisterWalletServer(g, s)
 	return g
+}
+
+// recoverPanic runs the handler; a panic becomes an internal error
+// carrying the stack, logged once under the request id by intercept: one
+// request that trips a bug gets INTERNAL, and the process goes on serving
+// the others (gRPC does not recover a handler's panic).
+func recoverPanic(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			resp, err = nil, fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return handler(ctx, req)
 }
 
 // codeOf maps each error code to its gRPC status code: the one table.
@@ -58,6 +111,7 @@ var codeOf = map[coffer.Code]codes.Code{
 	coffer.CodeHoldExpired:         codes.FailedPrecondition,
 	coffer.CodePayloadTooLarge:     codes.ResourceExhausted,
 	coffer.CodeUnavailable:         codes.Unavailable,
+	coffer.CodeOverloaded:          codes.Unavailable,
 	coffer.CodeInternal:            codes.Internal,
 }
 
@@ -69,8 +123,9 @@ type requestIDKey struct{}
 // namespaced is every request that addresses a namespace.
 type namespaced interface{ GetNamespace() int32 }
 
-// intercept wraps every call: request id, metrics, authentication and
-// authorization (before any database work), error mapping, one log line.
+// intercept wraps every call: request id, metrics, a slot in Gate,
+// authentication and authorization (before any database work), error
+// mapping, one log line.
 func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	rpc := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
@@ -78,13 +133,25 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	id := requestID(md)
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", id))
 	done := s.Metrics.Begin(rpc)
-	client, err := s.authorize(md, rpc, req)
-	if err == nil {
-		err = s.checkSize(rpc, req)
+	refused := s.codec.refusal(req)
+	if refused != nil {
+		req = nil // what decoded of it, if anything, is not the request
 	}
+	var client *coffer.Client
 	var resp any
+	err := s.Gate.Enter()
 	if err == nil {
-		resp, err = handler(context.WithValue(context.WithValue(ctx, clientKey{}, client), requestIDKey{}, id), req)
+		client, err = s.authorize(md, rpc, req)
+		if err == nil && refused != nil {
+			err = refused
+		}
+		if err == nil {
+			err = s.checkSize(rpc, req)
+		}
+		if err == nil {
+			resp, err = handler(context.WithValue(context.WithValue(ctx, clientKey{}, client), requestIDKey{}, id), req)
+		}
+		s.Gate.Leave()
 	}
 	done(err)
 	s.log(ctx, rpc, id, client, err, time.Since(start))
@@ -107,13 +174,19 @@ func (s *Server) authorize(md metadata.MD, rpc string, req any) (*coffer.Client,
 	if perm == "" {
 		return c, coffer.Errorf(coffer.CodeNotFound, "no rpc %s", rpc)
 	}
-	if r, ok := req.(namespaced); ok {
-		if r.GetNamespace() <= 0 {
-			return c, coffer.Errorf(coffer.CodeInvalid, "namespace must be > 0")
-		}
-		return c, c.Allow(coffer.Namespace(r.GetNamespace()), perm)
+	if perm == coffer.PermOps {
+		return c, c.AllowOps()
 	}
-	return c, c.AllowAny(perm)
+	r, ok := req.(namespaced)
+	if !ok {
+		// A request that failed to decode (nil): its refusal says why,
+		// and no namespace can be read from it.
+		return c, nil
+	}
+	if r.GetNamespace() <= 0 {
+		return c, coffer.Errorf(coffer.CodeInvalid, "namespace must be > 0")
+	}
+	return c, c.Allow(coffer.Namespace(r.GetNamespace()), perm)
 }
 
 // checkSize bounds a request message by its rpc's limit. gRPC bounds what

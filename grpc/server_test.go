@@ -1,11 +1,23 @@
 package grpc
 
 import (
+	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/cofferhq/coffer"
+	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
+	"github.com/cofferhq/coffer/metrics"
+	"github.com/cofferhq/coffer/shard"
+	"github.com/cofferhq/coffer/shed"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -27,5 +39,49 @@ func TestStatusForEveryCode(t *testing.T) {
 	}
 	if Code(errors.New("not a status")) != "" {
 		t.Error("Code of a non-status error")
+	}
+}
+
+// TestHandlerPanicIsInternal serves the Wallet with no Status func, so
+// that GetStatus trips on it as a handler with a bug would: each call gets
+// INTERNAL with the coffer code, the server goes on serving, and the call's
+// slot is given back (the gate admits one call).
+func TestHandlerPanicIsInternal(t *testing.T) {
+	m, err := shard.NewMap(shard.Config{ShardCount: 1, DistributionMode: "auto", ShardOnDB: 1,
+		Databases: []shard.DatabaseConfig{{Name: "never_used", Host: "127.0.0.1", Port: 1, Type: "postgres", User: "u"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router, err := shard.Open(m, shard.DefaultPoolConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer router.Close()
+	clients, err := coffer.NewClients([]coffer.Client{{Name: "monitor", Emitter: 1, KeyHashes: []coffer.KeyHash{coffer.HashKey("k")},
+		Permissions: []coffer.Permission{coffer.PermOps}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Clients: clients, Metrics: metrics.New(router), Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		MessageBytesMax: 1 << 16, HeaderBytesMax: 1 << 14, StreamsPerConnMax: 8, Gate: shed.NewGate("calls", 1),
+		HandshakeTimeout: time.Second, IdleTimeout: time.Minute}
+	g := s.NewServer()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(ln) }()
+	defer g.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer k")
+	for i := 0; i < 3; i++ {
+		_, err := cofferv1.NewWalletClient(conn).GetStatus(ctx, &cofferv1.StatusRequest{})
+		if status.Code(err) != codes.Internal || Code(err) != coffer.CodeInternal {
+			t.Fatalf("call %d: %v (code %q)", i, err, Code(err))
+		}
 	}
 }

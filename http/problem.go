@@ -23,6 +23,7 @@ var statusOf = map[coffer.Code]int{
 	coffer.CodeHoldExpired:         http.StatusConflict,
 	coffer.CodePayloadTooLarge:     http.StatusRequestEntityTooLarge,
 	coffer.CodeUnavailable:         http.StatusServiceUnavailable,
+	coffer.CodeOverloaded:          http.StatusServiceUnavailable,
 	coffer.CodeInternal:            http.StatusInternalServerError,
 }
 
@@ -40,7 +41,10 @@ type Problem struct {
 // error's detail is not shown: it may name tables or hosts; the log has it.
 func (s *Server) problem(w http.ResponseWriter, _ *http.Request, requestID string, err error) int {
 	p := problemOf(err, requestID)
-	if p.Code == coffer.CodeUnavailable {
+	// Both 503s are worth a retry with the same key about a second later:
+	// a down database is tried again after shard.DownCooldown, and an
+	// overloaded instance has usually freed a slot by then.
+	if p.Status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", strconv.Itoa(int(shard.DownCooldown.Seconds())))
 	}
 	raw, _ := json.Marshal(p)

@@ -3,7 +3,9 @@ package http
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/cofferhq/coffer"
@@ -24,12 +26,22 @@ func TestProblemForEveryCode(t *testing.T) {
 		if (code == coffer.CodeInternal) == (p.Detail == "secret detail") {
 			t.Errorf("%s: detail %q", code, p.Detail)
 		}
-		if (code == coffer.CodeUnavailable) != (w.Header().Get("Retry-After") != "") {
+		if (status == 503) != (w.Header().Get("Retry-After") != "") {
 			t.Errorf("%s: Retry-After %q", code, w.Header().Get("Retry-After"))
 		}
 	}
 	w := httptest.NewRecorder()
 	if s.problem(w, nil, "", fmt.Errorf("a bare error")) != 500 {
 		t.Error("an error without a code is not internal")
+	}
+}
+
+// TestPanicIsInternal: a handler that panics answers internal with the
+// stack for the log, instead of taking the connection (or, off net/http's
+// own recovery, the process) down.
+func TestPanicIsInternal(t *testing.T) {
+	_, _, err := serve(func(*http.Request, *coffer.Client) (int, any, error) { panic("boom") }, nil, nil)
+	if coffer.ErrorCode(err) != coffer.CodeInternal || !strings.Contains(err.Error(), "boom") || !strings.Contains(err.Error(), "goroutine") {
+		t.Fatalf("%v", err)
 	}
 }

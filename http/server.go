@@ -1,6 +1,7 @@
 // Package http serves the coffer API as HTTP/JSON: the routes of the
-// contract (api.Routes), problem+json errors, the probes, /metrics and
+// contract (api.Routes), problem+json errors, the probes and
 // /openapi.json. Transport only: every call goes to a coffer.Ledger.
+// Metrics and profiling are served on the operations listener, not here.
 package http
 
 import (
@@ -8,14 +9,17 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/api"
 	"github.com/cofferhq/coffer/metrics"
+	"github.com/cofferhq/coffer/shed"
 )
 
 // Server is the HTTP transport. Its fields are set once, before Handler.
@@ -29,6 +33,14 @@ type Server struct {
 	BodyBytesMax int64
 	// BatchBodyBytesMax bounds the body of a batch instead.
 	BatchBodyBytesMax int64
+	// Gate bounds the calls served at once (shared with the gRPC
+	// transport); a call beyond it is overloaded at once. The probes and
+	// /openapi.json do not count.
+	Gate *shed.Gate
+	// WriteTimeout bounds the sending of a call's answer once it is
+	// ready: a client that stops reading is cut off then, instead of
+	// holding its call, and the call's slot in Gate, for ever.
+	WriteTimeout time.Duration
 	// Status is the operators' view, for GET /v1/status.
 	Status func(context.Context) coffer.Status
 	// Ready tells whether the instance should get traffic (GET /readyz).
@@ -70,7 +82,6 @@ func (s *Server) Handler() http.Handler {
 		}
 		writeText(w, http.StatusOK, "ready\n")
 	})
-	mux.Handle("GET /metrics", s.Metrics.Handler())
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(api.OpenAPI)
@@ -81,19 +92,26 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// call wraps an rpc's handler: request id, metrics, authentication and
-// authorization (before any database work), the response and one log line.
+// call wraps an rpc's handler: request id, metrics, a slot in Gate,
+// authentication and authorization (before any database work), the
+// response and one log line. The slot is held until the answer is sent,
+// so a client that reads slowly counts, for at most WriteTimeout.
 func (s *Server) call(rt api.Route, h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		id := requestID(w, r)
 		done := s.Metrics.Begin(rt.RPC)
-		client, err := s.authorize(r, rt)
+		var client *coffer.Client
 		status, body := 0, any(nil)
+		err := s.Gate.Enter()
 		if err == nil {
-			status, body, err = h(r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)), client)
+			defer s.Gate.Leave()
+			if client, err = s.authorize(r, rt); err == nil {
+				status, body, err = serve(h, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)), client)
+			}
 		}
 		done(err)
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.WriteTimeout))
 		if err != nil {
 			status = s.problem(w, r, id, err)
 		} else {
@@ -103,6 +121,18 @@ func (s *Server) call(rt api.Route, h handler) http.Handler {
 	})
 }
 
+// serve runs h. A panic becomes an internal error carrying the stack,
+// logged once under the request id: one request that trips a bug gets a
+// 500, and the instance goes on serving the others.
+func serve(h handler, r *http.Request, c *coffer.Client) (status int, body any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			status, body, err = 0, nil, fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return h(r, c)
+}
+
 func (s *Server) authorize(r *http.Request, rt api.Route) (*coffer.Client, error) {
 	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	c, err := s.Clients.Authenticate(strings.TrimSpace(key))
@@ -110,7 +140,7 @@ func (s *Server) authorize(r *http.Request, rt api.Route) (*coffer.Client, error
 		return nil, err
 	}
 	if !rt.Namespaced {
-		return c, c.AllowAny(rt.Permission)
+		return c, c.AllowOps()
 	}
 	ns, err := pathNamespace(r)
 	if err != nil {

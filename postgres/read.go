@@ -283,11 +283,17 @@ func decodeCursor(c string) (time.Time, int64, error) {
 }
 
 // Revenue sums paid ops of the namespace over every shard, one statement
-// per shard.
+// per shard, each an index-only scan of the shard's paid ops of the
+// namespace (op_N_revenue). At most opts.ReportsMax run at once; one more
+// is overloaded.
 func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.RevenueLine, error) {
 	if q.Namespace <= 0 || !q.From.Before(q.To) {
 		return nil, coffer.Errorf(coffer.CodeInvalid, "namespace must be > 0 and from before to")
 	}
+	if err := s.reports.Enter(); err != nil {
+		return nil, err
+	}
+	defer s.reports.Leave()
 	var only *coffer.Currency
 	if q.Currency != "" {
 		cur, ok := s.catalog.Currency(q.Currency)

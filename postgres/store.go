@@ -14,6 +14,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
+	"github.com/cofferhq/coffer/shed"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,6 +26,10 @@ type Options struct {
 	Timeout time.Duration
 	// RetriesMax bounds retries after a serialization failure or deadlock.
 	RetriesMax int
+	// ReportsMax bounds the revenue reports computed at once; zero means
+	// 2. Each reads every shard, so a burst of them would take a pool
+	// connection on every database for each.
+	ReportsMax int
 }
 
 // Store implements coffer.Ledger on the shards of a Router. It is safe for
@@ -33,6 +38,7 @@ type Store struct {
 	router  *shard.Router
 	catalog *coffer.Catalog
 	opts    Options
+	reports *shed.Gate
 	queries sync.Map // coffer.ShardID → *queries
 	// lotsSwept is, per shard, the expiry time up to which the lot sweeper
 	// has recorded every expired lot (coffer.ShardID → time.Time).
@@ -50,7 +56,10 @@ func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
 	if opts.RetriesMax == 0 {
 		opts.RetriesMax = 3
 	}
-	return &Store{router: router, catalog: catalog, opts: opts}
+	if opts.ReportsMax == 0 {
+		opts.ReportsMax = 2
+	}
+	return &Store{router: router, catalog: catalog, opts: opts, reports: shed.NewGate("revenue reports in flight", opts.ReportsMax)}
 }
 
 // q returns the statements of a shard, built once.

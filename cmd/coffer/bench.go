@@ -91,7 +91,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		return nil
 	})
 	fs.BoolVar(&f.Statements, "statements", false, "list what each side asks of PostgreSQL, from pg_stat_statements (--self loads it; a --target's servers must)")
-	fs.StringVar(&f.pprof, "pprof", "", "with --self: coffer serve serves /debug/pprof/ on this address, for profiling")
+	fs.StringVar(&f.pprof, "pprof", "", "with --self: coffer serve serves /debug/pprof/ (and /metrics) on this address, for profiling")
 	fs.StringVar(&f.target, "target", "", "a running coffer: http://host:port (http) or host:port (grpc)")
 	fs.StringVar(&f.apiKey, "api-key", "", "with --target: the API key (needs write and read on namespaces 1–10)")
 	fs.StringVar(&f.configPath, "c", "", "with --target: its config, for database figures and the baseline")
@@ -273,7 +273,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 	}
 	key := newAPIKey()
 	cfg := benchConfig(key)
-	cfg.Listen.Pprof = f.pprof
+	cfg.Listen.Ops = f.pprof
 	settings := map[string]string{}
 	if !f.stockPostgres {
 		maps.Copy(settings, tunedPostgres())
@@ -329,7 +329,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 func benchConfig(key string) *Config {
 	cfg := DefaultConfig()
 	cfg.ShardCount = 16
-	cfg.Listen = ListenConfig{HTTP: "127.0.0.1:0", GRPC: "127.0.0.1:0"}
+	cfg.Listen = ListenConfig{HTTP: "127.0.0.1:0", GRPC: "127.0.0.1:0"} // no ops listener unless --pprof
 	cfg.Log.Level = "info"
 	cl := ClientConfig{Name: "bench", Emitter: 1, Permissions: []string{"read", "write", "admin"}}
 	h := coffer.HashKey(key)

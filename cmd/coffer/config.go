@@ -37,24 +37,46 @@ type Config struct {
 }
 
 // ListenConfig is where the service listens; an empty address turns that
-// transport off. Pprof, off by default, serves Go's profiler
-// (/debug/pprof/) for operators; keep it on a private address.
+// listener off. Ops is the operations listener: /metrics (which names the
+// database hosts) and Go's profiler (/debug/pprof/), for operators only,
+// never on the API's port; keep it on a private address. Pprof is its
+// former name, refused with a pointer to ops.
 type ListenConfig struct {
 	HTTP  string `yaml:"http"`
 	GRPC  string `yaml:"grpc"`
+	Ops   string `yaml:"ops"`
 	Pprof string `yaml:"pprof,omitempty"`
 }
 
-// LimitsConfig bounds requests.
+// LimitsConfig bounds requests and what an instance serves at once.
 type LimitsConfig struct {
 	BodyBytesMax int64 `yaml:"body_bytes_max"`
 	// BatchBodyBytesMax bounds a batch's body instead: up to 1000 changes.
 	BatchBodyBytesMax int64 `yaml:"batch_body_bytes_max"`
+	// HeaderBytesMax bounds a request's headers (gRPC: metadata).
+	HeaderBytesMax int `yaml:"header_bytes_max"`
+	// RequestsInFlightMax bounds the API calls served at once, HTTP and
+	// gRPC together; one more is refused at once with overloaded.
+	RequestsInFlightMax int `yaml:"requests_in_flight_max"`
+	// ReportsInFlightMax bounds the revenue reports computed at once (each
+	// reads every shard); one more is overloaded.
+	ReportsInFlightMax int `yaml:"reports_in_flight_max"`
+	// GRPCStreamsMax bounds the calls one gRPC connection has open at once.
+	GRPCStreamsMax int `yaml:"grpc_streams_max"`
 }
 
-// TimeoutsConfig bounds the work of a request and the drain at shutdown.
+// TimeoutsConfig bounds the work of a request, the phases of a
+// connection and the drain at shutdown.
 type TimeoutsConfig struct {
-	Request  time.Duration `yaml:"request"`
+	Request time.Duration `yaml:"request"`
+	// ReadHeader bounds the reading of a request's headers (gRPC: a new
+	// connection's handshake), so a client that trickles them is cut off.
+	ReadHeader time.Duration `yaml:"read_header"`
+	// Write bounds the sending of an answer once it is ready, so a client
+	// that stops reading is cut off.
+	Write time.Duration `yaml:"write"`
+	// Idle closes a connection with no request for that long.
+	Idle     time.Duration `yaml:"idle"`
 	Shutdown time.Duration `yaml:"shutdown"`
 }
 
@@ -115,13 +137,15 @@ type ClientConfig struct {
 // leaves out keeps these values.
 func DefaultConfig() *Config {
 	return &Config{
-		Pool:     shard.DefaultPoolConfig(),
-		Listen:   ListenConfig{HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:9090"},
-		Limits:   LimitsConfig{BodyBytesMax: 64 << 10, BatchBodyBytesMax: 4 << 20},
-		Timeouts: TimeoutsConfig{Request: 5 * time.Second, Shutdown: 20 * time.Second},
-		Holds:    HoldsConfig{TTLDefault: 10 * time.Minute, TTLMax: 24 * time.Hour},
-		Sweep:    SweepConfig{Interval: 5 * time.Second, BatchMax: 1000},
-		Log:      LogConfig{Level: "info"},
+		Pool:   shard.DefaultPoolConfig(),
+		Listen: ListenConfig{HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:9090", Ops: "127.0.0.1:8081"},
+		Limits: LimitsConfig{BodyBytesMax: 64 << 10, BatchBodyBytesMax: 4 << 20, HeaderBytesMax: 16 << 10, RequestsInFlightMax: 1024,
+			ReportsInFlightMax: 2, GRPCStreamsMax: 128},
+		Timeouts: TimeoutsConfig{Request: 5 * time.Second, ReadHeader: 5 * time.Second, Write: 10 * time.Second,
+			Idle: 2 * time.Minute, Shutdown: 20 * time.Second},
+		Holds: HoldsConfig{TTLDefault: 10 * time.Minute, TTLMax: 24 * time.Hour},
+		Sweep: SweepConfig{Interval: 5 * time.Second, BatchMax: 1000},
+		Log:   LogConfig{Level: "info"},
 	}
 }
 
@@ -191,12 +215,18 @@ func (c *Config) service() (*coffer.Catalog, *coffer.Clients, error) {
 	switch {
 	case c.Listen.HTTP == "" && c.Listen.GRPC == "":
 		return nil, nil, fmt.Errorf("listen: set http, grpc or both")
+	case c.Listen.Pprof != "":
+		return nil, nil, fmt.Errorf("listen.pprof: renamed listen.ops, which serves /debug/pprof/ and /metrics (no longer on the API port)")
 	case c.Limits.BodyBytesMax < 1024:
 		return nil, nil, fmt.Errorf("limits.body_bytes_max: must be at least 1024")
 	case c.Limits.BatchBodyBytesMax < c.Limits.BodyBytesMax:
 		return nil, nil, fmt.Errorf("limits.batch_body_bytes_max: must be at least limits.body_bytes_max, since a batch may hold one change of that size")
-	case c.Timeouts.Request <= 0 || c.Timeouts.Shutdown <= 0:
-		return nil, nil, fmt.Errorf("timeouts: request and shutdown must be > 0")
+	case c.Limits.HeaderBytesMax < 4096:
+		return nil, nil, fmt.Errorf("limits.header_bytes_max: must be at least 4096")
+	case c.Limits.RequestsInFlightMax <= 0 || c.Limits.ReportsInFlightMax <= 0 || c.Limits.GRPCStreamsMax <= 0:
+		return nil, nil, fmt.Errorf("limits: requests_in_flight_max, reports_in_flight_max and grpc_streams_max must be > 0")
+	case c.Timeouts.Request <= 0 || c.Timeouts.ReadHeader <= 0 || c.Timeouts.Write <= 0 || c.Timeouts.Idle <= 0 || c.Timeouts.Shutdown <= 0:
+		return nil, nil, fmt.Errorf("timeouts: request, read_header, write, idle and shutdown must be > 0")
 	case c.Sweep.Interval <= 0 || c.Sweep.BatchMax <= 0:
 		return nil, nil, fmt.Errorf("sweep: interval and batch_max must be > 0")
 	case len(c.Currencies) == 0 || len(c.Namespaces) == 0 || len(c.Clients) == 0:

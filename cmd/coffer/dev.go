@@ -74,7 +74,9 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 
 // devConfig is the embedded default of DESIGN.md §8: namespaces 1 and 2;
 // gold and silver (can be bought) and credits (free only); gold→silver at
-// 1:100 and silver→credits at 10:1; one client with the dev key.
+// 1:100 and silver→credits at 10:1; one client with the dev key, which
+// may also read the instance's status (ops). No operations listener:
+// `coffer dev` adds its own.
 func devConfig(listen, grpcListen, apiKey string) *Config {
 	cfg := DefaultConfig()
 	cfg.ShardCount = 16
@@ -85,7 +87,7 @@ func devConfig(listen, grpcListen, apiKey string) *Config {
 	cfg.Namespaces = []NamespaceConfig{{ID: 1, Name: "dev-1", Exchanges: exchanges}, {ID: 2, Name: "dev-2", Exchanges: exchanges}}
 	h := coffer.HashKey(apiKey)
 	cfg.Clients = []ClientConfig{{Name: "dev", Emitter: 1, KeySHA256: []string{hex.EncodeToString(h[:])},
-		Namespaces: []int32{1, 2}, Permissions: []string{"read", "write", "admin"}}}
+		Namespaces: []int32{1, 2}, Permissions: []string{"read", "write", "admin", "ops"}}}
 	return cfg
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -68,7 +69,7 @@ func TestShardServerDown(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	metrics := string(s.call("GET", "/metrics", "", "").body)
+	metrics := s.metrics()
 	if !strings.Contains(metrics, `coffer_database_up{database="127.0.0.1:`+fmt.Sprint(own.Port())) || !strings.Contains(metrics, "coffer_shards_available 4") ||
 		!strings.Contains(metrics, `coffer_errors_total{code="shard_unavailable"}`) {
 		t.Fatalf("metrics do not show the outage:\n%s", grepLines(metrics, "coffer_database_up", "coffer_shards_available", "coffer_errors_total"))
@@ -109,14 +110,7 @@ func TestGracefulShutdownDrains(t *testing.T) {
 	const p = 5
 	_, _, err := s.dev.Change(ctx, 1, p, grant("seed", "gold", 10))
 	must(t, err)
-	db := s.m.DatabaseOf(s.m.ShardOf(p))
-	conn, err := pgx.Connect(ctx, db.Config.ConnString(5))
-	must(t, err)
-	defer conn.Close(ctx)
-	tx, err := conn.Begin(ctx)
-	must(t, err)
-	_, err = tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = $1 FOR UPDATE", s.m.ShardOf(p)), p)
-	must(t, err)
+	conn, tx := lockPlayer(t, s, p)
 
 	const inFlight = 4
 	var wg sync.WaitGroup
@@ -129,7 +123,7 @@ func TestGracefulShutdownDrains(t *testing.T) {
 		}()
 	}
 	waitFor(t, func() bool {
-		return strings.Contains(string(s.call("GET", "/metrics", "", "").body), fmt.Sprintf("coffer_requests_in_flight %d", inFlight))
+		return strings.Contains(s.metrics(), fmt.Sprintf("coffer_requests_in_flight %d", inFlight))
 	})
 	stopped := make(chan struct{})
 	go func() { s.stop(); close(stopped) }()
@@ -155,6 +149,22 @@ func TestGracefulShutdownDrains(t *testing.T) {
 	if total != 10+inFlight {
 		t.Fatalf("gold after drain: %d", total)
 	}
+}
+
+// lockPlayer takes player p's lock (its balance row: p must have written)
+// in a transaction of its own, so that p's writes wait until tx ends. The
+// connection is closed at the test's end.
+func lockPlayer(t *testing.T, s *service, p coffer.PlayerID) (*pgx.Conn, pgx.Tx) {
+	t.Helper()
+	sh := s.m.ShardOf(p)
+	conn, err := pgx.Connect(ctx, s.m.DatabaseOf(sh).Config.ConnString(5))
+	must(t, err)
+	t.Cleanup(func() { conn.Close(ctx) })
+	tx, err := conn.Begin(ctx)
+	must(t, err)
+	_, err = tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = $1 FOR UPDATE", sh), p)
+	must(t, err)
+	return conn, tx
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -209,23 +219,29 @@ func TestShardServerFrozen(t *testing.T) {
 	}
 }
 
-// TestPprofAndAvailabilityAtStart: listen.pprof serves the profiler until
-// shutdown, and shard availability is in /metrics from the start, not
-// only after the first probe.
-func TestPprofAndAvailabilityAtStart(t *testing.T) {
-	s := startService(t, twoServers(t), func(c *Config) { c.Listen.Pprof = "127.0.0.1:0" })
-	if m := string(s.call("GET", "/metrics", "", "").body); !strings.Contains(m, "coffer_shards_available 8") {
+// TestOperationsListener: metrics and the profiler are served on the
+// operations listener until shutdown, not on the API's port (metrics name
+// the database hosts); shard availability is in the metrics from the
+// start, not only after the first probe; a sweeper pass that panics is a
+// failed pass, not a dead instance.
+func TestOperationsListener(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	if m := s.metrics(); !strings.Contains(m, "coffer_shards_available 8") {
 		t.Fatalf("metrics at start:\n%s", grepLines(m, "coffer_shards"))
 	}
-	url := "http://" + s.main.PprofAddr + "/debug/pprof/"
-	resp, err := http.Get(url)
-	must(t, err)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("pprof: HTTP %d", resp.StatusCode)
+	for _, path := range []string{"/metrics", "/debug/pprof/"} {
+		wantStatus(t, s.call("GET", path, "", ""), 404, coffer.CodeNotFound)
+		if r := s.opsGet(path); r.status != 200 {
+			t.Fatalf("ops %s: HTTP %d", path, r.status)
+		}
 	}
+	s.main.sweep(ctx, "holds", func(context.Context, int) (int, error) { panic("a row the sweeper trips on") })
+	if m := s.metrics(); !strings.Contains(m, `coffer_sweeper_runs_total{outcome="error",sweeper="holds"} 1`) {
+		t.Fatalf("a panicking pass is not counted as failed:\n%s", grepLines(m, "coffer_sweeper_runs_total"))
+	}
+	url := "http://" + s.main.OpsAddr + "/metrics"
 	s.stop()
 	if _, err := http.Get(url); err == nil {
-		t.Fatal("pprof still serves after shutdown")
+		t.Fatal("the operations listener still serves after shutdown")
 	}
 }

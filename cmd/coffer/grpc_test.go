@@ -9,11 +9,20 @@ import (
 	coffergrpc "github.com/cofferhq/coffer/grpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
+
+// rawCodec sends a request's bytes as they are, so a test can send what
+// no protobuf encoder writes.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error)      { return v.([]byte), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error { *v.(*[]byte) = data; return nil }
+func (rawCodec) Name() string                       { return "proto" }
 
 func wantGRPC(t *testing.T, err error, c codes.Code, code coffer.Code) {
 	t.Helper()
@@ -134,8 +143,12 @@ func TestGRPCErrors(t *testing.T) {
 	wantGRPC(t, err, codes.PermissionDenied, coffer.CodePermissionDenied)
 	_, err = w.GetBalances(grpcCtx(devKey), &cofferv1.GetBalancesRequest{Namespace: 3, PlayerId: 1})
 	wantGRPC(t, err, codes.PermissionDenied, coffer.CodePermissionDenied)
-	_, err = w.GetStatus(grpcCtx(readerKey), &cofferv1.StatusRequest{})
-	wantGRPC(t, err, codes.PermissionDenied, coffer.CodePermissionDenied)
+	for _, key := range []string{readerKey, auditorKey} {
+		_, err = w.GetStatus(grpcCtx(key), &cofferv1.StatusRequest{})
+		wantGRPC(t, err, codes.PermissionDenied, coffer.CodePermissionDenied)
+	}
+	_, err = w.GetStatus(grpcCtx(monitorKey), &cofferv1.StatusRequest{})
+	must(t, err)
 	_, err = w.GetBalances(grpcCtx(devKey), &cofferv1.GetBalancesRequest{Namespace: 0, PlayerId: 1})
 	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
 	_, err = w.GetBalances(grpcCtx(devKey), &cofferv1.GetBalancesRequest{Namespace: 1, PlayerId: -4})
@@ -146,11 +159,19 @@ func TestGRPCErrors(t *testing.T) {
 	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
 	_, err = w.Revenue(grpcCtx(devKey), &cofferv1.RevenueRequest{Namespace: 1})
 	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
+	// Refused while decoding, before any interceptor in gRPC itself: the
+	// code is carried all the same, after the key is checked.
 	big := &cofferv1.ChangeRequest{Namespace: 1, PlayerId: 1, IdempotencyKey: "k", Reason: string(make([]byte, 70<<10))}
 	_, err = w.Change(grpcCtx(devKey), big)
-	if status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("oversized message: %v", err)
-	}
+	wantGRPC(t, err, codes.ResourceExhausted, coffer.CodePayloadTooLarge)
+	_, err = w.Change(grpcCtx("wrong"), big)
+	wantGRPC(t, err, codes.Unauthenticated, coffer.CodeUnauthenticated)
+	conn, err := grpc.NewClient(s.main.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	must(t, err)
+	defer conn.Close()
+	// Field 1 announces 5 bytes and 1 follows: no valid ChangeRequest.
+	err = conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_Change_FullMethodName, []byte{0x0a, 0x05, 0x61}, new([]byte), grpc.ForceCodec(rawCodec{}))
+	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
 	b, err := w.GetBalances(grpcCtx(devKey), bal)
 	must(t, err)
 	if b.Version != 0 {

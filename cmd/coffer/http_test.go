@@ -257,7 +257,10 @@ func TestHTTPAuth(t *testing.T) {
 		{"reader in namespace 2", "GET", "/v1/namespaces/2/players/5/balances", readerKey, "", 403, coffer.CodePermissionDenied},
 		{"dev in namespace 3", "GET", "/v1/namespaces/3/players/5/balances", devKey, "", 403, coffer.CodePermissionDenied},
 		{"revenue needs admin", "GET", "/v1/namespaces/1/reports/revenue?from=2026-01-01T00:00:00Z&to=2027-01-01T00:00:00Z", game2Key, "", 403, coffer.CodePermissionDenied},
-		{"status needs admin", "GET", "/v1/status", readerKey, "", 403, coffer.CodePermissionDenied},
+		{"status needs ops, not read", "GET", "/v1/status", readerKey, "", 403, coffer.CodePermissionDenied},
+		{"status needs ops, not admin", "GET", "/v1/status", auditorKey, "", 403, coffer.CodePermissionDenied},
+		{"ops reads status", "GET", "/v1/status", monitorKey, "", 200, ""},
+		{"ops reads no balance", "GET", bal, monitorKey, "", 403, coffer.CodePermissionDenied},
 		{"reader reads", "GET", bal, readerKey, "", 200, ""},
 		{"no route", "GET", "/v2/nothing", devKey, "", 404, coffer.CodeNotFound},
 	} {
@@ -265,7 +268,7 @@ func TestHTTPAuth(t *testing.T) {
 			wantStatus(t, s.call(c.method, c.path, c.key, c.body), c.status, c.code)
 		})
 	}
-	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/openapi.json"} {
+	for _, p := range []string{"/healthz", "/readyz", "/openapi.json"} {
 		wantStatus(t, s.call("GET", p, "", ""), 200, "")
 	}
 	if b := balanceOf(t, s.dev, 5, "gold"); b.Total != 0 {

@@ -25,6 +25,7 @@ import (
 	"github.com/cofferhq/coffer/migrate"
 	"github.com/cofferhq/coffer/postgres"
 	"github.com/cofferhq/coffer/shard"
+	"github.com/cofferhq/coffer/shed"
 	"google.golang.org/grpc"
 )
 
@@ -38,20 +39,20 @@ type Main struct {
 	Config *Config
 	Map    *shard.Map
 	Logger *slog.Logger
-	// HTTPAddr, GRPCAddr and PprofAddr are the bound addresses, set by
+	// HTTPAddr, GRPCAddr and OpsAddr are the bound addresses, set by
 	// Start.
-	HTTPAddr, GRPCAddr, PprofAddr string
+	HTTPAddr, GRPCAddr, OpsAddr string
 
-	router      *shard.Router
-	engine      *migrate.Engine
-	metrics     *metrics.Metrics
-	httpServer  *http.Server
-	pprofServer *http.Server
-	grpcServer  *grpc.Server
-	ready       atomic.Bool
-	started     time.Time
-	stopBG      context.CancelFunc
-	bg          sync.WaitGroup
+	router     *shard.Router
+	engine     *migrate.Engine
+	metrics    *metrics.Metrics
+	httpServer *http.Server
+	opsServer  *http.Server
+	grpcServer *grpc.Server
+	ready      atomic.Bool
+	started    time.Time
+	stopBG     context.CancelFunc
+	bg         sync.WaitGroup
 
 	mu     sync.Mutex
 	health []dbHealth // by database index
@@ -92,7 +93,7 @@ func (m *Main) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	store := postgres.New(m.router, catalog, postgres.Options{Timeout: m.Config.Timeouts.Request})
+	store := postgres.New(m.router, catalog, postgres.Options{Timeout: m.Config.Timeouts.Request, ReportsMax: m.Config.Limits.ReportsInFlightMax})
 	if err := m.listen(store, clients); err != nil {
 		m.router.Close()
 		return err
@@ -106,55 +107,76 @@ func (m *Main) Start(ctx context.Context) error {
 		every(bgCtx, m.Config.Sweep.Interval, func() { m.sweep(bgCtx, "lots", store.SweepExpiredLots) })
 	})
 	m.ready.Store(true)
-	m.Logger.Info("serving", "http", m.HTTPAddr, "grpc", m.GRPCAddr, "shards", m.Map.ShardCount(), "databases", len(m.health))
+	m.Logger.Info("serving", "http", m.HTTPAddr, "grpc", m.GRPCAddr, "ops", m.OpsAddr, "shards", m.Map.ShardCount(), "databases", len(m.health))
 	return nil
 }
 
+// listen opens every configured listener, or none if one fails, and
+// serves on each: the API over HTTP and gRPC, metrics and profiling on the
+// operations listener. One gate bounds the API calls of both transports.
 func (m *Main) listen(store *postgres.Store, clients *coffer.Clients) error {
 	cfg := m.Config
-	if cfg.Listen.HTTP != "" {
-		ln, err := net.Listen("tcp", cfg.Listen.HTTP)
-		if err != nil {
-			return fmt.Errorf("listen.http: %w", err)
-		}
+	lns, err := listenAll(map[string]string{"listen.http": cfg.Listen.HTTP, "listen.grpc": cfg.Listen.GRPC, "listen.ops": cfg.Listen.Ops})
+	if err != nil {
+		return err
+	}
+	gate := shed.NewGate("requests in flight", cfg.Limits.RequestsInFlightMax)
+	if ln := lns["listen.http"]; ln != nil {
 		h := &cofferhttp.Server{Ledger: store, Clients: clients, Metrics: m.metrics, Logger: m.Logger,
-			BodyBytesMax: cfg.Limits.BodyBytesMax, BatchBodyBytesMax: cfg.Limits.BatchBodyBytesMax, Status: m.status, Ready: m.ready.Load}
-		m.httpServer = &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
-			ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
+			BodyBytesMax: cfg.Limits.BodyBytesMax, BatchBodyBytesMax: cfg.Limits.BatchBodyBytesMax, Gate: gate,
+			WriteTimeout: cfg.Timeouts.Write, Status: m.status, Ready: m.ready.Load}
+		// WriteTimeout bounds the answers of the routes without a call
+		// (probes, /openapi.json); a call sets its own deadline when its
+		// answer is ready, however long the call took.
+		m.httpServer = &http.Server{Handler: h.Handler(), ReadHeaderTimeout: cfg.Timeouts.ReadHeader,
+			ReadTimeout: 30 * time.Second, WriteTimeout: cfg.Timeouts.Write, IdleTimeout: cfg.Timeouts.Idle,
+			MaxHeaderBytes: cfg.Limits.HeaderBytesMax, ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
 		m.HTTPAddr = ln.Addr().String()
 		go func() { _ = m.httpServer.Serve(ln) }()
 	}
-	if cfg.Listen.Pprof != "" {
-		ln, err := net.Listen("tcp", cfg.Listen.Pprof)
-		if err != nil {
-			return fmt.Errorf("listen.pprof: %w", err)
-		}
+	if ln := lns["listen.ops"]; ln != nil {
 		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", m.metrics.Handler())
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		m.pprofServer = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		m.PprofAddr = ln.Addr().String()
-		go func() { _ = m.pprofServer.Serve(ln) }()
+		// No write timeout: a CPU profile or a trace answers after the
+		// seconds it was asked to record.
+		m.opsServer = &http.Server{Handler: mux, ReadHeaderTimeout: cfg.Timeouts.ReadHeader, IdleTimeout: cfg.Timeouts.Idle,
+			MaxHeaderBytes: cfg.Limits.HeaderBytesMax}
+		m.OpsAddr = ln.Addr().String()
+		go func() { _ = m.opsServer.Serve(ln) }()
 	}
-	if cfg.Listen.GRPC != "" {
-		ln, err := net.Listen("tcp", cfg.Listen.GRPC)
-		if err != nil {
-			for _, srv := range []*http.Server{m.httpServer, m.pprofServer} {
-				if srv != nil {
-					_ = srv.Close()
-				}
-			}
-			return fmt.Errorf("listen.grpc: %w", err)
-		}
+	if ln := lns["listen.grpc"]; ln != nil {
 		g := &coffergrpc.Server{Ledger: store, Clients: clients, Metrics: m.metrics, Logger: m.Logger,
-			MessageBytesMax: int(cfg.Limits.BodyBytesMax), BatchMessageBytesMax: int(cfg.Limits.BatchBodyBytesMax), Status: m.status}
+			MessageBytesMax: int(cfg.Limits.BodyBytesMax), BatchMessageBytesMax: int(cfg.Limits.BatchBodyBytesMax), HeaderBytesMax: cfg.Limits.HeaderBytesMax,
+			StreamsPerConnMax: cfg.Limits.GRPCStreamsMax, Gate: gate,
+			HandshakeTimeout: cfg.Timeouts.ReadHeader, IdleTimeout: cfg.Timeouts.Idle, Status: m.status}
 		m.grpcServer = g.NewServer()
 		m.GRPCAddr = ln.Addr().String()
 		go func() { _ = m.grpcServer.Serve(ln) }()
 	}
 	return nil
+}
+
+// listenAll listens on each non-empty address (keyed by its config key),
+// or closes them all and names the key that failed.
+func listenAll(addrs map[string]string) (map[string]net.Listener, error) {
+	lns := map[string]net.Listener{}
+	for key, addr := range addrs {
+		if addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range lns {
+				_ = l.Close()
+			}
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		lns[key] = ln
+	}
+	return lns, nil
 }
 
 // Shutdown stops taking requests, drains those in flight until ctx ends,
@@ -175,8 +197,8 @@ func (m *Main) Shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("grpc: drain cut short: %w", ctx.Err()))
 		}
 	}
-	if m.pprofServer != nil {
-		_ = m.pprofServer.Close() // a profile in progress is not worth the wait
+	if m.opsServer != nil {
+		_ = m.opsServer.Close() // a profile in progress is not worth the wait
 	}
 	m.stopBG()
 	m.bg.Wait()
@@ -261,9 +283,18 @@ func (m *Main) recordAvailability(ctx context.Context) {
 }
 
 // sweep runs one pass of a sweeper. Every instance runs them; the sweepers
-// are safe to run concurrently.
+// are safe to run concurrently. A pass that panics is a failed pass: every
+// instance sweeps the same data, so a bug that one row trips would
+// otherwise take every instance down, again at each restart.
 func (m *Main) sweep(ctx context.Context, name string, sweep func(context.Context, int) (int, error)) {
-	n, err := sweep(ctx, m.Config.Sweep.BatchMax)
+	n, err := func() (n int, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+			}
+		}()
+		return sweep(ctx, m.Config.Sweep.BatchMax)
+	}()
 	if ctx.Err() != nil {
 		return
 	}

@@ -29,13 +29,16 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// The keys of the test clients: dev has read, write and admin on 1 and 2
-// (as in coffer dev); reader only read on 1; game2 read and write on 1,
-// with its own emitter.
+// The keys of the test clients: dev has read, write, admin and ops on 1
+// and 2 (as in coffer dev); reader only read on 1; game2 read and write on
+// 1, with its own emitter; auditor read and admin on 1; monitor only ops,
+// in no namespace.
 const (
-	devKey    = "test-dev-key"
-	readerKey = "test-reader-key"
-	game2Key  = "test-game2-key"
+	devKey     = "test-dev-key"
+	readerKey  = "test-reader-key"
+	game2Key   = "test-game2-key"
+	auditorKey = "test-auditor-key"
+	monitorKey = "test-monitor-key"
 )
 
 // service is a running coffer (Main) on two shard databases, with clients
@@ -64,11 +67,14 @@ func startService(t *testing.T, servers []*pgserver.Server, tweak func(*Config))
 	t.Helper()
 	cfg := devConfig("127.0.0.1:0", "127.0.0.1:0", devKey)
 	cfg.ShardCount, cfg.DistributionMode, cfg.ShardOnDB = 8, "auto", 8/len(servers)
+	cfg.Listen.Ops = "127.0.0.1:0"
 	cfg.Sweep.Interval = 200 * time.Millisecond
 	cfg.Timeouts.Shutdown = 10 * time.Second
 	cfg.Clients = append(cfg.Clients,
 		ClientConfig{Name: "reader", Emitter: 2, KeySHA256: []string{keyHash(readerKey)}, Namespaces: []int32{1}, Permissions: []string{"read"}},
-		ClientConfig{Name: "game2", Emitter: 3, KeySHA256: []string{keyHash(game2Key)}, Namespaces: []int32{1}, Permissions: []string{"read", "write"}})
+		ClientConfig{Name: "game2", Emitter: 3, KeySHA256: []string{keyHash(game2Key)}, Namespaces: []int32{1}, Permissions: []string{"read", "write"}},
+		ClientConfig{Name: "auditor", Emitter: 4, KeySHA256: []string{keyHash(auditorKey)}, Namespaces: []int32{1}, Permissions: []string{"read", "admin"}},
+		ClientConfig{Name: "monitor", Emitter: 5, KeySHA256: []string{keyHash(monitorKey)}, Permissions: []string{"ops"}})
 	for _, s := range servers {
 		d := pgtest.NewDBOn(t, s)
 		cfg.Databases = append(cfg.Databases, shard.DatabaseConfig{Name: d.Name, Host: "127.0.0.1", Port: s.Port(),
@@ -207,6 +213,28 @@ func (s *service) checkSchema(req *http.Request, r response) {
 	if err := openapi3filter.ValidateResponse(ctx, in); err != nil {
 		s.t.Fatalf("%s %s: HTTP %d %s does not match the OpenAPI document: %v", req.Method, req.URL.Path, r.status, r.body, err)
 	}
+}
+
+// opsGet reads path from the operations listener.
+func (s *service) opsGet(path string) response {
+	s.t.Helper()
+	resp, err := http.Get("http://" + s.main.OpsAddr + path)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: raw}
+}
+
+// metrics is the instance's /metrics text.
+func (s *service) metrics() string {
+	s.t.Helper()
+	r := s.opsGet("/metrics")
+	if r.status != http.StatusOK {
+		s.t.Fatalf("/metrics: HTTP %d", r.status)
+	}
+	return string(r.body)
 }
 
 // grpcCtx carries key as the gRPC authorization.

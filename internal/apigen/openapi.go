@@ -131,7 +131,7 @@ func operation(file protoreflect.FileDescriptor, m protoreflect.MethodDescriptor
 		ok["description"] = "A replay: the original result of the same key and payload."
 		responses["201"] = object{"description": "Created: a new write.", "content": ok["content"]}
 	}
-	unavailable := problemResponse("shard_unavailable: the player's database is unreachable; retry after Retry-After seconds with the same key.")
+	unavailable := problemResponse("shard_unavailable: the player's database is unreachable; or overloaded: the instance serves as many calls as it may. Nothing was done: retry after Retry-After seconds with the same key.")
 	unavailable["headers"] = object{"Retry-After": object{"$ref": "#/components/headers/Retry-After"}}
 	responses["503"] = unavailable
 	op["responses"] = responses
@@ -240,8 +240,9 @@ func problemResponse(desc string) object {
 	}}
 }
 
-// operationalPaths are the routes without an rpc: probes, metrics and this
-// document. They need no key.
+// operationalPaths are the routes without an rpc: probes and this
+// document. They need no key. Metrics are on the operations listener, not
+// the API's port.
 func operationalPaths() object {
 	plain := func(id, desc, typ string) object {
 		return object{"get": object{
@@ -256,7 +257,6 @@ func operationalPaths() object {
 	return object{
 		"/healthz":      plain("Health", "Liveness: the process serves HTTP.", "text/plain"),
 		"/readyz":       ready,
-		"/metrics":      plain("Metrics", "Prometheus metrics, names prefixed coffer_.", "text/plain"),
 		"/openapi.json": openapi,
 	}
 }

@@ -82,7 +82,7 @@ type WalletClient interface {
 	// Permission: admin.
 	Revenue(ctx context.Context, in *RevenueRequest, opts ...grpc.CallOption) (*RevenueReport, error)
 	// GetStatus is the operators' view of this instance and its databases.
-	// Permission: admin (on any namespace).
+	// Permission: ops (on the instance; admin of a namespace is not enough).
 	GetStatus(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*Status, error)
 }
 
@@ -238,7 +238,7 @@ type WalletServer interface {
 	// Permission: admin.
 	Revenue(context.Context, *RevenueRequest) (*RevenueReport, error)
 	// GetStatus is the operators' view of this instance and its databases.
-	// Permission: admin (on any namespace).
+	// Permission: ops (on the instance; admin of a namespace is not enough).
 	GetStatus(context.Context, *StatusRequest) (*Status, error)
 	mustEmbedUnimplementedWalletServer()
 }

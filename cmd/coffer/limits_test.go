@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// TestOverloadIsShedAtOnce: with every slot taken by calls waiting on a
+// player's lock, one more call is refused at once with overloaded, 503
+// and Retry-After (gRPC: UNAVAILABLE), over both transports, while the
+// probes and the metrics still answer; the waiting calls then finish.
+// Revenue reports have a bound of their own.
+func TestOverloadIsShedAtOnce(t *testing.T) {
+	s := startService(t, twoServers(t), func(c *Config) {
+		c.Limits.RequestsInFlightMax = 2
+		c.Limits.ReportsInFlightMax = 1
+	})
+	const p = 5
+	_, _, err := s.dev.Change(ctx, 1, p, grant("seed", "gold", 10))
+	must(t, err)
+	_, tx := lockPlayer(t, s, p)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, errs[i] = s.dev.Change(ctx, 1, p, grant(fmt.Sprintf("waits-%d", i), "gold", 1))
+		}()
+	}
+	waitFor(t, func() bool { return strings.Contains(s.metrics(), "coffer_requests_in_flight 2") })
+	start := time.Now()
+	r := s.call("GET", "/v1/namespaces/1/players/6/balances", devKey, "")
+	wantStatus(t, r, 503, coffer.CodeOverloaded)
+	if r.header.Get("Retry-After") != "1" {
+		t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
+	}
+	_, err = s.grpc.GetBalances(grpcCtx(devKey), &cofferv1.GetBalancesRequest{Namespace: 1, PlayerId: 6})
+	wantGRPC(t, err, codes.Unavailable, coffer.CodeOverloaded)
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("shedding took %s", d)
+	}
+	wantStatus(t, s.call("GET", "/readyz", "", ""), 200, "")
+	must(t, tx.Rollback(ctx))
+	wg.Wait()
+	for i, err := range errs {
+		must(t, err)
+		_ = i
+	}
+	if m := s.metrics(); !strings.Contains(m, `coffer_errors_total{code="overloaded"} 2`) {
+		t.Fatalf("metrics:\n%s", grepLines(m, "coffer_errors_total"))
+	}
+
+	// A report held up on shard 0 takes the one report slot.
+	conn, err := pgx.Connect(ctx, s.m.DatabaseOf(0).Config.ConnString(5))
+	must(t, err)
+	defer conn.Close(ctx)
+	lock, err := conn.Begin(ctx)
+	must(t, err)
+	_, err = lock.Exec(ctx, "LOCK TABLE op_0 IN ACCESS EXCLUSIVE MODE")
+	must(t, err)
+	revenue := "/v1/namespaces/1/reports/revenue?from=2026-01-01T00:00:00Z&to=2999-01-01T00:00:00Z"
+	first := make(chan response)
+	go func() { first <- s.call("GET", revenue, devKey, "") }()
+	waitFor(t, func() bool { return strings.Contains(s.metrics(), "coffer_requests_in_flight 1") })
+	wantStatus(t, s.call("GET", revenue, devKey, ""), 503, coffer.CodeOverloaded)
+	must(t, lock.Rollback(ctx))
+	wantStatus(t, <-first, 200, "")
+}
+
+// TestHTTPConnectionBounds: a client that trickles its headers, sends
+// headers over the limit, or stops reading its answers is cut off; a call
+// that takes longer than the write timeout still gets its answer.
+func TestHTTPConnectionBounds(t *testing.T) {
+	s := startService(t, twoServers(t), func(c *Config) {
+		c.Timeouts.ReadHeader = 300 * time.Millisecond
+		c.Timeouts.Write = 300 * time.Millisecond
+		c.Limits.HeaderBytesMax = 4096
+	})
+	addr := s.main.HTTPAddr
+
+	conn := dial(t, addr)
+	_, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: coffer\r\n")
+	must(t, err)
+	wantClosed(t, conn, "a client that stops in the middle of its headers")
+
+	req, _ := http.NewRequest("GET", s.base+"/healthz", nil)
+	req.Header.Set("X-Pad", strings.Repeat("x", 16<<10))
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("16 KB of headers: HTTP %d", resp.StatusCode)
+	}
+
+	// A call that waits on the player's lock for longer than the write
+	// timeout: the deadline runs from when its answer is ready.
+	const p = 8
+	_, _, err = s.dev.Change(ctx, 1, p, grant("seed", "gold", 1))
+	must(t, err)
+	_, tx := lockPlayer(t, s, p)
+	slow := make(chan error)
+	go func() {
+		_, _, err := s.dev.Change(ctx, 1, p, grant("slow", "gold", 1))
+		slow <- err
+	}()
+	time.Sleep(3 * s.main.Config.Timeouts.Write)
+	must(t, tx.Rollback(ctx))
+	must(t, <-slow)
+
+	// Finlog pages of about 130 KB, asked for 80 times on one connection
+	// whose reader stops: far more than the socket buffers hold.
+	meta := fmt.Sprintf(`{"note": "%s"}`, strings.Repeat("m", 3000))
+	for i := 0; i < 40; i++ {
+		wantStatus(t, s.call("POST", fmt.Sprintf("/v1/namespaces/1/players/%d/transactions", p), devKey,
+			fmt.Sprintf(`{"idempotency_key": "big-%d", "ops": [{"currency": "gold", "amount": 1}], "meta": %s}`, i, meta)), 201, "")
+	}
+	conn = dial(t, addr)
+	must(t, conn.(*net.TCPConn).SetReadBuffer(4096))
+	var pipeline strings.Builder
+	for i := 0; i < 80; i++ {
+		fmt.Fprintf(&pipeline, "GET /v1/namespaces/1/players/%d/finlog?limit=500 HTTP/1.1\r\nHost: coffer\r\nAuthorization: Bearer %s\r\n\r\n", p, devKey)
+	}
+	_, err = io.WriteString(conn, pipeline.String())
+	must(t, err)
+	time.Sleep(5 * s.main.Config.Timeouts.Write)
+	wantClosed(t, conn, "a client that stopped reading")
+}
+
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	must(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// wantClosed reads conn to its end: the server must have closed it within
+// a few seconds, not left it open.
+func wantClosed(t *testing.T, conn net.Conn, who string) {
+	t.Helper()
+	must(t, conn.SetReadDeadline(time.Now().Add(5*time.Second)))
+	_, err := io.Copy(io.Discard, bufio.NewReader(conn))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("%s: the server keeps the connection open", who)
+	}
+}
+
+// TestIdleConnectionsClosed: HTTP and gRPC connections with nothing in
+// flight are closed after timeouts.idle, and one gRPC connection has at
+// most limits.grpc_streams_max calls open; a call over it waits for a
+// stream rather than running.
+func TestIdleConnectionsClosed(t *testing.T) {
+	s := startService(t, twoServers(t), func(c *Config) {
+		c.Timeouts.Idle = 300 * time.Millisecond
+		c.Limits.GRPCStreamsMax = 1
+	})
+	conn := dial(t, s.main.HTTPAddr)
+	_, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: coffer\r\n\r\n")
+	must(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	must(t, err)
+	resp.Body.Close()
+	wantClosed(t, conn, "an idle HTTP connection")
+
+	cc, err := grpc.NewClient(s.main.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	must(t, err)
+	defer cc.Close()
+	w := cofferv1.NewWalletClient(cc)
+	const p = 9
+	_, err = w.Change(grpcCtx(devKey), &cofferv1.ChangeRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "seed",
+		Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 1}}})
+	must(t, err)
+	waitFor(t, func() bool { return cc.GetState() == connectivity.Idle })
+
+	_, tx := lockPlayer(t, s, p)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = w.Change(grpcCtx(devKey), &cofferv1.ChangeRequest{Namespace: 1, PlayerId: p, IdempotencyKey: fmt.Sprint("streams-", i),
+				Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 1}}})
+		}()
+	}
+	waitFor(t, func() bool { return strings.Contains(s.metrics(), "coffer_requests_in_flight 1") })
+	time.Sleep(300 * time.Millisecond)
+	if m := s.metrics(); !strings.Contains(m, "coffer_requests_in_flight 1") {
+		t.Fatalf("two calls on one connection with one stream allowed:\n%s", grepLines(m, "coffer_requests_in_flight"))
+	}
+	must(t, tx.Rollback(ctx))
+	wg.Wait()
+	for _, err := range errs {
+		must(t, err)
+	}
+}
