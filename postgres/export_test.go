@@ -16,3 +16,6 @@ func (s *Store) PlanChange(ctx context.Context, req coffer.ChangeRequest) (coffe
 	}
 	return s.planChange(ctx, v)
 }
+
+// RevenueSQL is the revenue report's statement on shard id.
+func RevenueSQL(id coffer.ShardID) string { return newQueries(id).revenue }

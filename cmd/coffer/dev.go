@@ -24,6 +24,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", ".coffer", "where the database, the config and the log live")
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address of the API")
 	grpcListen := fs.String("grpc-listen", "127.0.0.1:9090", "gRPC address of the API (empty: no gRPC)")
+	opsListen := fs.String("ops-listen", "127.0.0.1:8081", "address of the operations listener: /metrics and /debug/pprof/ (empty: none)")
 	apiKey := fs.String("api-key", "", "the development API key (default: a new random key, printed)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -36,6 +37,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	fmt.Fprintf(stdout, "coffer dev: starting PostgreSQL under %s/pg ...\n", *dataDir)
 	cfg := devConfig(*listen, *grpcListen, *apiKey)
+	cfg.Listen.Ops = *opsListen
 	st, err := startLocalStack(ctx, *dataDir, cfg, 2, nil, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "coffer dev:", err)
@@ -47,7 +49,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "coffer dev:", err)
 		return 1
 	}
-	logFile, err := os.OpenFile(st.dir+"/coffer.log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logFile, err := openPrivate(st.dir + "/coffer.log")
 	if err != nil {
 		fmt.Fprintln(stderr, "coffer dev:", err)
 		return 1
@@ -70,6 +72,21 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "coffer dev: stopped")
 	return 0
+}
+
+// openPrivate opens a log for appending, readable by its owner only (also
+// one made before with a wider mode): a log line may quote a request's
+// data.
+func openPrivate(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // devConfig is the embedded default of DESIGN.md §8: namespaces 1 and 2;
@@ -98,13 +115,21 @@ func newAPIKey() string {
 	return "coffer_" + base64.RawURLEncoding.EncodeToString(b[:])
 }
 
+func opsURL(svc *Main) string {
+	if svc.OpsAddr == "" {
+		return "off"
+	}
+	return "http://" + svc.OpsAddr
+}
+
 func printDevBanner(w io.Writer, st *localStack, svc *Main, key string) {
 	base := "http://" + svc.HTTPAddr
 	fmt.Fprintf(w, `
 coffer dev is up.
   API         %s  (gRPC %s; OpenAPI %s/openapi.json)
+  operations  %s  (/metrics, /debug/pprof/)
   API key     %s
-  PostgreSQL  127.0.0.1:%d, databases coffer_0 and coffer_1, 16 shards
+  PostgreSQL  127.0.0.1:%d, databases coffer_0 and coffer_1, 16 shards (superuser coffer, password in %s)
   config      %s   (coffer audit -c %s)
   log         %s/coffer.log
 
@@ -114,5 +139,5 @@ curl -s -X POST %s/v1/namespaces/1/players/42/transactions -H 'Authorization: Be
 curl -s %s/v1/namespaces/1/players/42/balances -H 'Authorization: Bearer %s'
 
 Press Ctrl-C to stop.
-`, base, svc.GRPCAddr, base, key, st.server.Port(), st.configPath, st.configPath, st.dir, base, key, base, key)
+`, base, svc.GRPCAddr, base, opsURL(svc), key, st.server.Port(), st.configPath, st.configPath, st.configPath, st.dir, base, key, base, key)
 }

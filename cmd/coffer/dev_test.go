@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,7 +21,10 @@ import (
 
 // TestDevCommand runs the real binary as a newcomer would: `coffer dev`,
 // then the printed curl commands, then Ctrl-C; a second run reuses the
-// data, so the same commands answer the same balance.
+// data, so the same commands answer the same balance. The metrics are on
+// the printed operations address, not the API's; the PostgreSQL
+// superuser's password is random, kept for the second run, and with the
+// logs readable by their owner only.
 func TestDevCommand(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("curl is needed to run the printed example; make test installs it")
@@ -28,8 +32,13 @@ func TestDevCommand(t *testing.T) {
 	dir := t.TempDir()
 	t.Cleanup(func() { _ = pgserver.RemoveAll(dir) })
 	data := filepath.Join(dir, "data")
+	var password []byte
 	for run := 1; run <= 2; run++ {
-		commands := startDev(t, data, func(cmds []string) {
+		commands := startDev(t, data, func(cmds []string, banner string) {
+			ops := regexp.MustCompile(`operations  (http://\S+)`).FindStringSubmatch(banner)
+			if ops == nil || !strings.Contains(string(runShell(t, "curl -sf "+ops[1]+"/metrics")), "coffer_shards_available 16") {
+				t.Fatalf("run %d: no metrics on the operations listener:\n%s", run, banner)
+			}
 			var grant coffer.Trx
 			must(t, json.Unmarshal(runShell(t, cmds[0]), &grant))
 			var bal coffer.Balances
@@ -41,15 +50,28 @@ func TestDevCommand(t *testing.T) {
 		if commands != 2 {
 			t.Fatalf("run %d: %d curl commands printed, want 2", run, commands)
 		}
+		pw, err := os.ReadFile(filepath.Join(data, "pg", "password"))
+		must(t, err)
+		if run == 1 {
+			password = pw
+		}
+		if !bytes.Equal(pw, password) || strings.TrimSpace(string(pw)) == pgserver.Password {
+			t.Fatalf("run %d: password %q, first run's %q", run, pw, password)
+		}
+		for _, f := range []string{"pg/password", "pg/postgres.log", "coffer.log", "coffer.yaml"} {
+			if fi, err := os.Stat(filepath.Join(data, f)); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("run %d: %s: %v %v", run, f, fi.Mode(), err)
+			}
+		}
 	}
 }
 
 // startDev starts `coffer dev` on free ports, hands the printed curl
 // commands to try, then interrupts it and checks it stops cleanly.
-func startDev(t *testing.T, data string, try func([]string)) int {
+func startDev(t *testing.T, data string, try func(cmds []string, banner string)) int {
 	t.Helper()
 	cmd, upTo, finish := startUntil(t, t.TempDir(), "Press Ctrl-C",
-		"dev", "--data-dir", data, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0")
+		"dev", "--data-dir", data, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0")
 	var cmds []string
 	for _, l := range strings.Split(upTo, "\n") {
 		if strings.HasPrefix(l, "curl ") {
@@ -57,7 +79,7 @@ func startDev(t *testing.T, data string, try func([]string)) int {
 		}
 	}
 	if len(cmds) == 2 {
-		try(cmds)
+		try(cmds, upTo)
 	}
 	must(t, cmd.Process.Signal(syscall.SIGINT))
 	if code, out, errOut := finish(); code != 0 || !strings.Contains(out, "coffer dev: stopped") {

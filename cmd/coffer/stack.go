@@ -28,12 +28,13 @@ type localStack struct {
 // dir/pg, creates databases coffer_0 … coffer_{databases-1}, spreads
 // cfg.ShardCount shards over them, writes cfg to dir/coffer.yaml and
 // applies coffer's schema. The server keeps fsync on; settings are added to
-// its postgresql.conf. Progress goes to out.
+// its postgresql.conf. Its superuser has a random password, kept in
+// dir/pg/password and in the config. Progress goes to out.
 func startLocalStack(ctx context.Context, dir string, cfg *Config, databases int, settings map[string]string, out io.Writer) (*localStack, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	server, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(dir, "pg"), Durable: true, Settings: settings})
+	server, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(dir, "pg"), Durable: true, Settings: settings, RandomPassword: true})
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +49,7 @@ func startLocalStack(ctx context.Context, dir string, cfg *Config, databases int
 		}
 		st.config.Databases = append(st.config.Databases, shard.DatabaseConfig{
 			Name: name, Host: "127.0.0.1", Port: server.Port(), Type: "postgres",
-			User: pgserver.Superuser, Password: pgserver.Password,
+			User: pgserver.Superuser, Password: server.Password(),
 		})
 	}
 	if err := st.writeConfig(); err != nil {

@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"net/url"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -43,11 +44,17 @@ type Options struct {
 	// StartTimeout bounds how long Start waits for the server to accept
 	// connections. Zero means 60 seconds.
 	StartTimeout time.Duration
+	// RandomPassword gives the superuser a random password instead of
+	// Password, made at the first start and kept in Dir/password (mode
+	// 0600) for the next: for a server that outlives its process and
+	// listens where other local users can reach it (coffer dev). A server
+	// made before with Password gets a random one at its next start.
+	RandomPassword bool
 }
 
-// Superuser and Password are the credentials of every server's superuser.
-// Host connections use scram-sha-256, so wrong credentials are refused as on
-// a real deployment.
+// Superuser is the name of every server's superuser, and Password its
+// password unless Options.RandomPassword. Host connections use
+// scram-sha-256, so wrong credentials are refused as on a real deployment.
 const (
 	Superuser = "coffer"
 	Password  = "coffer"
@@ -61,6 +68,8 @@ type Server struct {
 	ownDir  bool
 	binDir  string
 	cred    *syscall.Credential
+
+	password string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -79,7 +88,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, binDir: binDir, cred: cred, port: opts.Port}
+	s := &Server{opts: opts, binDir: binDir, cred: cred, port: opts.Port, password: Password}
 	if opts.Dir == "" {
 		s.dir, err = os.MkdirTemp("", "coffer-pg-")
 		if err != nil {
@@ -100,6 +109,15 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		s.Remove()
 		return nil, err
 	}
+	// A server made before with the fixed password keeps it until it
+	// runs and can be told the new one.
+	legacy := false
+	if opts.RandomPassword {
+		if legacy, err = s.loadPassword(); err != nil {
+			s.Remove()
+			return nil, err
+		}
+	}
 	if err := s.initdb(ctx); err != nil {
 		s.Remove()
 		return nil, err
@@ -107,6 +125,12 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := s.Start(ctx); err != nil {
 		s.Remove()
 		return nil, err
+	}
+	if legacy {
+		if err := s.setPassword(ctx); err != nil {
+			s.Remove()
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -124,9 +148,12 @@ func (s *Server) Dir() string { return s.dir }
 // LogPath is the server's log file.
 func (s *Server) LogPath() string { return filepath.Join(s.dir, "postgres.log") }
 
+// Password is the superuser's password.
+func (s *Server) Password() string { return s.password }
+
 // DSN is a connection string for database db as the superuser.
 func (s *Server) DSN(db string) string {
-	return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable", Superuser, Password, s.Port(), db)
+	return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable", Superuser, url.QueryEscape(s.password), s.Port(), db)
 }
 
 // Start starts a stopped or killed server again on the same port and waits
@@ -187,11 +214,16 @@ func (s *Server) running() bool {
 }
 
 func (s *Server) startOnce(ctx context.Context) error {
-	logFile, err := os.OpenFile(s.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	// The log is for the one who runs the server: it may quote statements
+	// and their data.
+	logFile, err := os.OpenFile(s.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("pgserver: open log: %w", err)
 	}
 	defer logFile.Close()
+	if err := logFile.Chmod(0o600); err != nil { // one made before with 0644
+		return fmt.Errorf("pgserver: log: %w", err)
+	}
 	logStart, _ := logFile.Seek(0, 2)
 
 	args := []string{"-D", s.dataDir}

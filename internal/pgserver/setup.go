@@ -177,7 +177,7 @@ func (s *Server) initdb(ctx context.Context) error {
 		return nil
 	}
 	pwFile := filepath.Join(filepath.Dir(s.dataDir), "pwfile-"+randomHex(4))
-	if err := os.WriteFile(pwFile, []byte(Password+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(pwFile, []byte(s.password+"\n"), 0o600); err != nil {
 		return fmt.Errorf("pgserver: %w", err)
 	}
 	defer os.Remove(pwFile)
@@ -231,7 +231,8 @@ func spawn(cmd *exec.Cmd) error {
 }
 
 // waitReady polls until the server accepts a connection, the process exits
-// or ctx ends.
+// or ctx ends. A refused password counts as ready: the server answered, and
+// Start of a server made with the fixed password then sets its new one.
 func waitReady(ctx context.Context, port int, exited <-chan struct{}) error {
 	dsn := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", Superuser, Password, port)
 	for {
@@ -242,6 +243,10 @@ func waitReady(ctx context.Context, port int, exited <-chan struct{}) error {
 			_ = conn.Close(ctx)
 			return nil
 		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == invalidPassword {
+			return nil
+		}
 		select {
 		case <-exited:
 			return errors.New("pgserver: postgres exited during start")
@@ -250,4 +255,53 @@ func waitReady(ctx context.Context, port int, exited <-chan struct{}) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// invalidPassword is PostgreSQL's SQLSTATE for a refused password.
+const invalidPassword = "28P01"
+
+// passwordFile keeps a random superuser password (Options.RandomPassword).
+func (s *Server) passwordFile() string { return filepath.Join(s.dir, "password") }
+
+// loadPassword reads the kept random password, or makes one and keeps it
+// (mode 0600: it opens every database of the server). It tells whether the
+// data directory was made before with the fixed Password, which the server
+// then still has.
+func (s *Server) loadPassword() (legacy bool, err error) {
+	raw, err := os.ReadFile(s.passwordFile())
+	if err == nil {
+		s.password = strings.TrimSpace(string(raw))
+		return false, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("pgserver: %w", err)
+	}
+	s.password = randomHex(24)
+	if _, err := os.Stat(filepath.Join(s.dataDir, "PG_VERSION")); err == nil {
+		return true, nil // kept once the server has it (setPassword)
+	}
+	return false, s.keepPassword()
+}
+
+func (s *Server) keepPassword() error {
+	if err := os.WriteFile(s.passwordFile(), []byte(s.password+"\n"), 0o600); err != nil {
+		return fmt.Errorf("pgserver: %w", err)
+	}
+	return nil
+}
+
+// setPassword gives a server made with the fixed Password its random one.
+func (s *Server) setPassword(ctx context.Context) error {
+	dsn := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", Superuser, Password, s.Port())
+	conn, err := pgconn.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("pgserver: set the superuser's new password: %w", err)
+	}
+	defer conn.Close(ctx)
+	// ALTER ROLE takes no parameters; the password is hex, so quoting it
+	// is safe.
+	if _, err := conn.Exec(ctx, "ALTER ROLE "+Superuser+" PASSWORD '"+s.password+"'").ReadAll(); err != nil {
+		return fmt.Errorf("pgserver: set the superuser's new password: %w", err)
+	}
+	return s.keepPassword()
 }
