@@ -4,9 +4,9 @@
 -- shard (docs/ledger.md). Only paid ops get an entry: a free grant or
 -- consume, the commonest writes, pays nothing for it.
 --
--- Built CONCURRENTLY: writes go on while a large op table is indexed.
--- IF NOT EXISTS lets a rerun pass over a finished index; a build that
--- failed half-way leaves an INVALID index of that name, which must be
--- dropped (DROP INDEX CONCURRENTLY op_N_revenue) before the rerun.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS op_<shard_id>_revenue ON op_<shard_id> (ns, created_at)
+-- Built CONCURRENTLY: writes go on while a large op table is indexed. A
+-- build that fails half-way leaves an invalid index of that name and the
+-- migration unrecorded; the rerun drops it first and builds it again.
+DROP INDEX CONCURRENTLY IF EXISTS op_<shard_id>_revenue;
+CREATE INDEX CONCURRENTLY op_<shard_id>_revenue ON op_<shard_id> (ns, created_at)
     INCLUDE (currency, kind, cause, amount) WHERE paid;
