@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +21,9 @@ import (
 // WriteText prints the human summary.
 func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "\nworkload %s over %s, %d clients", r.Workload, r.Transport, r.Clients)
+	if r.BatchSize > 0 {
+		fmt.Fprintf(w, ", %d grants per call (ops and tps count grants; the baseline writes one per transaction)", r.BatchSize)
+	}
 	if r.Rate > 0 {
 		fmt.Fprintf(w, ", open loop at %.0f/s", r.Rate)
 	}
@@ -35,7 +39,8 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintln(w, "interrupted: this covers the runs until the interrupt")
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "%-7s %12s %12s %8s\n", "round", "coffer tps", "sql tps", "ratio")
+	base := cmp.Or(r.BaselineName, "sql")
+	fmt.Fprintf(w, "%-7s %12s %12s %8s\n", "round", "coffer tps", base+" tps", "ratio")
 	for i, rd := range r.Rounds {
 		if rd.BaselineTPS > 0 {
 			fmt.Fprintf(w, "%-7d %12.0f %12.0f %8.2f\n", i+1, rd.CofferTPS, rd.BaselineTPS, rd.Ratio)
@@ -44,17 +49,17 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 	}
 	if r.Baseline != nil {
-		fmt.Fprintf(w, "median ratio coffer/sql: %.2f\n", r.RatioMedian)
+		fmt.Fprintf(w, "median ratio coffer/%s: %.2f\n", base, r.RatioMedian)
 	}
 	l := r.Latency
 	fmt.Fprintf(w, "\ncoffer latency ms: p50 %.2f  p95 %.2f  p99 %.2f  p99.9 %.2f  max %.2f  (mean %.2f, sd %.2f)\n",
 		l.P50, l.P95, l.P99, l.P999, l.Max, l.Mean, l.Std)
 	if b := r.BaselineLat; b != nil {
-		fmt.Fprintf(w, "sql    latency ms: p50 %.2f  p95 %.2f  p99 %.2f  p99.9 %.2f  max %.2f  (mean %.2f, sd %.2f)\n",
-			b.P50, b.P95, b.P99, b.P999, b.Max, b.Mean, b.Std)
+		fmt.Fprintf(w, "%-6s latency ms: p50 %.2f  p95 %.2f  p99 %.2f  p99.9 %.2f  max %.2f  (mean %.2f, sd %.2f)\n",
+			base, b.P50, b.P95, b.P99, b.P999, b.Max, b.Mean, b.Std)
 	}
 	fmt.Fprintf(w, "errors: %s\n", errorList(r.Errors))
-	fmt.Fprintf(w, "\n%-28s %12s %12s\n", "per operation", "coffer", "sql")
+	fmt.Fprintf(w, "\n%-28s %12s %12s\n", "per operation", "coffer", base)
 	row := func(name string, c float64, b func(*Side) float64, format string) {
 		bs := "-"
 		if r.Baseline != nil {
@@ -90,7 +95,7 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	writeStatements(w, "coffer", &r.Coffer)
 	if r.Baseline != nil {
-		writeStatements(w, "sql", r.Baseline)
+		writeStatements(w, base, r.Baseline)
 	}
 }
 

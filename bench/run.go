@@ -21,8 +21,10 @@ type Target interface {
 // RunConfig is one run of one target.
 type RunConfig struct {
 	Workload Workload
-	Scale    float64
-	Seed     uint64
+	// BatchSize is the grants of each call of the Batch workload.
+	BatchSize int
+	Scale     float64
+	Seed      uint64
 	// Keys starts every idempotency key. The seed repeats a workload,
 	// never its keys: Bench draws Keys at random, since a second run
 	// against the same deployment would otherwise replay the first's
@@ -94,7 +96,7 @@ const backlogMax = 100_000
 func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	gens := make([]*Generator, cfg.Clients)
 	for i := range gens {
-		g, err := NewGenerator(cfg.Workload, cfg.Scale, cfg.Seed, i, cfg.Keys)
+		g, err := NewGenerator(cfg.Workload, cfg.Scale, cfg.Seed, i, cfg.Keys, cfg.BatchSize)
 		if err != nil {
 			return nil, err
 		}
@@ -118,8 +120,15 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	// An op belongs to the warmup if it started (or, in an open loop, was
 	// due) before start.
 	complete := func(at time.Time, code string, op *Op) {
-		answered.Add(1)
-		if code == "" && op.Call != CallRead { // code is never "" without an op
+		n := int64(1) // the ops it counts for: a batch's grants
+		if op != nil {
+			n = int64(op.size())
+		}
+		answered.Add(n)
+		switch {
+		case op != nil && op.Call == CallBatch:
+			writes.Add(int64(op.Acked))
+		case code == "" && op.Call != CallRead: // code is never "" without an op
 			writes.Add(1)
 		}
 		if at.Before(start) {
@@ -129,7 +138,7 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 		if op != nil {
 			d = time.Since(at)
 		}
-		rec.record(d, code)
+		rec.record(d, code, n)
 		if n := done.Add(1); cfg.Ops >= 10 && n%(cfg.Ops/10) == 0 && n/(cfg.Ops/10) <= 10 {
 			tenths[n/(cfg.Ops/10)-1].Store(time.Now().UnixNano())
 			readCPU(int(n / (cfg.Ops / 10)))

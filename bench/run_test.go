@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +34,66 @@ func TestRunWarmupIsNotCounted(t *testing.T) {
 	calls := tgt.calls.Load()
 	if res.Ops != 400 || len(res.Tenths) != 10 || calls <= 400 || res.answered != calls || res.writes != calls {
 		t.Fatalf("measured %d, tenths %d, calls %d, answered %d, writes %d", res.Ops, len(res.Tenths), calls, res.answered, res.writes)
+	}
+}
+
+// batchTarget applies every grant of a batch but the last, and answers
+// its code.
+type batchTarget struct{ calls atomic.Int64 }
+
+func (b *batchTarget) Do(ctx context.Context, op *Op) string {
+	b.calls.Add(1)
+	if op.Call != CallBatch {
+		return ""
+	}
+	op.Acked = len(op.Batch) - 1
+	return "insufficient_funds"
+}
+
+// TestBatchCountsGrants: a batch run's ops, writes and tps are grants, not
+// calls; its latency is per call.
+func TestBatchCountsGrants(t *testing.T) {
+	tgt := &batchTarget{}
+	res, err := Run(context.Background(), RunConfig{Workload: Batch, BatchSize: 10, Scale: 1, Seed: 1, Clients: 2,
+		Duration: 200 * time.Millisecond}, tgt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := tgt.calls.Load()
+	switch {
+	case calls == 0 || res.Ops != 10*calls || res.answered != 10*calls || res.writes != 9*calls:
+		t.Fatalf("calls %d: ops %d, answered %d, writes %d", calls, res.Ops, res.answered, res.writes)
+	case res.hist.TotalCount() != calls || res.Errors["insufficient_funds"] != calls:
+		t.Fatalf("calls %d: latencies %d, errors %v", calls, res.hist.TotalCount(), res.Errors)
+	case res.TPS < 9*float64(calls)/res.Elapsed:
+		t.Fatalf("tps %.0f for %d grants in %.2f s", res.TPS, res.Ops, res.Elapsed)
+	}
+}
+
+// callTarget records which calls it was sent.
+type callTarget struct {
+	mu    sync.Mutex
+	calls map[Call]int
+}
+
+func (c *callTarget) Do(ctx context.Context, op *Op) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls[op.Call]++
+	return ""
+}
+
+// TestBatchBaselineWrites: against a batch, the baseline writes one grant
+// per call (it has no batch), and the report names the batch size.
+func TestBatchBaselineWrites(t *testing.T) {
+	base := &callTarget{calls: map[Call]int{}}
+	o := Options{RunConfig: RunConfig{Workload: Batch, BatchSize: 5, Scale: 1, Seed: 1, Clients: 2, Duration: 100 * time.Millisecond}, Rounds: 1}
+	rep, err := Bench(context.Background(), o, Env{Coffer: &batchTarget{}, Baseline: base}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.calls[CallGrant] == 0 || base.calls[CallBatch] != 0 || rep.BatchSize != 5 || rep.Baseline == nil {
+		t.Fatalf("baseline calls %v, batch size %d", base.calls, rep.BatchSize)
 	}
 }
 

@@ -51,11 +51,14 @@ type recorder struct {
 	total    *hdrhistogram.Histogram
 	second   *hdrhistogram.Histogram // since the last series point
 	progress *hdrhistogram.Histogram // since the last progress line
-	ops      int64
-	errors   map[string]int64
-	series   []Point
-	lastTick time.Time
-	lastProg time.Time
+	// ops counts the ops completed; secondOps and progressOps those since
+	// the last series point and progress line. A call of the Batch
+	// workload is its grants, its latency one value.
+	ops, secondOps, progressOps int64
+	errors                      map[string]int64
+	series                      []Point
+	lastTick                    time.Time
+	lastProg                    time.Time
 }
 
 func newRecorder(start time.Time) *recorder {
@@ -63,12 +66,14 @@ func newRecorder(start time.Time) *recorder {
 		progress: newHistogram(), errors: map[string]int64{}}
 }
 
-// record adds one completed op; code is "" for success.
-func (r *recorder) record(d time.Duration, code string) {
+// record adds a completed call of n ops; code is "" for success.
+func (r *recorder) record(d time.Duration, code string, n int64) {
 	us := min(max(d.Microseconds(), 1), latencyUsMax)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.ops++
+	r.ops += n
+	r.secondOps += n
+	r.progressOps += n
 	_ = r.total.RecordValue(us)
 	_ = r.second.RecordValue(us)
 	_ = r.progress.RecordValue(us)
@@ -81,8 +86,9 @@ func (r *recorder) record(d time.Duration, code string) {
 func (r *recorder) tick(now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.series = append(r.series, point(r.second, now.Sub(r.start), now.Sub(r.lastTick)))
+	r.series = append(r.series, point(r.second, r.secondOps, now.Sub(r.start), now.Sub(r.lastTick)))
 	r.second.Reset()
+	r.secondOps = 0
 	r.lastTick = now
 }
 
@@ -90,14 +96,16 @@ func (r *recorder) tick(now time.Time) {
 func (r *recorder) progressLine(now time.Time) (Point, Latency) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, l := point(r.progress, now.Sub(r.start), now.Sub(r.lastProg)), summarize(r.progress)
+	p, l := point(r.progress, r.progressOps, now.Sub(r.start), now.Sub(r.lastProg)), summarize(r.progress)
 	r.progress.Reset()
+	r.progressOps = 0
 	r.lastProg = now
 	return p, l
 }
 
-func point(h *hdrhistogram.Histogram, at, span time.Duration) Point {
-	return Point{Second: at.Seconds(), TPS: float64(h.TotalCount()) / span.Seconds(),
+// point is an interval of ops ops whose calls' latencies are in h.
+func point(h *hdrhistogram.Histogram, ops int64, at, span time.Duration) Point {
+	return Point{Second: at.Seconds(), TPS: float64(ops) / span.Seconds(),
 		MeanMs: h.Mean() / 1000, P99Ms: float64(h.ValueAtQuantile(99)) / 1000}
 }
 

@@ -35,7 +35,7 @@ func TestPercentiles(t *testing.T) {
 		if i%100 == 0 {
 			code = "insufficient_funds"
 		}
-		r.record(time.Duration(i)*time.Millisecond, code)
+		r.record(time.Duration(i)*time.Millisecond, code, 1)
 	}
 	l := summarize(r.total)
 	for _, c := range []struct {
@@ -50,7 +50,7 @@ func TestPercentiles(t *testing.T) {
 		t.Errorf("ops %d errors %v", r.ops, r.errors)
 	}
 	// A latency past the histogram's range is clamped, not lost.
-	r.record(time.Hour, "")
+	r.record(time.Hour, "", 1)
 	if r.total.TotalCount() != 1001 {
 		t.Error("an hour-long op was dropped")
 	}

@@ -34,11 +34,45 @@ type Options struct {
 // PostgresPIDs may be zero when unknown (a remote target): the figures
 // that need them are left out.
 type Env struct {
-	Coffer       Target
-	Baseline     Target
-	Router       *shard.Router
-	CofferPID    int
-	PostgresPIDs func() []int
+	Coffer Target
+	// Baseline is the SQL baseline, driven op by op; BaselineRunner,
+	// if set instead, a baseline that runs whole runs (pgbench).
+	Baseline       Target
+	BaselineRunner Runner
+	Router         *shard.Router
+	CofferPID      int
+	PostgresPIDs   func() []int
+}
+
+// Runner is one side of the benchmark: it runs whole runs. Check is its
+// preflight.
+type Runner interface {
+	Name() string
+	Check(ctx context.Context) error
+	Run(ctx context.Context, cfg RunConfig) (*Result, error)
+}
+
+// targetRunner drives a Target op by op (Run).
+type targetRunner struct {
+	name string
+	t    Target
+}
+
+func (r targetRunner) Name() string                    { return r.name }
+func (r targetRunner) Check(ctx context.Context) error { return preflight(ctx, r.t) }
+func (r targetRunner) Run(ctx context.Context, cfg RunConfig) (*Result, error) {
+	return Run(ctx, cfg, r.t)
+}
+
+// baseline is the Runner of the baseline, or nil without one.
+func (e *Env) baseline() Runner {
+	switch {
+	case e.BaselineRunner != nil:
+		return e.BaselineRunner
+	case e.Baseline != nil:
+		return targetRunner{"sql", e.Baseline}
+	}
+	return nil
 }
 
 // Round is one pair of runs.
@@ -103,13 +137,18 @@ type Statement struct {
 
 // Report is the benchmark's result; its JSON form is what --json writes.
 type Report struct {
-	Workload  Workload `json:"workload"`
-	Transport string   `json:"transport"`
-	Clients   int      `json:"clients"`
-	Rate      float64  `json:"rate,omitempty"`
-	Scale     float64  `json:"scale"`
-	DurationS float64  `json:"duration_s"`
-	Preload   int64    `json:"preload,omitempty"`
+	Workload Workload `json:"workload"`
+	// BatchSize is the grants per call of the batch workload, whose ops
+	// (and tps) are grants; its baseline runs write.
+	BatchSize int    `json:"batch_size,omitempty"`
+	Transport string `json:"transport"`
+	// BaselineName is the baseline's: sql or pgbench.
+	BaselineName string  `json:"baseline_name,omitempty"`
+	Clients      int     `json:"clients"`
+	Rate         float64 `json:"rate,omitempty"`
+	Scale        float64 `json:"scale"`
+	DurationS    float64 `json:"duration_s"`
+	Preload      int64   `json:"preload,omitempty"`
 	// PostgresSettings are the settings a --self server ran with, over
 	// PostgreSQL's stock ones.
 	PostgresSettings map[string]string `json:"postgres_settings,omitempty"`
@@ -231,11 +270,18 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 	o.Keys = strconv.FormatUint(rand.Uint64()>>23, 36) // 41 bits, 8 characters
 	rep := &Report{Workload: o.Workload, Transport: o.Transport, Clients: o.Clients, Rate: o.Rate, Scale: o.Scale,
 		DurationS: o.Duration.Seconds(), Errors: map[string]int64{}}
-	if err := preflight(ctx, env.Coffer); err != nil {
+	if o.Workload == Batch {
+		rep.BatchSize = o.BatchSize
+	}
+	coffer, baseline := targetRunner{"coffer", env.Coffer}, env.baseline()
+	if err := coffer.Check(ctx); err != nil {
 		return nil, fmt.Errorf("coffer: %w", err)
 	}
-	if err := preflight(ctx, env.Baseline); err != nil {
-		return nil, fmt.Errorf("the baseline: %w", err)
+	if baseline != nil {
+		if err := baseline.Check(ctx); err != nil {
+			return nil, fmt.Errorf("the baseline: %w", err)
+		}
+		rep.BaselineName = baseline.Name()
 	}
 	var cofferSide, baseSide sideTotals
 	hist := newHistogram()
@@ -252,12 +298,17 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 		fmt.Fprintf(out, "preload   done: %d grants in %.1fs, errors %v\n", res.Ops, res.Elapsed, res.Errors)
 		rep.Preload = res.Ops
 	}
-	cofferRuns := o
+	cofferRuns, baseRuns := o, o
 	if env.CofferPID != 0 {
 		cofferRuns.CPUPIDs = []int{env.CofferPID}
 	}
+	if o.Workload == Batch {
+		// The baseline has no batch: it writes one grant per
+		// transaction, as a caller without a batch API would.
+		baseRuns.Workload = Write
+	}
 	for i := 0; i < o.Rounds && !o.stopped(); i++ {
-		res, err := runSide(ctx, cofferRuns, env, env.Coffer, fmt.Sprintf("coffer#%d", i+1), i, &cofferSide, out)
+		res, err := runSide(ctx, cofferRuns, env, coffer, i, &cofferSide, out)
 		if err != nil {
 			return nil, err
 		}
@@ -268,8 +319,8 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 			rep.Errors[code] += n
 		}
 		round := Round{CofferTPS: res.TPS}
-		if env.Baseline != nil && !o.stopped() {
-			b, err := runSide(ctx, o, env, env.Baseline, fmt.Sprintf("sql#%d", i+1), i, &baseSide, out)
+		if baseline != nil && !o.stopped() {
+			b, err := runSide(ctx, baseRuns, env, baseline, i, &baseSide, out)
 			if err != nil {
 				return nil, err
 			}
@@ -306,7 +357,9 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 	return rep, nil
 }
 
-func runSide(ctx context.Context, o Options, env Env, t Target, label string, round int, totals *sideTotals, out io.Writer) (*Result, error) {
+// runSide runs round number round (from 0) of a side.
+func runSide(ctx context.Context, o Options, env Env, side Runner, round int, totals *sideTotals, out io.Writer) (*Result, error) {
+	label := fmt.Sprintf("%s#%d", side.Name(), round+1)
 	before, err := env.read(ctx)
 	if err != nil {
 		return nil, err
@@ -321,7 +374,7 @@ func runSide(ctx context.Context, o Options, env Env, t Target, label string, ro
 	cfg.Label, cfg.Out = label, out
 	// Each round draws other players and keys, the same for both sides.
 	cfg.Seed += uint64(round) * 1_000_003
-	res, err := Run(ctx, cfg, t)
+	res, err := side.Run(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -342,11 +395,8 @@ func runSide(ctx context.Context, o Options, env Env, t Target, label string, ro
 }
 
 // preflight reads one balance through t, so that a wrong address, key or
-// deployment fails at once rather than as a run of errors. A nil t passes.
+// deployment fails at once rather than as a run of errors.
 func preflight(ctx context.Context, t Target) error {
-	if t == nil {
-		return nil
-	}
 	if code := t.Do(ctx, &Op{Call: CallRead, Namespace: 1, Player: 1}); code != "" {
 		return fmt.Errorf("a balance read (namespace 1, player 1) failed: %s; check the address, --transport, --api-key, and that the deployment has the bench's namespaces and currencies (docs/benchmarks.md)", code)
 	}

@@ -3,10 +3,12 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // callTimeout bounds one call of a target.
@@ -59,13 +62,56 @@ func (t *HTTPTarget) Do(ctx context.Context, op *Op) string {
 		return t.send(ctx, "POST", player+"/transactions/"+op.Key+end, "")
 	case CallExchange:
 		return t.send(ctx, "POST", player+"/exchanges", `{"idempotency_key":"`+op.Key+`","from":"`+cur+`","to":"`+CurrencyCode(op.Currency%Currencies+1)+`","amount":`+strconv.FormatInt(op.Amount, 10)+`}`)
+	case CallBatch:
+		return t.batch(ctx, op)
 	}
 	return "unsupported"
+}
+
+// batch sends a CallBatch's grants in one call and counts those applied.
+// It returns the first failed grant's code.
+func (t *HTTPTarget) batch(ctx context.Context, op *Op) string {
+	var b strings.Builder
+	b.WriteString(`{"changes":[`)
+	for i, g := range op.Batch {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"player_id":` + strconv.FormatInt(g.Player, 10) + `,"idempotency_key":"` + g.Key +
+			`","ops":[{"currency":"` + CurrencyCode(g.Currency) + `","amount":` + strconv.FormatInt(g.Amount, 10) + `}]}`)
+	}
+	b.WriteString(`]}`)
+	var out struct {
+		Results []struct {
+			Error *struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		} `json:"results"`
+	}
+	url := t.base + "/v1/namespaces/" + strconv.Itoa(int(op.Namespace)) + "/transactions:batch"
+	if code := t.do(ctx, "POST", url, b.String(), &out); code != "" {
+		return code
+	}
+	code := ""
+	for _, r := range out.Results {
+		switch {
+		case r.Error == nil:
+			op.Acked++
+		case code == "":
+			code = r.Error.Code
+		}
+	}
+	return code
 }
 
 var codeField = []byte(`"code":"`)
 
 func (t *HTTPTarget) send(ctx context.Context, method, url, body string) string {
+	return t.do(ctx, method, url, body, nil)
+}
+
+// do sends one request; with out set, a success's body is decoded into it.
+func (t *HTTPTarget) do(ctx context.Context, method, url, body string, out any) string {
 	var rd io.Reader
 	if body != "" {
 		rd = bytes.NewBufferString(body)
@@ -86,6 +132,9 @@ func (t *HTTPTarget) send(ctx context.Context, method, url, body string) string 
 		return "transport"
 	}
 	if resp.StatusCode < 300 {
+		if out != nil && json.Unmarshal(raw, out) != nil {
+			return "transport"
+		}
 		return ""
 	}
 	if i := bytes.Index(raw, codeField); i >= 0 {
@@ -147,10 +196,42 @@ func (t *GRPCTarget) Do(ctx context.Context, op *Op) string {
 	case CallExchange:
 		_, err = t.w.Exchange(ctx, &cofferv1.ExchangeRequest{Namespace: op.Namespace, PlayerId: op.Player, IdempotencyKey: op.Key,
 			From: cur, To: CurrencyCode(op.Currency%Currencies + 1), Amount: op.Amount})
+	case CallBatch:
+		return t.batch(ctx, op)
 	}
 	if err == nil {
 		return ""
 	}
+	return grpcCode(err)
+}
+
+// batch sends a CallBatch's grants in one call and counts those applied.
+// It returns the first failed grant's code. ctx carries the key.
+func (t *GRPCTarget) batch(ctx context.Context, op *Op) string {
+	req := &cofferv1.BatchChangeRequest{Namespace: op.Namespace, Changes: make([]*cofferv1.BatchChange, len(op.Batch))}
+	for i, g := range op.Batch {
+		req.Changes[i] = &cofferv1.BatchChange{PlayerId: g.Player, IdempotencyKey: g.Key,
+			Ops: []*cofferv1.OpRequest{{Currency: CurrencyCode(g.Currency), Amount: g.Amount}}}
+	}
+	resp, err := t.w.BatchChange(ctx, req)
+	if err != nil {
+		return grpcCode(err)
+	}
+	code := ""
+	for _, r := range resp.Results {
+		switch {
+		case r.Error == nil:
+			op.Acked++
+		case code == "":
+			code = grpcCode(status.ErrorProto(r.Error))
+		}
+	}
+	return code
+}
+
+// grpcCode is the code of a Wallet call's error, or "transport" when no
+// answer came.
+func grpcCode(err error) string {
 	if code := coffergrpc.Code(err); code != "" {
 		return string(code)
 	}

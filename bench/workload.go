@@ -34,10 +34,17 @@ const (
 	// from the player and currency of the grant before, into the next
 	// currency.
 	Exchange Workload = "exchange"
+	// Batch sends grants drawn as Write's, BatchSize of them in one
+	// call of the batch API, all in the call's namespace. Its ops are the
+	// grants, not the calls.
+	Batch Workload = "batch"
 )
 
 // Workloads lists them in the order of the docs.
-var Workloads = []Workload{Write, Spend, Read, Mix, Hold, Exchange}
+var Workloads = []Workload{Write, Spend, Read, Mix, Hold, Exchange, Batch}
+
+// BatchSizeMax is the most grants a Batch call may carry: the API's bound.
+const BatchSizeMax = 1000
 
 // Bench deployment shape: the namespaces and currencies of the bench
 // config, and the players per unit of scale.
@@ -62,10 +69,11 @@ const (
 	CallRead
 	CallHold // begin a hold, then commit or roll back
 	CallExchange
+	CallBatch // Batch's grants in one call
 )
 
 func (c Call) String() string {
-	return [...]string{"grant", "consume", "read", "hold", "exchange"}[c]
+	return [...]string{"grant", "consume", "read", "hold", "exchange", "batch"}[c]
 }
 
 // Op is one operation of a workload.
@@ -81,6 +89,19 @@ type Op struct {
 	Key string
 	// Rollback ends a hold with a rollback instead of a commit.
 	Rollback bool
+	// Batch are the grants of a CallBatch, each in Namespace.
+	Batch []Op
+	// Acked is set by the Target of a CallBatch: how many of its grants
+	// were applied.
+	Acked int
+}
+
+// size is how many of a run's ops op counts for: a batch's grants, or 1.
+func (op *Op) size() int {
+	if op.Call == CallBatch {
+		return len(op.Batch)
+	}
+	return 1
 }
 
 // Generator makes the ops of one client. It is not safe for concurrent
@@ -97,18 +118,23 @@ type Generator struct {
 	flip      bool
 	// granted is the last grant of a Spend or Exchange client: the next
 	// op spends from its player and currency.
-	granted Op
+	granted   Op
+	batchSize int
 }
 
 // NewGenerator returns the generator of client number client. Its
-// idempotency keys start with keys (see RunConfig.Keys).
-func NewGenerator(w Workload, scale float64, seed uint64, client int, keys string) (*Generator, error) {
+// idempotency keys start with keys (see RunConfig.Keys). batchSize is the
+// grants of a Batch op.
+func NewGenerator(w Workload, scale float64, seed uint64, client int, keys string, batchSize int) (*Generator, error) {
 	known := false
 	for _, k := range Workloads {
 		known = known || k == w
 	}
 	if !known {
 		return nil, fmt.Errorf("unknown workload %q (want one of %v)", w, Workloads)
+	}
+	if w == Batch && (batchSize < 1 || batchSize > BatchSizeMax) {
+		return nil, fmt.Errorf("batch size %d: must be 1–%d", batchSize, BatchSizeMax)
 	}
 	players := int64(PlayersPerScale * scale)
 	if players < 1 {
@@ -120,21 +146,34 @@ func NewGenerator(w Workload, scale float64, seed uint64, client int, keys strin
 		keyPrefix: "b" + keys + "-" + strconv.FormatUint(seed, 36) + "-" + strconv.Itoa(client) + "-",
 		ns:        rand.NewZipf(rng, zipfS, 1, Namespaces-1),
 		cur:       rand.NewZipf(rng, zipfS, 1, Currencies-1),
+		batchSize: batchSize,
 	}, nil
 }
 
-// Next is the next op.
-func (g *Generator) Next() Op {
+// draw is a grant with a fresh key.
+func (g *Generator) draw() Op {
 	g.n++
-	op := Op{
+	return Op{
 		Namespace: int32(g.ns.Uint64() + 1),
 		Player:    g.rng.Int64N(g.players) + 1,
 		Currency:  int(g.cur.Uint64() + 1),
 		Amount:    g.rng.Int64N(10000) + 1,
 		Key:       g.keyPrefix + strconv.FormatUint(g.n, 36),
 	}
+}
+
+// Next is the next op.
+func (g *Generator) Next() Op {
+	op := g.draw()
 	g.flip = !g.flip
 	switch g.workload {
+	case Batch:
+		op = Op{Call: CallBatch, Namespace: op.Namespace, Batch: make([]Op, g.batchSize)}
+		for i := range op.Batch {
+			grant := g.draw()
+			grant.Call, grant.Namespace = CallGrant, op.Namespace
+			op.Batch[i] = grant
+		}
 	case Write:
 		op.Call = CallGrant
 	case Read:

@@ -2,13 +2,14 @@ package bench
 
 import (
 	"math"
+	"reflect"
 	"testing"
 )
 
 // TestDistributions: namespaces and currencies follow Zipf(s≈1.1) over
 // their ranges, players are uniform, keys are unique, and the mix is 80/20.
 func TestDistributions(t *testing.T) {
-	g, err := NewGenerator(Mix, 0.01, 7, 3, "k")
+	g, err := NewGenerator(Mix, 0.01, 7, 3, "k", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,16 +59,16 @@ func TestDistributions(t *testing.T) {
 	if share := float64(reads) / n; math.Abs(share-0.2) > 0.01 {
 		t.Errorf("read share %.3f, want 0.2", share)
 	}
-	if _, err := NewGenerator("nap", 1, 1, 0, "k"); err == nil {
+	if _, err := NewGenerator("nap", 1, 1, 0, "k", 0); err == nil {
 		t.Error("unknown workload accepted")
 	}
 }
 
 func TestGeneratorsReproducible(t *testing.T) {
-	a, _ := NewGenerator(Hold, 1, 42, 1, "k")
-	b, _ := NewGenerator(Hold, 1, 42, 1, "k")
+	a, _ := NewGenerator(Hold, 1, 42, 1, "k", 0)
+	b, _ := NewGenerator(Hold, 1, 42, 1, "k", 0)
 	for i := 0; i < 100; i++ {
-		if x, y := a.Next(), b.Next(); x != y {
+		if x, y := a.Next(), b.Next(); !reflect.DeepEqual(x, y) {
 			t.Fatalf("op %d differs: %+v %+v", i, x, y)
 		}
 	}
@@ -78,7 +79,7 @@ func TestGeneratorsReproducible(t *testing.T) {
 // takes 1–5000, an exchange 1–1001.
 func TestSpendFromTheLastGrant(t *testing.T) {
 	for w, spend := range map[Workload]Call{Spend: CallConsume, Exchange: CallExchange} {
-		g, _ := NewGenerator(w, 1, 7, 0, "k")
+		g, _ := NewGenerator(w, 1, 7, 0, "k", 0)
 		for i := 0; i < 1000; i++ {
 			grant, next := g.Next(), g.Next()
 			switch {
@@ -89,6 +90,39 @@ func TestSpendFromTheLastGrant(t *testing.T) {
 			case next.Amount < 1 || (w == Spend && next.Amount > 5000) || (w == Exchange && next.Amount > 1001):
 				t.Fatalf("%s: amount %d", w, next.Amount)
 			}
+		}
+	}
+}
+
+// TestBatchGrants: a batch op carries batch-size grants drawn as Write's,
+// each with its own key, all in the call's namespace.
+func TestBatchGrants(t *testing.T) {
+	g, err := NewGenerator(Batch, 0.01, 7, 0, "k", 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]bool{}
+	namespaces := map[int32]bool{}
+	for range 100 {
+		op := g.Next()
+		if op.Call != CallBatch || len(op.Batch) != 50 || op.size() != 50 {
+			t.Fatalf("batch op %+v", op)
+		}
+		namespaces[op.Namespace] = true
+		for _, grant := range op.Batch {
+			if grant.Call != CallGrant || grant.Namespace != op.Namespace || grant.Player < 1 || grant.Player > 1000 ||
+				grant.Currency < 1 || grant.Currency > Currencies || grant.Amount < 1 || keys[grant.Key] {
+				t.Fatalf("grant %+v in a batch of namespace %d", grant, op.Namespace)
+			}
+			keys[grant.Key] = true
+		}
+	}
+	if len(namespaces) < 3 {
+		t.Errorf("namespaces drawn: %v", namespaces)
+	}
+	for _, size := range []int{0, BatchSizeMax + 1} {
+		if _, err := NewGenerator(Batch, 1, 1, 0, "k", size); err == nil {
+			t.Errorf("batch size %d accepted", size)
 		}
 	}
 }

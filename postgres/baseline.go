@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -55,6 +57,52 @@ func (b *Baseline) eachShard(ctx context.Context, sql string) error {
 	return nil
 }
 
+// grantSteps are the statements of a baseline write after the trx insert:
+// insert the op, upsert the version, upsert the balance. They are written
+// once, with the :name parameters of a pgbench script (PgbenchScript);
+// Write sends them with $n ones.
+var grantSteps = []string{
+	`INSERT INTO bench_op_N (trx_id, ns, player_id, currency, amount, balance_after)
+	VALUES (:trx_id, :ns, :player_id, :currency, :amount, :amount)`,
+	`INSERT INTO bench_version_N AS v (ns, player_id, version) VALUES (:ns, :player_id, 1)
+	ON CONFLICT (ns, player_id) DO UPDATE SET version = v.version + 1`,
+	`INSERT INTO bench_balance_N AS b (ns, player_id, currency, amount) VALUES (:ns, :player_id, :currency, :amount)
+	ON CONFLICT (ns, player_id, currency) DO UPDATE SET amount = b.amount + EXCLUDED.amount`,
+}
+
+// positionalSteps are grantSteps with $n parameters, each with the names
+// of its parameters in order.
+var positionalSteps = func() []positionalSQL {
+	out := make([]positionalSQL, len(grantSteps))
+	for i, sql := range grantSteps {
+		out[i] = positional(sql)
+	}
+	return out
+}()
+
+// positionalSQL is a statement with $n parameters and their names.
+type positionalSQL struct {
+	sql   string
+	names []string
+}
+
+var namedParam = regexp.MustCompile(`:([a-z_]+)`)
+
+// positional numbers the :name parameters of sql in the order they first
+// appear.
+func positional(sql string) positionalSQL {
+	var p positionalSQL
+	p.sql = namedParam.ReplaceAllStringFunc(sql, func(m string) string {
+		i := slices.Index(p.names, m[1:])
+		if i < 0 {
+			i = len(p.names)
+			p.names = append(p.names, m[1:])
+		}
+		return "$" + strconv.Itoa(i+1)
+	})
+	return p
+}
+
 // Write grants amount of currency to a player: BEGIN, insert the trx,
 // insert the op, upsert the version, upsert the balance, COMMIT — six
 // round trips, as pgbench runs a script.
@@ -67,17 +115,17 @@ func (b *Baseline) Write(ctx context.Context, ns coffer.Namespace, player coffer
 			VALUES ($1, $2, now(), $3, $4) RETURNING trx_id`, id), ns, player, key, amount).Scan(&trxID); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, q(`INSERT INTO bench_op_N (trx_id, ns, player_id, currency, amount, balance_after)
-			VALUES ($1, $2, $3, $4, $5, $5)`, id), trxID, ns, player, currency, amount); err != nil {
-			return err
+		vals := map[string]any{"trx_id": trxID, "ns": ns, "player_id": player, "currency": currency, "amount": amount}
+		for _, st := range positionalSteps {
+			args := make([]any, len(st.names))
+			for i, name := range st.names {
+				args[i] = vals[name]
+			}
+			if _, err := tx.Exec(ctx, q(st.sql, id), args...); err != nil {
+				return err
+			}
 		}
-		if _, err := tx.Exec(ctx, q(`INSERT INTO bench_version_N AS v (ns, player_id, version) VALUES ($1, $2, 1)
-			ON CONFLICT (ns, player_id) DO UPDATE SET version = v.version + 1`, id), ns, player); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, q(`INSERT INTO bench_balance_N AS b (ns, player_id, currency, amount) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (ns, player_id, currency) DO UPDATE SET amount = b.amount + EXCLUDED.amount`, id), ns, player, currency, amount)
-		return err
+		return nil
 	})
 }
 

@@ -68,7 +68,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	f := &benchFlags{}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	workload := fs.String("workload", "write", "write, spend, read, mix, hold or exchange")
+	workload := fs.String("workload", "write", "write, spend, read, mix, hold, exchange or batch")
+	fs.IntVar(&f.BatchSize, "batch-size", 100, "batch: grants per call of the batch API (1–1000)")
 	fs.IntVar(&f.Clients, "clients", 32, "concurrent clients (closed loop), or the workers of an open loop")
 	fs.DurationVar(&f.Duration, "duration", 30*time.Second, "length of each run (after its warmup)")
 	fs.DurationVar(&f.Warmup, "warmup", 5*time.Second, "unmeasured start of each run: connections open, caches fill")
@@ -95,7 +96,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.StringVar(&f.target, "target", "", "a running coffer: http://host:port (http) or host:port (grpc)")
 	fs.StringVar(&f.apiKey, "api-key", "", "with --target: the API key (needs write and read on namespaces 1–10)")
 	fs.StringVar(&f.configPath, "c", "", "with --target: its config, for database figures and the baseline")
-	fs.StringVar(&f.baseline, "baseline", "", "sql: alternate with the same operations as plain SQL (write, read, mix)")
+	fs.StringVar(&f.baseline, "baseline", "", "sql: alternate with the same operations as plain SQL (write, read, mix; batch against write); pgbench: with PostgreSQL's pgbench running them as a script (write; batch against write)")
 	fs.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&f.reportDir, "report", "", "write report.md and PNG charts into this directory")
 	fs.Int64Var(&f.Preload, "preload", 0, "grant this many times first (not measured), so that reads find balances")
@@ -114,12 +115,18 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		return nil, errors.New("--target needs --api-key")
 	case f.Transport != "http" && f.Transport != "grpc":
 		return nil, errors.New("--transport must be http or grpc")
-	case f.baseline != "" && f.baseline != "sql":
-		return nil, errors.New("--baseline must be sql")
-	case f.baseline == "sql" && f.Workload != bench.Write && f.Workload != bench.Read && f.Workload != bench.Mix:
-		return nil, fmt.Errorf("--baseline sql covers write, read and mix, not %s", f.Workload)
-	case f.baseline == "sql" && f.target != "" && f.configPath == "":
-		return nil, errors.New("--baseline sql with --target needs -c (the databases)")
+	case f.baseline != "" && f.baseline != "sql" && f.baseline != "pgbench":
+		return nil, errors.New("--baseline must be sql or pgbench")
+	case f.baseline == "pgbench" && f.Workload != bench.Write && f.Workload != bench.Batch:
+		return nil, fmt.Errorf("--baseline pgbench covers write and batch, not %s", f.Workload)
+	case f.baseline == "pgbench" && (f.Rate > 0 || f.decay > 0):
+		return nil, errors.New("--baseline pgbench runs a closed loop for --duration: not with --rate or --decay")
+	case f.baseline == "sql" && f.Workload != bench.Write && f.Workload != bench.Read && f.Workload != bench.Mix && f.Workload != bench.Batch:
+		return nil, fmt.Errorf("--baseline sql covers write, read, mix and batch, not %s", f.Workload)
+	case f.Workload == bench.Batch && (f.decay > 0 || f.Rate > 0):
+		return nil, errors.New("--decay and --rate count calls, not grants: not with --workload batch")
+	case f.baseline != "" && f.target != "" && f.configPath == "":
+		return nil, fmt.Errorf("--baseline %s with --target needs -c (the databases)", f.baseline)
 	case len(f.pgSet) > 0 && !f.self:
 		return nil, errors.New("--pg-set needs --self")
 	case f.Statements && f.target != "" && f.configPath == "":
@@ -133,7 +140,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 			return nil, fmt.Errorf("--json %s: no directory %s", f.jsonPath, filepath.Dir(f.jsonPath))
 		}
 	}
-	if _, err := bench.NewGenerator(f.Workload, f.Scale, 0, 0, ""); err != nil {
+	if _, err := bench.NewGenerator(f.Workload, f.Scale, 0, 0, "", f.BatchSize); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -219,6 +226,9 @@ func (f *benchFlags) run(ctx context.Context, out io.Writer) (*bench.Report, err
 			return nil, err
 		}
 		defer env.Router.Close()
+		if err := f.setBaseline(ctx, &env); err != nil {
+			return nil, err
+		}
 	}
 	var err error
 	if env.Coffer, err = f.cofferTarget(f.target, f.target, f.apiKey); err != nil {
@@ -227,8 +237,8 @@ func (f *benchFlags) run(ctx context.Context, out io.Writer) (*bench.Report, err
 	return bench.Bench(ctx, f.Options, env, out)
 }
 
-// openRouter opens pools for the database figures and, with --baseline,
-// sets the baseline up.
+// openRouter opens pools for the database figures and, with --baseline
+// sql, sets the baseline up.
 func (f *benchFlags) openRouter(ctx context.Context, m *shard.Map, cfg *Config) (*shard.Router, error) {
 	pc := cfg.Pool
 	pc.ConnsMax = int32(max(f.Clients, 4))
@@ -249,6 +259,43 @@ func (f *benchFlags) openRouter(ctx context.Context, m *shard.Map, cfg *Config) 
 		}
 	}
 	return router, nil
+}
+
+// setBaseline gives env the --baseline, on env.Router's databases.
+// pgbench's tables are set up here, before any counter is read.
+func (f *benchFlags) setBaseline(ctx context.Context, env *bench.Env) error {
+	switch f.baseline {
+	case "sql":
+		env.Baseline = bench.NewSQLTarget(postgres.NewBaseline(env.Router))
+	case "pgbench":
+		bin, err := pgbenchBinary()
+		if err != nil {
+			return err
+		}
+		p, err := bench.NewPgbench(ctx, bin, env.Router, f.Scale)
+		if err != nil {
+			return err
+		}
+		env.BaselineRunner = p
+	}
+	return nil
+}
+
+// pgbenchBinary is PostgreSQL's pgbench, beside the server binaries the
+// stacks run (found through a link to them, as Debian's are off PATH).
+func pgbenchBinary() (string, error) {
+	dir, err := pgserver.BinDir()
+	if err != nil {
+		return "", err
+	}
+	if postgres, err := filepath.EvalSymlinks(filepath.Join(dir, "postgres")); err == nil {
+		dir = filepath.Dir(postgres)
+	}
+	bin := filepath.Join(dir, "pgbench")
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("--baseline pgbench: no pgbench beside the PostgreSQL server binaries in %s", dir)
+	}
+	return bin, nil
 }
 
 func (f *benchFlags) cofferTarget(httpURL, grpcAddr, key string) (bench.Target, error) {
@@ -306,8 +353,8 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 	if env.Coffer, err = f.cofferTarget("http://"+svc.httpAddr, svc.grpcAddr, key); err != nil {
 		return nil, err
 	}
-	if f.baseline == "sql" {
-		env.Baseline = bench.NewSQLTarget(postgres.NewBaseline(env.Router))
+	if err := f.setBaseline(ctx, &env); err != nil {
+		return nil, err
 	}
 	fmt.Fprintf(out, "coffer bench: %s on a local stack (coffer serve pid %d), %d clients, %d round(s)\n", f.Workload, env.CofferPID, f.Clients, f.Rounds)
 	rep, err := bench.Bench(ctx, f.Options, env, out)
