@@ -10,12 +10,16 @@ import (
 // BatchChange applies a batch's changes through Change, each in its own
 // transaction. The players of each database are shared among a bounded set
 // of goroutines (batchWorkers); each player's changes run one after the
-// other in request order (coffer.BatchPlayers). Cost: what the changes
-// cost alone; only the waits overlap.
+// other in request order (coffer.BatchPlayers). The batch is one call:
+// the store's Timeout bounds all of it, and a change still waiting at
+// the end answers shard_unavailable, as a single call would. Cost: what
+// the changes cost alone; only the waits overlap.
 func (s *Store) BatchChange(ctx context.Context, reqs []coffer.ChangeRequest) ([]coffer.ChangeResult, error) {
 	if err := coffer.ValidateBatchSize(len(reqs)); err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
 	out := make([]coffer.ChangeResult, len(reqs))
 	byDatabase := map[int][][]int{}
 	for _, player := range coffer.BatchPlayers(reqs) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/postgres"
 )
 
 // mixedBatch is a batch over few players: grants, consumes (some lacking
@@ -118,4 +119,36 @@ func TestBatchEnvelope(t *testing.T) {
 	if b := e.balance(1, "gold"); b.Total != 0 {
 		t.Fatalf("a refused batch wrote: %+v", b)
 	}
+}
+
+// TestBatchTimeoutBoundsTheWholeBatch: the store's timeout bounds a batch
+// as it bounds a call: changes of a player locked elsewhere answer
+// shard_unavailable by then, all of them, not one timeout each; another
+// player's change applies.
+func TestBatchTimeoutBoundsTheWholeBatch(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(19, "a", free("gold", 5))
+	id := e.router.Map().ShardOf(19)
+	tx, err := e.router.Shard(id).Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = 19 FOR UPDATE`, id))
+	must(t, err)
+	const timeout = 300 * time.Millisecond
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: timeout})
+	var reqs []coffer.ChangeRequest
+	for i := range 4 {
+		reqs = append(reqs, coffer.ChangeRequest{Scope: scope(19, fmt.Sprint("b", i)), Ops: []coffer.OpRequest{free("gold", 1)}})
+	}
+	reqs = append(reqs, coffer.ChangeRequest{Scope: scope(20, "c"), Ops: []coffer.OpRequest{free("gold", 1)}})
+	began := time.Now()
+	got, err := store.BatchChange(ctx, reqs)
+	must(t, err)
+	if took := time.Since(began); took > 3*timeout {
+		t.Fatalf("the batch took %v: a timeout per change (%v), not one for the batch", took, timeout)
+	}
+	for i := range 4 {
+		wantCode(t, got[i].Err, coffer.CodeUnavailable)
+	}
+	must(t, got[4].Err)
 }
