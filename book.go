@@ -1,6 +1,7 @@
 package coffer
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -20,15 +21,23 @@ const (
 
 // BookLot is a lot as the Book sees it while it plans a trx.
 type BookLot struct {
-	ID        int64
-	Currency  CurrencyID
-	Paid      bool
-	Amount    Amount
+	ID       int64
+	Currency CurrencyID
+	Paid     bool
+	Amount   Amount
+	// Reserved is what pending holds took from the lot: a rollback
+	// returns it, a commit settles it.
+	Reserved  Amount
 	ExpiresAt *time.Time
 	Priority  int32
+	CreatedAt time.Time
 	// New lots are inserted; Changed ones updated.
 	New, Changed bool
 }
+
+// held tells whether the lot counts towards LotsMax: it has an amount, or
+// a reservation a rollback may return to it.
+func (l *BookLot) held() bool { return l.Amount > 0 || l.Reserved > 0 }
 
 // BookOp is a planned op.
 type BookOp struct {
@@ -45,36 +54,114 @@ type BookOp struct {
 
 // Book plans the ops of one trx on one player's lots, in memory, under the
 // player's lock. It enforces the invariants before anything is written: no
-// lot below zero, no balance above int64, consumes in spend order. A Book is
-// used by one goroutine.
+// lot below zero; in each currency, the balance plus what pending holds
+// reserve at most BalanceMax, so that no rollback can overflow; at most
+// LotsMax held lots per currency and TrxOpsMax ops per trx; consumes in
+// spend order. Its sums are running totals, checked against int64
+// overflow. A Book is used by one goroutine.
 type Book struct {
-	Lots  []*BookLot
 	Now   time.Time
 	NewID func() int64
+
+	lots []*BookLot
+	byID map[int64]*BookLot
+	cur  map[CurrencyID]*bookCurrency
+	// planned counts the ops Grant and Consume planned, for TrxOpsMax.
+	planned int
+}
+
+// bookCurrency is the running state of one currency: the sums over its
+// lots, expired or not (the op chain's running balance, before expiries
+// are recorded), and how many lots are held.
+type bookCurrency struct {
+	lots                  []*BookLot
+	total, paid, reserved Amount
+	held                  int
+}
+
+// Add loads a stored lot. Errors: internal, when the lot is negative or
+// the currency's sums would pass int64 (a damaged ledger: the audit says
+// where).
+func (b *Book) Add(l *BookLot) error {
+	if l.Amount < 0 || l.Reserved < 0 {
+		return Errorf(CodeInternal, "lot %d has amount %d and reserves %d", l.ID, l.Amount, l.Reserved)
+	}
+	amount, reserved := l.Amount, l.Reserved
+	l.Amount, l.Reserved = 0, 0
+	b.keep(l)
+	return b.set(l, amount, reserved)
+}
+
+// keep files a lot under its currency and id.
+func (b *Book) keep(l *BookLot) {
+	if b.byID == nil {
+		b.byID = map[int64]*BookLot{}
+	}
+	c := b.currency(l.Currency)
+	b.lots, c.lots = append(b.lots, l), append(c.lots, l)
+	b.byID[l.ID] = l
+}
+
+// Lots lists the lots the Book holds, in the order they were added or
+// created. The slice is the Book's own: read it, do not change it.
+func (b *Book) Lots() []*BookLot { return b.lots }
+
+func (b *Book) currency(id CurrencyID) *bookCurrency {
+	if b.cur == nil {
+		b.cur = map[CurrencyID]*bookCurrency{}
+	}
+	c := b.cur[id]
+	if c == nil {
+		c = &bookCurrency{}
+		b.cur[id] = c
+	}
+	return c
+}
+
+// set changes a lot's amount and reservation and the running sums with
+// them. Errors: internal, when a sum would pass int64 or go below zero;
+// nothing is changed then.
+func (b *Book) set(l *BookLot, amount, reserved Amount) error {
+	c := b.currency(l.Currency)
+	total, ok1 := addAmount(c.total, amount-l.Amount)
+	paid, ok2 := c.paid, true
+	if l.Paid {
+		paid, ok2 = addAmount(c.paid, amount-l.Amount)
+	}
+	res, ok3 := addAmount(c.reserved, reserved-l.Reserved)
+	_, ok4 := addAmount(total, res)
+	if !ok1 || !ok2 || !ok3 || !ok4 || amount < 0 || reserved < 0 || total < 0 || paid < 0 || res < 0 {
+		return Errorf(CodeInternal, "currency %d: lot %d to %d reserving %d leaves the sums out of range", l.Currency, l.ID, amount, reserved)
+	}
+	before := l.held()
+	l.Amount, l.Reserved = amount, reserved
+	c.total, c.paid, c.reserved = total, paid, res
+	switch after := l.held(); {
+	case after && !before:
+		c.held++
+	case before && !after:
+		c.held--
+	}
+	return nil
+}
+
+// addAmount is a + b, and false if it would overflow.
+func addAmount(a, b Amount) (Amount, bool) {
+	if (b > 0 && a > math.MaxInt64-b) || (b < 0 && a < math.MinInt64-b) {
+		return 0, false
+	}
+	return a + b, true
 }
 
 func (b *Book) live(l *BookLot) bool {
 	return l.Amount > 0 && (l.ExpiresAt == nil || l.ExpiresAt.After(b.Now))
 }
 
-// Totals is the live total and paid part of a currency.
+// Totals is the live total and paid part of a currency: what a balance
+// read answers.
 func (b *Book) Totals(cur CurrencyID) (total, paid Amount) {
-	for _, l := range b.Lots {
-		if l.Currency == cur && b.live(l) {
-			total += l.Amount
-			if l.Paid {
-				paid += l.Amount
-			}
-		}
-	}
-	return total, paid
-}
-
-// sum is the total of all lots of a currency with an amount, expired or
-// not: the running balance of the op chain before expiries are recorded.
-func (b *Book) sum(cur CurrencyID) (total, paid Amount) {
-	for _, l := range b.Lots {
-		if l.Currency == cur {
+	for _, l := range b.currency(cur).lots {
+		if b.live(l) {
 			total += l.Amount
 			if l.Paid {
 				paid += l.Amount
@@ -85,88 +172,126 @@ func (b *Book) sum(cur CurrencyID) (total, paid Amount) {
 }
 
 func (b *Book) op(l *BookLot, kind OpKind, cause OpCause, amount Amount) BookOp {
-	total, paid := b.sum(l.Currency)
+	c := b.currency(l.Currency)
 	return BookOp{Currency: l.Currency, LotID: l.ID, Kind: kind, Cause: cause, Amount: amount,
-		Paid: l.Paid, BalanceAfter: total, PaidAfter: paid}
+		Paid: l.Paid, BalanceAfter: c.total, PaidAfter: c.paid}
 }
 
 // Expire empties every expired lot that still has an amount, in expiry
 // order, and returns the expire ops. Writes call it first, so that the
 // balance_after chain of each currency includes every expiry before the
-// ops that follow it.
+// ops that follow it. A reservation stays on its lot: a rollback returns
+// it, and it expires then.
 func (b *Book) Expire() []BookOp {
 	var expired []*BookLot
-	for _, l := range b.Lots {
+	for _, l := range b.lots {
 		if l.Amount > 0 && l.ExpiresAt != nil && !l.ExpiresAt.After(b.Now) {
 			expired = append(expired, l)
 		}
 	}
-	slices.SortStableFunc(expired, func(a, b *BookLot) int { return a.ExpiresAt.Compare(*b.ExpiresAt) })
+	slices.SortStableFunc(expired, func(a, b *BookLot) int {
+		return cmp.Or(a.ExpiresAt.Compare(*b.ExpiresAt), a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
 	var ops []BookOp
 	for _, l := range expired {
 		amount := l.Amount
-		l.Amount, l.Changed = 0, true
+		_ = b.set(l, 0, l.Reserved) // takes away: no sum can overflow
+		l.Changed = true
 		ops = append(ops, b.op(l, OpExpire, CauseChange, -amount))
 	}
 	return ops
 }
 
 // Grant adds a grant: a paid grant (or one carrying a purchase) is a lot of
-// its own; a free one joins a live free lot with the same expiry and
+// its own; a free one joins the live free lot with the same expiry and
 // priority, so that rewards do not pile up lots. Errors: invalid_argument
-// when the balance would overflow.
-func (b *Book) Grant(cur CurrencyID, amount Amount, paid bool, expiresAt *time.Time, priority int32, purchase *Purchase, cause OpCause) (BookOp, error) {
-	total, _ := b.sum(cur)
-	if amount > math.MaxInt64-total {
-		return BookOp{}, Errorf(CodeInvalid, "the balance would overflow")
+// when the balance plus what pending holds reserve would pass BalanceMax;
+// too_many_lots when it needs a lot beyond LotsMax, or the trx an op
+// beyond TrxOpsMax. Nothing is changed on an error.
+func (b *Book) Grant(cur *Currency, amount Amount, paid bool, expiresAt *time.Time, priority int32, purchase *Purchase, cause OpCause) (BookOp, error) {
+	c := b.currency(cur.ID)
+	if amount <= 0 || amount > BalanceMax || c.total+c.reserved > BalanceMax-amount {
+		return BookOp{}, Errorf(CodeInvalid, "%s: the balance would overflow: %d, and %d reserved by pending holds, plus %d is more than %d",
+			cur.Code, c.total, c.reserved, amount, BalanceMax)
+	}
+	if b.planned >= TrxOpsMax {
+		return BookOp{}, tooManyOps()
 	}
 	var lot *BookLot
 	if !paid {
-		for _, l := range b.Lots {
-			if l.Currency == cur && !l.Paid && l.Priority == priority && sameTime(l.ExpiresAt, expiresAt) && (l.ExpiresAt == nil || l.ExpiresAt.After(b.Now)) {
+		for _, l := range c.lots {
+			if !l.Paid && l.Priority == priority && sameTime(l.ExpiresAt, expiresAt) && (l.ExpiresAt == nil || l.ExpiresAt.After(b.Now)) &&
+				(lot == nil || l.ID < lot.ID) {
 				lot = l
-				break
 			}
 		}
 	}
 	if lot == nil {
-		lot = &BookLot{ID: b.NewID(), Currency: cur, Paid: paid, ExpiresAt: expiresAt, Priority: priority, New: true}
-		b.Lots = append(b.Lots, lot)
+		if c.held >= LotsMax {
+			return BookOp{}, Errorf(CodeTooManyLots, "%s: the player holds %d lots, the most allowed; a grant that needs a lot of its own (paid, or with an expiry or priority no lot has) waits until some are spent or expire",
+				cur.Code, c.held)
+		}
+		lot = &BookLot{ID: b.NewID(), Currency: cur.ID, Paid: paid, ExpiresAt: expiresAt, Priority: priority, CreatedAt: b.Now, New: true}
+		b.keep(lot)
 	}
-	lot.Amount += amount
+	if err := b.set(lot, lot.Amount+amount, lot.Reserved); err != nil {
+		return BookOp{}, err
+	}
 	lot.Changed = true
+	b.planned++
 	op := b.op(lot, OpGrant, cause, amount)
 	op.Purchase = purchase
 	return op, nil
 }
 
-// Consume takes amount from live lots in spend order. It returns the ops
-// and the paid part taken. Errors: insufficient_funds, with nothing changed.
-func (b *Book) Consume(cur *Currency, amount Amount, cause OpCause) ([]BookOp, Amount, error) {
+func tooManyOps() error {
+	return Errorf(CodeTooManyLots, "the trx would move more than %d lots; split it into smaller ones", TrxOpsMax)
+}
+
+// Consume takes amount from live lots in spend order. With reserve (a
+// hold's begin) what it takes stays reserved on each lot, for a rollback
+// to return or a commit to settle. It returns the ops and the paid part
+// taken. Errors: insufficient_funds; too_many_lots when the trx would
+// write more than TrxOpsMax ops. Nothing is changed on an error.
+func (b *Book) Consume(cur *Currency, amount Amount, cause OpCause, reserve bool) ([]BookOp, Amount, error) {
 	var spendable []SpendLot
 	byID := map[int64]*BookLot{}
 	var have Amount
-	for _, l := range b.Lots {
-		if l.Currency == cur.ID && b.live(l) {
-			spendable = append(spendable, SpendLot{ID: l.ID, Paid: l.Paid, ExpiresAt: l.ExpiresAt, Priority: l.Priority})
+	for _, l := range b.currency(cur.ID).lots {
+		if b.live(l) {
+			spendable = append(spendable, SpendLot{ID: l.ID, Paid: l.Paid, ExpiresAt: l.ExpiresAt, Priority: l.Priority, CreatedAt: l.CreatedAt})
 			byID[l.ID] = l
-			have += l.Amount
+			have += l.Amount // at most the currency's total: no overflow
 		}
 	}
 	if have < amount {
 		return nil, 0, Errorf(CodeInsufficientFunds, "%s: balance %d, %d needed", cur.Code, have, amount)
 	}
 	SortForSpend(spendable, cur.SpendOrder)
-	var ops []BookOp
-	var paidTaken Amount
-	left := amount
+	n, left := 0, amount
 	for _, s := range spendable {
-		if left == 0 {
+		if left <= 0 {
 			break
 		}
+		left -= byID[s.ID].Amount
+		n++
+	}
+	if b.planned+n > TrxOpsMax {
+		return nil, 0, tooManyOps()
+	}
+	ops := make([]BookOp, 0, n)
+	var paidTaken Amount
+	left = amount
+	for _, s := range spendable[:n] {
 		l := byID[s.ID]
 		take := min(l.Amount, left)
-		l.Amount -= take
+		reserved := l.Reserved
+		if reserve {
+			reserved += take // at most the lot's amount before: no overflow
+		}
+		if err := b.set(l, l.Amount-take, reserved); err != nil {
+			return nil, 0, err
+		}
 		l.Changed = true
 		left -= take
 		if l.Paid {
@@ -174,21 +299,52 @@ func (b *Book) Consume(cur *Currency, amount Amount, cause OpCause) ([]BookOp, A
 		}
 		ops = append(ops, b.op(l, OpConsume, cause, -take))
 	}
+	b.planned += n
 	return ops, paidTaken, nil
 }
 
-// Release returns amount to the lot it was reserved from (a hold rolled
-// back or expired). The lot may have expired meanwhile; the amount then
-// expires with it.
+// Release returns amount, reserved by a hold, to the lot it came from (a
+// hold rolled back or expired). The lot may have expired meanwhile; the
+// amount then expires with it. It cannot overflow: the reservation counted
+// towards BalanceMax all along, and it is not bounded by TrxOpsMax, since
+// a hold's begin was. Errors: internal, when the lot is not in the Book or
+// does not reserve amount (a damaged ledger).
 func (b *Book) Release(lotID int64, amount Amount) (BookOp, error) {
-	for _, l := range b.Lots {
-		if l.ID == lotID {
-			l.Amount += amount
-			l.Changed = true
-			return b.op(l, OpGrant, CauseRelease, amount), nil
-		}
+	l, err := b.reserving(lotID, amount)
+	if err != nil {
+		return BookOp{}, err
 	}
-	return BookOp{}, Errorf(CodeInternal, "lot %d of a hold is missing", lotID)
+	if err := b.set(l, l.Amount+amount, l.Reserved-amount); err != nil {
+		return BookOp{}, err
+	}
+	l.Changed = true
+	return b.op(l, OpGrant, CauseRelease, amount), nil
+}
+
+// Settle ends amount of a lot's reservation for good: the hold that took it
+// is committed. It writes no op (the consume was written at the begin).
+// Errors: as Release.
+func (b *Book) Settle(lotID int64, amount Amount) error {
+	l, err := b.reserving(lotID, amount)
+	if err != nil {
+		return err
+	}
+	if err := b.set(l, l.Amount, l.Reserved-amount); err != nil {
+		return err
+	}
+	l.Changed = true
+	return nil
+}
+
+func (b *Book) reserving(lotID int64, amount Amount) (*BookLot, error) {
+	l := b.byID[lotID]
+	switch {
+	case l == nil:
+		return nil, Errorf(CodeInternal, "lot %d of a hold is missing", lotID)
+	case amount <= 0 || l.Reserved < amount:
+		return nil, Errorf(CodeInternal, "lot %d reserves %d; a hold returns %d", lotID, l.Reserved, amount)
+	}
+	return l, nil
 }
 
 func sameTime(a, b *time.Time) bool {

@@ -31,31 +31,151 @@ func TestRateExchangeRounding(t *testing.T) {
 	}
 }
 
-func newBook(lots ...*BookLot) *Book {
+// newBook loads lots into a Book, as the store does.
+func newBook(t *testing.T, lots ...*BookLot) *Book {
+	t.Helper()
 	next := int64(100)
-	return &Book{Lots: lots, Now: time.Now(), NewID: func() int64 { next++; return next }}
+	b := &Book{Now: time.Now(), NewID: func() int64 { next++; return next }}
+	for _, l := range lots {
+		if err := b.Add(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
 }
 
+var gold = &Currency{ID: 1, Code: "gold", Paid: true, SpendOrder: DefaultSpendOrder}
+
 func TestBookGrantOverflow(t *testing.T) {
-	b := newBook(&BookLot{ID: 1, Currency: 1, Amount: math.MaxInt64 - 5})
-	if _, err := b.Grant(1, 6, false, nil, 0, nil, CauseChange); ErrorCode(err) != CodeInvalid {
-		t.Fatalf("overflow grant: %v", err)
+	b := newBook(t, &BookLot{ID: 1, Currency: 1, Amount: BalanceMax - 5})
+	if _, err := b.Grant(gold, 6, false, nil, 0, nil, CauseChange); ErrorCode(err) != CodeInvalid {
+		t.Fatalf("grant past BalanceMax: %v", err)
 	}
-	if _, err := b.Grant(1, 5, false, nil, 0, nil, CauseChange); err != nil {
-		t.Fatalf("grant to exactly MaxInt64: %v", err)
+	if _, err := b.Grant(gold, 5, false, nil, 0, nil, CauseChange); err != nil {
+		t.Fatalf("grant to exactly BalanceMax: %v", err)
+	}
+	b = newBook(t, &BookLot{ID: 1, Currency: 1, Amount: math.MaxInt64 - 5})
+	if _, err := b.Grant(gold, 6, false, nil, 0, nil, CauseChange); ErrorCode(err) != CodeInvalid {
+		t.Fatalf("grant past int64: %v", err)
+	}
+}
+
+// TestBookRollbacksCannotOverflow: holds that reserve a full balance,
+// refilled after each, must not add up past BalanceMax when they are all
+// rolled back: the refill is refused, since what pending holds reserve
+// counts towards the bound.
+func TestBookRollbacksCannotOverflow(t *testing.T) {
+	half := BalanceMax/2 + 1
+	b := newBook(t, &BookLot{ID: 1, Currency: 1, Amount: half})
+	if _, _, err := b.Consume(gold, half, CauseChange, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Grant(gold, half, false, nil, 0, nil, CauseChange); ErrorCode(err) != CodeInvalid {
+		t.Fatalf("refill while a hold reserves the balance: %v", err)
+	}
+	op, err := b.Release(1, half)
+	if err != nil || op.BalanceAfter != half || b.Lots()[0].Reserved != 0 {
+		t.Fatalf("release: %+v %v", op, err)
+	}
+	// A stored reservation past the bound (written before it) still
+	// returns, as long as int64 holds it; one past int64 is refused, not
+	// wrapped.
+	b = newBook(t, &BookLot{ID: 1, Currency: 1, Amount: math.MaxInt64 - 10, Reserved: 10})
+	if _, err := b.Release(1, 10); err != nil {
+		t.Fatalf("release to exactly int64: %v", err)
+	}
+	if err := (&Book{}).Add(&BookLot{ID: 1, Currency: 1, Amount: math.MaxInt64, Reserved: 1}); ErrorCode(err) != CodeInternal {
+		t.Fatalf("lots past int64 loaded: %v", err)
+	}
+	b = newBook(t, &BookLot{ID: 1, Currency: 1, Amount: math.MaxInt64})
+	if err := b.Add(&BookLot{ID: 2, Currency: 1, Amount: 1}); ErrorCode(err) != CodeInternal {
+		t.Fatalf("a second lot past int64 loaded: %v", err)
+	}
+}
+
+func TestBookSettleAndRelease(t *testing.T) {
+	b := newBook(t, &BookLot{ID: 1, Currency: 1, Amount: 10})
+	if _, _, err := b.Consume(gold, 7, CauseChange, true); err != nil {
+		t.Fatal(err)
+	}
+	if l := b.Lots()[0]; l.Amount != 3 || l.Reserved != 7 {
+		t.Fatalf("reserved lot = %+v", l)
+	}
+	if _, err := b.Release(1, 8); ErrorCode(err) != CodeInternal {
+		t.Fatalf("release of more than reserved: %v", err)
+	}
+	if err := b.Settle(1, 7); err != nil || b.Lots()[0].Reserved != 0 || b.Lots()[0].Amount != 3 {
+		t.Fatalf("settle: %+v %v", b.Lots()[0], err)
+	}
+	if _, err := b.Release(1, 7); ErrorCode(err) != CodeInternal {
+		t.Fatalf("release after settle: %v", err)
+	}
+}
+
+// TestBookLotsMax: a grant that needs a lot of its own beyond LotsMax is
+// refused; a lot a pending hold reserves from counts, since a rollback
+// brings it back; a free grant joining a lot is not refused.
+func TestBookLotsMax(t *testing.T) {
+	var lots []*BookLot
+	for i := range LotsMax - 1 {
+		lots = append(lots, &BookLot{ID: int64(i + 1), Currency: 1, Paid: true, Amount: 1})
+	}
+	lots = append(lots, &BookLot{ID: LotsMax, Currency: 1, Reserved: 1})
+	b := newBook(t, lots...)
+	if _, err := b.Grant(gold, 1, true, nil, 0, nil, CauseChange); ErrorCode(err) != CodeTooManyLots {
+		t.Fatalf("grant of lot %d: %v", LotsMax+1, err)
+	}
+	if op, err := b.Grant(gold, 1, false, nil, 0, nil, CauseChange); err != nil || op.LotID != LotsMax {
+		t.Fatalf("free grant joining the reserved free lot: %+v %v", op, err)
+	}
+	// The free lot first (it stays held: it reserves), then a paid one,
+	// emptied.
+	if _, _, err := b.Consume(gold, 2, CauseChange, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Grant(gold, 1, true, nil, 0, nil, CauseChange); err != nil {
+		t.Fatalf("grant after a lot was spent: %v", err)
+	}
+}
+
+// TestBookTrxOpsMax: a consume that would move more than TrxOpsMax lots
+// is refused with nothing changed; one that moves exactly that many is
+// planned, each op's balance_after from the running totals.
+func TestBookTrxOpsMax(t *testing.T) {
+	var lots []*BookLot
+	for i := range TrxOpsMax + 1 {
+		lots = append(lots, &BookLot{ID: int64(i + 1), Currency: 1, Amount: 2})
+	}
+	b := newBook(t, lots...)
+	if _, _, err := b.Consume(gold, 2*TrxOpsMax+1, CauseChange, false); ErrorCode(err) != CodeTooManyLots {
+		t.Fatalf("consume over %d lots: %v", TrxOpsMax+1, err)
+	}
+	if total, _ := b.Totals(1); total != 2*(TrxOpsMax+1) {
+		t.Fatalf("a refused consume changed the book: total %d", total)
+	}
+	ops, _, err := b.Consume(gold, 2*TrxOpsMax, CauseChange, false)
+	if err != nil || len(ops) != TrxOpsMax {
+		t.Fatalf("consume over %d lots: %d ops, %v", TrxOpsMax, len(ops), err)
+	}
+	for i, op := range ops {
+		if want := Amount(2 * (TrxOpsMax - i)); op.BalanceAfter != want {
+			t.Fatalf("op %d: balance_after %d, want %d", i, op.BalanceAfter, want)
+		}
+	}
+	if _, err := b.Grant(gold, 1, false, nil, 0, nil, CauseChange); ErrorCode(err) != CodeTooManyLots {
+		t.Fatalf("an op past TrxOpsMax: %v", err)
 	}
 }
 
 func TestBookConsumeAllOrNothing(t *testing.T) {
-	cur := &Currency{ID: 1, Code: "gold", SpendOrder: DefaultSpendOrder}
-	b := newBook(&BookLot{ID: 1, Currency: 1, Amount: 3}, &BookLot{ID: 2, Currency: 1, Amount: 4, Paid: true})
-	if _, _, err := b.Consume(cur, 8, CauseChange); ErrorCode(err) != CodeInsufficientFunds {
+	b := newBook(t, &BookLot{ID: 1, Currency: 1, Amount: 3}, &BookLot{ID: 2, Currency: 1, Amount: 4, Paid: true})
+	if _, _, err := b.Consume(gold, 8, CauseChange, false); ErrorCode(err) != CodeInsufficientFunds {
 		t.Fatalf("consume 8 of 7: %v", err)
 	}
-	if b.Lots[0].Amount != 3 || b.Lots[1].Amount != 4 {
+	if b.Lots()[0].Amount != 3 || b.Lots()[1].Amount != 4 {
 		t.Fatal("a rejected consume changed lots")
 	}
-	ops, paid, err := b.Consume(cur, 5, CauseChange)
+	ops, paid, err := b.Consume(gold, 5, CauseChange, false)
 	if err != nil || paid != 2 || len(ops) != 2 || ops[1].BalanceAfter != 2 || ops[1].PaidAfter != 2 {
 		t.Fatalf("consume 5: %+v %d %v", ops, paid, err)
 	}
@@ -63,7 +183,7 @@ func TestBookConsumeAllOrNothing(t *testing.T) {
 
 func TestBookExpireFirst(t *testing.T) {
 	past := time.Now().Add(-time.Second)
-	b := newBook(&BookLot{ID: 1, Currency: 1, Amount: 3, ExpiresAt: &past}, &BookLot{ID: 2, Currency: 1, Amount: 4})
+	b := newBook(t, &BookLot{ID: 1, Currency: 1, Amount: 3, ExpiresAt: &past}, &BookLot{ID: 2, Currency: 1, Amount: 4})
 	ops := b.Expire()
 	if len(ops) != 1 || ops[0].Amount != -3 || ops[0].BalanceAfter != 4 {
 		t.Fatalf("expire = %+v", ops)
@@ -83,6 +203,23 @@ func TestSortForSpend(t *testing.T) {
 	}
 	if want := []int64{5, 4, 3, 2, 1}; !equal(got, want) {
 		t.Fatalf("order %v, want %v", got, want)
+	}
+	// Age is the time of the write that created a lot, then its id: ids
+	// come from sequence blocks cached per session, so a younger lot may
+	// have the smaller id.
+	t0 := time.Now()
+	lots = []SpendLot{{ID: 9, CreatedAt: t0}, {ID: 3, CreatedAt: t0.Add(time.Microsecond)}, {ID: 7, CreatedAt: t0}}
+	SortForSpend(lots, DefaultSpendOrder)
+	got = got[:0]
+	for _, l := range lots {
+		got = append(got, l.ID)
+	}
+	if want := []int64{7, 9, 3}; !equal(got, want) {
+		t.Fatalf("oldest first: %v, want %v", got, want)
+	}
+	SortForSpend(lots, []SpendKey{SpendNewest})
+	if lots[0].ID != 3 {
+		t.Fatalf("newest first: %+v", lots)
 	}
 }
 

@@ -140,11 +140,15 @@ func (r Rate) Exchange(consumed, consumedPaid Amount, toPaid bool) (total, paid 
 		return Amount(v.Int64()), v.IsInt64()
 	}
 	total, ok = mul(consumed)
-	if !ok {
+	if !ok || consumed < 0 || consumedPaid < 0 || consumedPaid > consumed {
 		return 0, 0, false
 	}
 	if toPaid {
-		paid, _ = mul(consumedPaid)
+		// At most total, since consumedPaid ≤ consumed; checked all the
+		// same, like every sum of the ledger.
+		if paid, ok = mul(consumedPaid); !ok {
+			return 0, 0, false
+		}
 	}
 	return total, paid, true
 }

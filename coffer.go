@@ -42,6 +42,27 @@ const (
 	MetaLenMax = 4096
 )
 
+// Bounds of what one player may hold and one trx may move, so that no sum
+// can wrap and a write's work (and the time it holds the player's lock)
+// stays bounded. The Book enforces them; the audit checks them again.
+const (
+	// BalanceMax bounds a player's balance in a currency plus what its
+	// pending holds reserve there. A grant that would pass it is refused,
+	// so a rollback, which returns a reservation, can never overflow; it
+	// lies well below int64, so that no sum of a few bounded amounts
+	// wraps before it is checked.
+	BalanceMax Amount = 1_000_000_000_000_000_000
+	// LotsMax bounds a player's held lots in a currency: lots with an
+	// amount, or with a reservation a rollback may return to them. Free
+	// grants of the same expiry and priority join one lot; a grant that
+	// needs a lot beyond the bound is too_many_lots.
+	LotsMax = 1000
+	// TrxOpsMax bounds the ops one trx plans in one write (a change, an
+	// exchange or a hold's begin, one per lot moved); a hold's commit or
+	// rollback then writes at most as many.
+	TrxOpsMax = 2000
+)
+
 // OpKind is the kind of an op.
 type OpKind string
 

@@ -16,6 +16,7 @@ const (
 	CodePermissionDenied    Code = "permission_denied"
 	CodeNotFound            Code = "not_found"
 	CodeInsufficientFunds   Code = "insufficient_funds"
+	CodeTooManyLots         Code = "too_many_lots"
 	CodeIdempotencyConflict Code = "idempotency_conflict"
 	CodeHoldNotPending      Code = "hold_not_pending"
 	CodeHoldExpired         Code = "hold_expired"
@@ -30,7 +31,7 @@ const (
 
 // Codes lists every code, in the order of the contract.
 var Codes = []Code{CodeInvalid, CodeUnauthenticated, CodePermissionDenied, CodeNotFound,
-	CodeInsufficientFunds, CodeIdempotencyConflict, CodeHoldNotPending, CodeHoldExpired,
+	CodeInsufficientFunds, CodeTooManyLots, CodeIdempotencyConflict, CodeHoldNotPending, CodeHoldExpired,
 	CodePayloadTooLarge, CodeUnavailable, CodeOverloaded, CodeInternal}
 
 // Error is the one domain error type: a code, a message for people, and

@@ -76,7 +76,8 @@ type Ledger interface {
 	// shard_unavailable, internal.
 	Balances(ctx context.Context, q BalanceQuery) (Balances, error)
 	// Change applies ops atomically, or with Hold begins a hold. Errors:
-	// invalid_argument, insufficient_funds, idempotency_conflict,
+	// invalid_argument (also a balance past BalanceMax),
+	// insufficient_funds, too_many_lots, idempotency_conflict,
 	// shard_unavailable, internal.
 	Change(ctx context.Context, req ChangeRequest) (trx Trx, replay bool, err error)
 	// BatchChange applies each change as Change would, atomically per
@@ -91,10 +92,12 @@ type Ledger interface {
 	BatchChange(ctx context.Context, reqs []ChangeRequest) ([]ChangeResult, error)
 	// Commit applies a pending hold's grants. Committing a committed hold
 	// is a replay. Errors: not_found, hold_not_pending (rolled back, or not
-	// a hold), hold_expired, shard_unavailable, internal.
+	// a hold), hold_expired, invalid_argument and too_many_lots (a grant
+	// past a bound: the hold stays pending), shard_unavailable, internal.
 	Commit(ctx context.Context, s Scope) (trx Trx, replay bool, err error)
-	// Rollback returns a pending hold's reservations to their lots.
-	// Rolling back a rolled-back or expired hold is a replay. Errors:
+	// Rollback returns a pending hold's reservations to their lots; no
+	// bound can refuse it. Rolling back a rolled-back or expired hold is
+	// a replay. Errors:
 	// not_found, hold_not_pending (committed, or not a hold),
 	// shard_unavailable, internal.
 	Rollback(ctx context.Context, s Scope) (trx Trx, replay bool, err error)
@@ -102,7 +105,7 @@ type Ledger interface {
 	// internal.
 	Trx(ctx context.Context, s Scope) (Trx, error)
 	// Exchange consumes one currency and grants another at the configured
-	// rate. Errors: invalid_argument, insufficient_funds,
+	// rate. Errors: invalid_argument, insufficient_funds, too_many_lots,
 	// idempotency_conflict, shard_unavailable, internal.
 	Exchange(ctx context.Context, req ExchangeRequest) (trx Trx, replay bool, err error)
 	// Finlog reads a page of a player's trx with their ops. Errors:
@@ -119,10 +122,11 @@ type SpendLot struct {
 	Paid      bool
 	ExpiresAt *time.Time
 	Priority  int32
+	CreatedAt time.Time
 }
 
 // SortForSpend orders lots in which a consume takes them, by the currency's
-// spend order; ties go to the lowest (oldest) lot id.
+// spend order; ties go to the oldest lot.
 func SortForSpend(lots []SpendLot, order []SpendKey) {
 	sort.SliceStable(lots, func(i, j int) bool {
 		a, b := lots[i], lots[j]
@@ -131,8 +135,16 @@ func SortForSpend(lots []SpendLot, order []SpendKey) {
 				return c < 0
 			}
 		}
-		return a.ID < b.ID
+		return older(a, b) < 0
 	})
+}
+
+// older orders lots by age: by the time of the write that created them
+// (a player's writes have strictly increasing times), then by id. Ids
+// alone do not tell age: they come from a sequence each session caches
+// in blocks, so a lot created later may have the smaller id.
+func older(a, b SpendLot) int {
+	return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
 }
 
 func compareSpend(k SpendKey, a, b SpendLot) int {
@@ -154,9 +166,9 @@ func compareSpend(k SpendKey, a, b SpendLot) int {
 	case SpendPaid:
 		return cmpBool(b.Paid, a.Paid)
 	case SpendOldest:
-		return cmp.Compare(a.ID, b.ID)
+		return older(a, b)
 	case SpendNewest:
-		return cmp.Compare(b.ID, a.ID)
+		return older(b, a)
 	}
 	return 0
 }

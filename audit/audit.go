@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,7 +53,21 @@ type check struct {
 }
 
 var checks = []check{
-	{"negative lot", `SELECT ns, player_id, lot_id, amount FROM lot_N WHERE amount < 0`},
+	{"negative lot", `SELECT ns, player_id, lot_id, amount, reserved FROM lot_N WHERE amount < 0 OR reserved < 0`},
+	{"lot reservation differs from pending holds", `SELECT COALESCE(l.ns, h.ns), COALESCE(l.player_id, h.player_id), COALESCE(l.lot_id, h.lot_id),
+			l.reserved, h.reserved
+		FROM (SELECT ns, player_id, lot_id, reserved FROM lot_N WHERE reserved <> 0) l
+		FULL JOIN (SELECT o.ns, o.player_id, o.lot_id, -sum(o.amount) AS reserved FROM op_N o
+				JOIN trx_N t ON t.trx_id = o.trx_id AND t.ns = o.ns AND t.player_id = o.player_id
+				WHERE t.status = 'pending' AND o.kind = 'consume' GROUP BY 1, 2, 3) h
+			ON h.ns = l.ns AND h.player_id = l.player_id AND h.lot_id = l.lot_id
+		WHERE l.reserved IS DISTINCT FROM h.reserved`},
+	// The bounds of coffer.BalanceMax and coffer.LotsMax, per player and
+	// currency; sums in numeric, which never overflows.
+	{"balance above its bound", `SELECT ns, player_id, currency, sum(amount), sum(reserved) FROM lot_N
+		GROUP BY 1, 2, 3 HAVING sum(amount) + sum(reserved) > ` + strconv.FormatInt(int64(coffer.BalanceMax), 10)},
+	{"too many lots", `SELECT ns, player_id, currency, count(*) FROM lot_N WHERE amount > 0 OR reserved > 0
+		GROUP BY 1, 2, 3 HAVING count(*) > ` + strconv.Itoa(coffer.LotsMax)},
 	{"lot differs from its ops", `SELECT COALESCE(l.ns, o.ns), COALESCE(l.player_id, o.player_id), COALESCE(l.lot_id, o.lot_id),
 			l.amount, o.total
 		FROM lot_N l FULL JOIN (SELECT ns, player_id, lot_id, sum(amount) AS total FROM op_N GROUP BY 1, 2, 3) o

@@ -106,6 +106,7 @@ var codeOf = map[coffer.Code]codes.Code{
 	coffer.CodePermissionDenied:    codes.PermissionDenied,
 	coffer.CodeNotFound:            codes.NotFound,
 	coffer.CodeInsufficientFunds:   codes.FailedPrecondition,
+	coffer.CodeTooManyLots:         codes.FailedPrecondition,
 	coffer.CodeIdempotencyConflict: codes.AlreadyExists,
 	coffer.CodeHoldNotPending:      codes.FailedPrecondition,
 	coffer.CodeHoldExpired:         codes.FailedPrecondition,

@@ -18,6 +18,7 @@ var statusOf = map[coffer.Code]int{
 	coffer.CodePermissionDenied:    http.StatusForbidden,
 	coffer.CodeNotFound:            http.StatusNotFound,
 	coffer.CodeInsufficientFunds:   http.StatusConflict,
+	coffer.CodeTooManyLots:         http.StatusConflict,
 	coffer.CodeIdempotencyConflict: http.StatusConflict,
 	coffer.CodeHoldNotPending:      http.StatusConflict,
 	coffer.CodeHoldExpired:         http.StatusConflict,

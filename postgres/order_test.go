@@ -148,3 +148,38 @@ func TestMigrationKeepsTheOrderOfExistingRows(t *testing.T) {
 		t.Fatalf("gold at the change's time: %+v %v; want 75", b, err)
 	}
 }
+
+// TestMigrationReservesWhatPendingHoldsTook: V0009 sets each lot's
+// reservation from the pending holds that took from it, so that a hold
+// begun before it rolls back onto its lots (and one finished is left
+// alone).
+func TestMigrationReservesWhatPendingHoldsTook(t *testing.T) {
+	e := newEnvAt(t, 8, pgtest.Server(t, 0), pgtest.Server(t, 1))
+	const p = 51
+	id := e.router.Map().ShardOf(p)
+	t0 := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	for _, sql := range []string{
+		`INSERT INTO balance_N VALUES (1, $1, 3, $2, 7)`,
+		`INSERT INTO lot_N VALUES (1, $1, 9, 1, false, 60, NULL, 0, $2, 10)`,
+		`INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason,
+				hold_expires_at, version, pos)
+			VALUES (1, $1, $2, 10, 7, 'a', '', 'change', 'committed', '', NULL, 1, 1),
+				(1, $1, $2 + interval '1 second', 11, 7, 'h', '', 'hold', 'pending', '', now() + interval '1 hour', 2, 3),
+				(1, $1, $2 + interval '2 second', 12, 7, 'c', '', 'hold', 'committed', '', now() + interval '1 hour', 3, 5)`,
+		`INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, pos)
+			VALUES (10, 0, 1, $1, 1, 9, 'grant', 'change', 100, false, 100, 0, $2, 2),
+				(11, 0, 1, $1, 1, 9, 'consume', 'change', -30, false, 70, 0, $2 + interval '1 second', 4),
+				(12, 0, 1, $1, 1, 9, 'consume', 'change', -10, false, 60, 0, $2 + interval '2 second', 6)`,
+	} {
+		_, err := e.router.Shard(id).Exec(ctx, strings.ReplaceAll(sql, "_N", fmt.Sprintf("_%d", id)), p, t0)
+		must(t, err)
+	}
+	migrateTo(t, e.router.Map(), -1)
+	r, _, err := e.store.Rollback(ctx, scope(p, "h"))
+	if err != nil || r.Balances[0].Total != 90 {
+		t.Fatalf("rollback of a hold begun before V0009: %+v %v", r, err)
+	}
+	if b := e.balance(p, "gold"); b.Total != 90 {
+		t.Fatalf("gold = %+v, want 90", b)
+	}
+}

@@ -8,7 +8,7 @@ import (
 // number, so each shard has its own text (and prepared statements).
 type queries struct {
 	lockPlayer, nextIDs, setPos            string
-	lots, lotsIn, lotsByID, trxByKey       string
+	lots, lotsIn, trxByKey                 string
 	insertTrx, finishHold, grantTrx        string
 	insertOps, insertLots                  string
 	updateLots, balancesNow, balancesAt    string
@@ -19,6 +19,9 @@ type queries struct {
 	// idempotencyIndex names the unique index of trx keys.
 	idempotencyIndex string
 }
+
+// lotColumns are read by scanLots, in this order.
+const lotColumns = `lot_id, currency, paid, amount, reserved, expires_at, priority, created_at`
 
 // trxColumns are read by scanTrx, in this order; ops come as a JSON array.
 const trxColumns = `t.trx_id, t.idempotency_key, t.kind, t.status, t.reason, t.meta, t.created_at,
@@ -45,15 +48,15 @@ func newQueries(id coffer.ShardID) *queries {
 		setPos:         n(`UPDATE balance_N SET pos = $3 WHERE ns = $1 AND player_id = $2`),
 		lockPlayerSkip: n(`SELECT 1 FROM balance_N WHERE ns = $1 AND player_id = $2 FOR UPDATE SKIP LOCKED`),
 		nextIDs:        n(`SELECT nextval('id_seq_N') FROM generate_series(1, $1)`),
-		lots: n(`SELECT lot_id, currency, paid, amount, expires_at, priority FROM lot_N
-			WHERE ns = $1 AND player_id = $2 AND amount > 0`),
+		// A write reads the held lots: those with an amount, and those
+		// a pending hold reserves from, which its rollback returns to.
+		lots: n(`SELECT ` + lotColumns + ` FROM lot_N
+			WHERE ns = $1 AND player_id = $2 AND (amount > 0 OR reserved > 0)`),
 		// A write reads only the currencies it touches (the lot key leads
 		// with them): reading every lot made its cost grow with each
 		// currency the player ever held.
-		lotsIn: n(`SELECT lot_id, currency, paid, amount, expires_at, priority FROM lot_N
-			WHERE ns = $1 AND player_id = $2 AND currency = ANY($3) AND amount > 0`),
-		lotsByID: n(`SELECT lot_id, currency, paid, amount, expires_at, priority FROM lot_N
-			WHERE ns = $1 AND player_id = $2 AND lot_id = ANY($3)`),
+		lotsIn: n(`SELECT ` + lotColumns + ` FROM lot_N
+			WHERE ns = $1 AND player_id = $2 AND currency = ANY($3) AND (amount > 0 OR reserved > 0)`),
 		trxByKey: n(`SELECT ` + trxColumns + ` FROM trx_N t
 			WHERE t.ns = $1 AND t.player_id = $2 AND t.emitter = $3 AND t.idempotency_key = $4`),
 		trxOpsColumns:    n(trxColumns),
@@ -61,7 +64,7 @@ func newQueries(id coffer.ShardID) *queries {
 		insertTrx: n(`INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
 			kind, status, reason, meta, hold_expires_at, pending_grants, version, pos)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`),
-		grantTrx: n(`SELECT * FROM grant_trx_N($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`),
+		grantTrx: n(`SELECT * FROM grant_trx_N($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`),
 		finishHold: n(`UPDATE trx_N SET status = $5, version = $6, finished_at = $7
 			WHERE ns = $1 AND player_id = $2 AND created_at = $3 AND trx_id = $4`),
 		// A trx of one op moving one lot is the common case: single-row
@@ -73,7 +76,7 @@ func newQueries(id coffer.ShardID) *queries {
 			VALUES ($4, $5, $1, $2, $6, $7, $8, $9, $10, $11, $12, $13, $3, $14, $15)`),
 		insertLot: n(`INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, expires_at, priority, created_at, trx_id)
 			VALUES ($1, $2, $5, $6, $7, $8, $9, $10, $3, $4)`),
-		updateLot: n(`UPDATE lot_N SET amount = $5 WHERE ns = $1 AND player_id = $2 AND currency = $3 AND lot_id = $4`),
+		updateLot: n(`UPDATE lot_N SET amount = $5, reserved = $6 WHERE ns = $1 AND player_id = $2 AND currency = $3 AND lot_id = $4`),
 		insertOps: n(`INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
 			balance_after, paid_after, created_at, purchase, pos)
 			SELECT u.trx_id, u.seq, $1, $2, u.currency, u.lot_id, u.kind::op_kind, u.cause::op_cause, u.amount, u.paid,
@@ -85,8 +88,8 @@ func newQueries(id coffer.ShardID) *queries {
 			SELECT $1, $2, u.lot_id, u.currency, u.paid, u.amount, u.expires_at, u.priority, $3, $4
 			FROM unnest($5::bigint[], $6::int[], $7::bool[], $8::bigint[], $9::timestamptz[], $10::int[])
 				AS u(lot_id, currency, paid, amount, expires_at, priority)`),
-		updateLots: n(`UPDATE lot_N l SET amount = u.amount
-			FROM unnest($3::int[], $4::bigint[], $5::bigint[]) AS u(currency, lot_id, amount)
+		updateLots: n(`UPDATE lot_N l SET amount = u.amount, reserved = u.reserved
+			FROM unnest($3::int[], $4::bigint[], $5::bigint[], $6::bigint[]) AS u(currency, lot_id, amount, reserved)
 			WHERE l.ns = $1 AND l.player_id = $2 AND l.currency = u.currency AND l.lot_id = u.lot_id`),
 		// One snapshot for the version and the lots: a cached balance is
 		// never paired with another version.

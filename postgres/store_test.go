@@ -730,10 +730,14 @@ func TestSameKeyInParallelAppliesOnce(t *testing.T) {
 // report each kind of damage.
 func TestAuditFindsDamage(t *testing.T) {
 	cases := map[string]string{
-		"lot differs from its ops":     "UPDATE lot_%d SET amount = amount + 1",
-		"balance_after chain broken":   "DELETE FROM op_%d WHERE seq = 0 AND kind = 'grant' AND amount = 5",
-		"balance differs from its ops": "INSERT INTO op_%[1]d SELECT trx_id, seq + 10, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, purchase, pos + 10 FROM op_%[1]d WHERE amount = 7",
-		"player order broken":          "UPDATE op_%d SET pos = pos - 1 WHERE amount = 7",
+		"lot differs from its ops":                   "UPDATE lot_%d SET amount = amount + 1",
+		"balance_after chain broken":                 "DELETE FROM op_%d WHERE seq = 0 AND kind = 'grant' AND amount = 5",
+		"balance differs from its ops":               "INSERT INTO op_%[1]d SELECT trx_id, seq + 10, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, purchase, pos + 10 FROM op_%[1]d WHERE amount = 7",
+		"player order broken":                        "UPDATE op_%d SET pos = pos - 1 WHERE amount = 7",
+		"lot reservation differs from pending holds": "UPDATE lot_%d SET reserved = 3",
+		"balance above its bound":                    "UPDATE lot_%d SET reserved = 1000000000000000000",
+		"too many lots": "INSERT INTO lot_%[1]d SELECT ns, player_id, lot_id + i, currency, paid, 1, expires_at, priority, created_at, trx_id, 0 " +
+			"FROM lot_%[1]d, generate_series(1, 1000) AS i",
 	}
 	for check, damage := range cases {
 		t.Run(check, func(t *testing.T) {

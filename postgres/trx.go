@@ -45,11 +45,16 @@ type storedOp struct {
 	Last bool `json:"f"`
 }
 
-func (s *Store) code(id coffer.CurrencyID) string {
+func (s *Store) code(id coffer.CurrencyID) string { return s.currency(id).Code }
+
+// currency is the configured currency of id, or one named "unknown" for a
+// currency the configuration no longer lists: rows in it stay readable,
+// and a pending hold in it can still finish.
+func (s *Store) currency(id coffer.CurrencyID) *coffer.Currency {
 	if c, ok := s.catalog.CurrencyByID(id); ok {
-		return c.Code
+		return c
 	}
-	return "unknown"
+	return &coffer.Currency{ID: id, Code: "unknown", SpendOrder: coffer.DefaultSpendOrder}
 }
 
 // scanTrx reads one row of trxColumns.
@@ -127,10 +132,12 @@ func scanLots(rows pgx.Rows, book *coffer.Book) error {
 	defer rows.Close()
 	for rows.Next() {
 		l := &coffer.BookLot{}
-		if err := rows.Scan(&l.ID, &l.Currency, &l.Paid, &l.Amount, &l.ExpiresAt, &l.Priority); err != nil {
+		if err := rows.Scan(&l.ID, &l.Currency, &l.Paid, &l.Amount, &l.Reserved, &l.ExpiresAt, &l.Priority, &l.CreatedAt); err != nil {
 			return err
 		}
-		book.Lots = append(book.Lots, l)
+		if err := book.Add(l); err != nil {
+			return err
+		}
 	}
 	return rows.Err()
 }
@@ -213,18 +220,22 @@ func purchaseJSON(p *coffer.Purchase) []byte {
 
 // queueLotWrites inserts the book's new lots and updates its changed ones.
 func queueLotWrites(b *pgx.Batch, t *playerTx, book *coffer.Book, trxID int64) {
-	var newIDs, newAmounts, updIDs, updAmounts []int64
+	var newIDs, newAmounts, updIDs, updAmounts, updReserved []int64
 	var newCur, newPrio, updCur []int32
 	var newPaid []bool
 	var newExp []*time.Time
-	for _, l := range book.Lots {
+	for _, l := range book.Lots() {
 		switch {
 		case l.New:
+			// A new lot reserves nothing (the column's default): it comes
+			// from a grant, and a hold's begin, the one write that
+			// reserves, grants nothing.
 			newIDs, newAmounts = append(newIDs, l.ID), append(newAmounts, int64(l.Amount))
 			newCur, newPrio = append(newCur, int32(l.Currency)), append(newPrio, l.Priority)
 			newPaid, newExp = append(newPaid, l.Paid), append(newExp, l.ExpiresAt)
 		case l.Changed:
-			updCur, updIDs, updAmounts = append(updCur, int32(l.Currency)), append(updIDs, l.ID), append(updAmounts, int64(l.Amount))
+			updCur, updIDs = append(updCur, int32(l.Currency)), append(updIDs, l.ID)
+			updAmounts, updReserved = append(updAmounts, int64(l.Amount)), append(updReserved, int64(l.Reserved))
 		}
 	}
 	switch len(newIDs) {
@@ -237,9 +248,9 @@ func queueLotWrites(b *pgx.Batch, t *playerTx, book *coffer.Book, trxID int64) {
 	switch len(updIDs) {
 	case 0:
 	case 1:
-		b.Queue(t.q.updateLot, t.ns, t.player, updCur[0], updIDs[0], updAmounts[0])
+		b.Queue(t.q.updateLot, t.ns, t.player, updCur[0], updIDs[0], updAmounts[0], updReserved[0])
 	default:
-		b.Queue(t.q.updateLots, t.ns, t.player, updCur, updIDs, updAmounts)
+		b.Queue(t.q.updateLots, t.ns, t.player, updCur, updIDs, updAmounts, updReserved)
 	}
 }
 

@@ -38,7 +38,7 @@ func (s *Store) planChange(ctx context.Context, v coffer.ValidChange) (coffer.Tr
 		for _, op := range v.Ops {
 			switch {
 			case op.Amount < 0:
-				taken, _, err := book.Consume(op.Currency, -op.Amount, coffer.CauseChange)
+				taken, _, err := book.Consume(op.Currency, -op.Amount, coffer.CauseChange, req.Hold)
 				if err != nil {
 					return coffer.Trx{}, nil, nil, err
 				}
@@ -47,7 +47,7 @@ func (s *Store) planChange(ctx context.Context, v coffer.ValidChange) (coffer.Tr
 				pending = append(pending, pendingGrant{Currency: op.Currency.ID, Amount: op.Amount, Paid: op.Paid,
 					ExpiresAt: op.ExpiresAt, Priority: op.Priority, Purchase: op.Purchase})
 			default:
-				g, err := book.Grant(op.Currency.ID, op.Amount, op.Paid, op.ExpiresAt, op.Priority, op.Purchase, coffer.CauseChange)
+				g, err := book.Grant(op.Currency, op.Amount, op.Paid, op.ExpiresAt, op.Priority, op.Purchase, coffer.CauseChange)
 				if err != nil {
 					return coffer.Trx{}, nil, nil, err
 				}
@@ -165,9 +165,10 @@ func metaJSON(meta json.RawMessage) []byte {
 // grant_trx_N: the lock, the plan and the writes run in the database, so
 // the write costs one round trip and an implicit transaction, where
 // writeTrx costs two. The function writes the rows Book.Grant plans; where
-// that plan would do more (a due expiry to record first) or fail (an
-// overflow), it raises CF001 having written nothing, and the service
-// plans the write (planChange).
+// that plan would do more (a due expiry to record first) or may fail (near
+// a bound: the balance past coffer.BalanceMax, a lot beyond
+// coffer.LotsMax), it raises CF001 having written nothing, and the service
+// plans the write (planChange), which decides.
 func (s *Store) grantTrx(ctx context.Context, v coffer.ValidChange) (coffer.Trx, bool, error) {
 	var out coffer.Trx
 	var replayed, planHere bool
@@ -178,7 +179,7 @@ func (s *Store) grantTrx(ctx context.Context, v coffer.ValidChange) (coffer.Trx,
 		var id int64
 		err := t.conn.QueryRow(t.ctx, t.q.grantTrx, t.ns, t.player, sc.Emitter, sc.IdempotencyKey, v.Hash,
 			v.Reason, metaJSON(v.Meta), int32(g.Currency.ID), int64(g.Amount), g.Paid, g.ExpiresAt, g.Priority,
-			purchaseJSON(g.Purchase)).Scan(&id, &op.LotID, &t.version, &t.now, &op.BalanceAfter, &op.PaidAfter)
+			purchaseJSON(g.Purchase), int64(coffer.BalanceMax), coffer.LotsMax).Scan(&id, &op.LotID, &t.version, &t.now, &op.BalanceAfter, &op.PaidAfter)
 		var pg *pgconn.PgError
 		switch {
 		case errors.As(err, &pg) && pg.Code == "CF001":
@@ -214,7 +215,7 @@ func (s *Store) Exchange(ctx context.Context, req coffer.ExchangeRequest) (coffe
 		if v.To.Paid {
 			cause = coffer.CauseExchange
 		}
-		ops, paidTaken, err := book.Consume(v.From, v.Amount, cause)
+		ops, paidTaken, err := book.Consume(v.From, v.Amount, cause, false)
 		if err != nil {
 			return coffer.Trx{}, nil, nil, err
 		}
@@ -229,7 +230,7 @@ func (s *Store) Exchange(ctx context.Context, req coffer.ExchangeRequest) (coffe
 			if part.amount == 0 {
 				continue
 			}
-			g, err := book.Grant(v.To.ID, part.amount, part.paid, nil, 0, nil, coffer.CauseExchange)
+			g, err := book.Grant(v.To, part.amount, part.paid, nil, 0, nil, coffer.CauseExchange)
 			if err != nil {
 				return coffer.Trx{}, nil, nil, err
 			}
@@ -286,12 +287,9 @@ func (s *Store) finishHold(ctx context.Context, sc coffer.Scope, commit, sweep b
 		expired := book.Expire()
 		status := coffer.StatusCommitted
 		if commit && !expiredNow {
-			for _, g := range h.pendingGrants {
-				op, err := book.Grant(g.Currency, g.Amount, g.Paid, g.ExpiresAt, g.Priority, g.Purchase, coffer.CauseChange)
-				if err != nil {
-					return err
-				}
-				ops = append(ops, op)
+			var err error
+			if ops, err = s.commit(book, h); err != nil {
+				return err
 			}
 		} else {
 			status = coffer.StatusRolledBack
@@ -299,7 +297,7 @@ func (s *Store) finishHold(ctx context.Context, sc coffer.Scope, commit, sweep b
 				status = coffer.StatusExpired
 			}
 			var err error
-			if ops, err = s.release(t, book, h); err != nil {
+			if ops, err = release(book, h); err != nil {
 				return err
 			}
 			if commit {
@@ -375,29 +373,30 @@ func settledOps(ops []coffer.Op) []coffer.Op {
 	return out
 }
 
-// release returns each consume of hold h to its lot, loading lots that
-// are empty now (the batch read only lots with an amount).
-func (s *Store) release(t *playerTx, book *coffer.Book, h *storedTrx) ([]coffer.BookOp, error) {
-	have := map[int64]bool{}
-	for _, l := range book.Lots {
-		have[l.ID] = true
-	}
-	var missing []int64
+// commit settles each reservation of hold h on its lot and applies its
+// grants.
+func (s *Store) commit(book *coffer.Book, h *storedTrx) ([]coffer.BookOp, error) {
 	for _, o := range h.Ops {
-		if o.Kind == coffer.OpConsume && !have[o.LotID] {
-			missing = append(missing, o.LotID)
-			have[o.LotID] = true
+		if o.Kind == coffer.OpConsume {
+			if err := book.Settle(o.LotID, -o.Amount); err != nil {
+				return nil, err
+			}
 		}
 	}
-	if len(missing) > 0 {
-		rows, err := t.conn.Query(t.ctx, t.q.lotsByID, t.ns, t.player, missing)
+	var ops []coffer.BookOp
+	for _, g := range h.pendingGrants {
+		op, err := book.Grant(s.currency(g.Currency), g.Amount, g.Paid, g.ExpiresAt, g.Priority, g.Purchase, coffer.CauseChange)
 		if err != nil {
 			return nil, err
 		}
-		if err := scanLots(rows, book); err != nil {
-			return nil, err
-		}
+		ops = append(ops, op)
 	}
+	return ops, nil
+}
+
+// release returns each reservation of hold h to its lot. The lots were
+// read with the player's (a lot a pending hold reserves from is held).
+func release(book *coffer.Book, h *storedTrx) ([]coffer.BookOp, error) {
 	var ops []coffer.BookOp
 	for _, o := range h.Ops {
 		if o.Kind != coffer.OpConsume {
