@@ -5,14 +5,17 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Violation is one broken invariant.
@@ -22,19 +25,28 @@ type Violation struct {
 	Detail string         `json:"detail"`
 }
 
+// Failure is a check that could not run on a shard (the database is down,
+// say); the checks after it ran all the same.
+type Failure struct {
+	Shard coffer.ShardID `json:"shard"`
+	Check string         `json:"check"`
+	Error string         `json:"error"`
+}
+
 // Report is the result of a check of all shards.
 type Report struct {
 	Shards     int         `json:"shards"`
 	Violations []Violation `json:"violations"`
+	Failures   []Failure   `json:"failures"`
 	// Totals is the sum of all lots per namespace and currency id
-	// ("ns/currency"), across shards.
-	Totals map[string]coffer.Amount `json:"totals"`
+	// ("ns/currency"), across shards and players: it may pass int64.
+	Totals map[string]*big.Int `json:"totals"`
 	// Reserved is the amount held by pending holds, per "ns/currency".
-	Reserved map[string]coffer.Amount `json:"reserved"`
+	Reserved map[string]*big.Int `json:"reserved"`
 }
 
-// Clean tells whether no invariant is broken.
-func (r Report) Clean() bool { return len(r.Violations) == 0 }
+// Clean tells whether no invariant is broken and every check ran.
+func (r Report) Clean() bool { return len(r.Violations) == 0 && len(r.Failures) == 0 }
 
 // Checker checks the shards of a router.
 type Checker struct {
@@ -78,9 +90,11 @@ var checks = []check{
 		FULL JOIN (SELECT ns, player_id, currency, sum(amount) AS total FROM op_N GROUP BY 1, 2, 3) o
 			ON o.ns = l.ns AND o.player_id = l.player_id AND o.currency = l.currency
 		WHERE l.total IS DISTINCT FROM o.total`},
+	// In numeric: the damage the chain check looks for includes sums that
+	// wrapped, and a bigint sum of them would stop the check.
 	{"balance_after chain broken", `SELECT ns, player_id, currency, trx_id, seq, prev, amount, balance_after FROM (
-			SELECT ns, player_id, currency, trx_id, seq, amount, paid, balance_after, paid_after,
-				lag(balance_after, 1, 0::bigint) OVER w AS prev, lag(paid_after, 1, 0::bigint) OVER w AS prev_paid
+			SELECT ns, player_id, currency, trx_id, seq, amount::numeric, paid, balance_after, paid_after,
+				(lag(balance_after, 1, 0::bigint) OVER w)::numeric AS prev, (lag(paid_after, 1, 0::bigint) OVER w)::numeric AS prev_paid
 			FROM op_N WINDOW w AS (PARTITION BY ns, player_id, currency ORDER BY pos)) x
 		WHERE balance_after <> prev + amount OR paid_after <> prev_paid + CASE WHEN paid THEN amount ELSE 0 END
 			OR balance_after < 0 OR paid_after < 0 OR paid_after > balance_after`},
@@ -104,71 +118,86 @@ var checks = []check{
 const staleHolds = `SELECT ns, player_id, idempotency_key, hold_expires_at FROM trx_N
 	WHERE status = 'pending' AND hold_expires_at < now() - make_interval(secs => $1)`
 
-const totals = `SELECT ns, currency, sum(amount) FROM lot_N GROUP BY 1, 2`
+// Sums in numeric, read as text: they may pass int64.
+const totals = `SELECT ns, currency, sum(amount)::text FROM lot_N GROUP BY 1, 2`
 
-const reserved = `SELECT o.ns, o.currency, -sum(o.amount) FROM op_N o JOIN trx_N t ON t.trx_id = o.trx_id
+const reserved = `SELECT o.ns, o.currency, (-sum(o.amount))::text FROM op_N o JOIN trx_N t ON t.trx_id = o.trx_id
 	WHERE t.status = 'pending' AND o.kind = 'consume' GROUP BY 1, 2`
 
 // violationsMax bounds the rows reported per check and shard.
 const violationsMax = 100
 
-// Check runs every check on every shard. An error means a shard could not
-// be checked; violations are in the report.
+// Check runs every check on every shard. A check that cannot run is a
+// Failure in the report, and the rest run all the same; the error joins
+// the failures. Violations are in the report.
 func (c *Checker) Check(ctx context.Context) (Report, error) {
-	r := Report{Shards: c.Router.Map().ShardCount(), Violations: []Violation{},
-		Totals: map[string]coffer.Amount{}, Reserved: map[string]coffer.Amount{}}
+	r := Report{Shards: c.Router.Map().ShardCount(), Violations: []Violation{}, Failures: []Failure{},
+		Totals: map[string]*big.Int{}, Reserved: map[string]*big.Int{}}
 	for sh := 0; sh < r.Shards; sh++ {
 		id := coffer.ShardID(sh)
-		before := len(r.Violations)
-		if err := c.checkShard(ctx, id, &r); err != nil {
-			return r, fmt.Errorf("shard %d: %w", id, err)
-		}
+		violations, failures := len(r.Violations), len(r.Failures)
+		c.checkShard(ctx, id, &r)
 		if c.Progress != nil {
-			fmt.Fprintf(c.Progress, "shard %d: %d violations\n", id, len(r.Violations)-before)
+			fmt.Fprintf(c.Progress, "shard %d: %d violations", id, len(r.Violations)-violations)
+			if n := len(r.Failures) - failures; n > 0 {
+				fmt.Fprintf(c.Progress, ", %d checks could not run", n)
+			}
+			fmt.Fprintln(c.Progress)
 		}
 	}
-	return r, nil
+	var errs []error
+	for _, f := range r.Failures {
+		errs = append(errs, fmt.Errorf("shard %d: %s: %s", f.Shard, f.Check, f.Error))
+	}
+	return r, errors.Join(errs...)
 }
 
-func (c *Checker) checkShard(ctx context.Context, id coffer.ShardID, r *Report) error {
-	pool := c.Router.Shard(id)
+func (c *Checker) checkShard(ctx context.Context, id coffer.ShardID, r *Report) {
 	sfx := fmt.Sprintf("_%d", id)
-	for _, ch := range checks {
-		if err := c.collect(ctx, id, ch.name, strings.ReplaceAll(ch.sql, "_N", sfx), r); err != nil {
-			return err
+	fail := func(check string, err error) {
+		if err != nil {
+			r.Failures = append(r.Failures, Failure{Shard: id, Check: check, Error: err.Error()})
 		}
 	}
-	if err := c.collect(ctx, id, "pending hold past its TTL", strings.ReplaceAll(staleHolds, "_N", sfx), r, c.HoldGrace.Seconds()); err != nil {
+	for _, ch := range checks {
+		fail(ch.name, c.collect(ctx, id, ch.name, strings.ReplaceAll(ch.sql, "_N", sfx), r))
+	}
+	name := "pending hold past its TTL"
+	fail(name, c.collect(ctx, id, name, strings.ReplaceAll(staleHolds, "_N", sfx), r, c.HoldGrace.Seconds()))
+	fail("totals", c.sum(ctx, id, strings.ReplaceAll(totals, "_N", sfx), r.Totals))
+	fail("reserved", c.sum(ctx, id, strings.ReplaceAll(reserved, "_N", sfx), r.Reserved))
+}
+
+// sum adds the per "ns/currency" sums sql reads, as text, to m.
+func (c *Checker) sum(ctx context.Context, id coffer.ShardID, sql string, m map[string]*big.Int) error {
+	rows, err := c.Router.Shard(id).Query(ctx, sql)
+	if err != nil {
 		return err
 	}
-	for _, agg := range []struct {
-		sql string
-		m   map[string]coffer.Amount
-	}{{totals, r.Totals}, {reserved, r.Reserved}} {
-		rows, err := pool.Query(ctx, strings.ReplaceAll(agg.sql, "_N", sfx))
-		if err != nil {
+	defer rows.Close()
+	for rows.Next() {
+		var ns, cur int64
+		var text string
+		if err := rows.Scan(&ns, &cur, &text); err != nil {
 			return err
 		}
-		for rows.Next() {
-			var ns, cur int64
-			var sum coffer.Amount
-			if err := rows.Scan(&ns, &cur, &sum); err != nil {
-				rows.Close()
-				return err
-			}
-			agg.m[fmt.Sprintf("%d/%d", ns, cur)] += sum
+		v, ok := new(big.Int).SetString(text, 10)
+		if !ok {
+			return fmt.Errorf("sum %q is not an integer", text)
 		}
-		if err := rows.Err(); err != nil {
-			return err
+		k := fmt.Sprintf("%d/%d", ns, cur)
+		if m[k] == nil {
+			m[k] = new(big.Int)
 		}
+		m[k].Add(m[k], v)
 	}
-	return nil
+	return rows.Err()
 }
 
 func (c *Checker) collect(ctx context.Context, id coffer.ShardID, name, sql string, r *Report, args ...any) error {
 	rows, err := c.Router.Shard(id).Query(ctx, sql+fmt.Sprintf(" LIMIT %d", violationsMax), args...)
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -178,9 +207,20 @@ func (c *Checker) collect(ctx context.Context, id coffer.ShardID, name, sql stri
 		}
 		parts := make([]string, len(vals))
 		for i, v := range vals {
-			parts[i] = fmt.Sprint(v)
+			parts[i] = text(v)
 		}
 		r.Violations = append(r.Violations, Violation{Shard: id, Check: name, Detail: strings.Join(parts, " ")})
 	}
 	return rows.Err()
+}
+
+// text is a column of a violation as people read it: numeric sums as
+// their digits.
+func text(v any) string {
+	if n, ok := v.(pgtype.Numeric); ok {
+		if s, err := n.Value(); err == nil && s != nil {
+			return fmt.Sprint(s)
+		}
+	}
+	return fmt.Sprint(v)
 }

@@ -791,6 +791,17 @@ func TestShardDownIsUnavailableAndRecovers(t *testing.T) {
 		t.Fatalf("not refused fast: %v", err)
 	}
 	e.mustChange(up, "b", free("gold", 1))
+	// The audit checks every shard it reaches and reports each check it
+	// could not run, without stopping at the first.
+	r, err := (&audit.Checker{Router: e.router}).Check(ctx)
+	if err == nil || len(r.Violations) > 0 || len(r.Failures) == 0 || r.Totals["1/1"] == nil || r.Totals["1/1"].Int64() != 6 {
+		t.Fatalf("audit with a database down: %v\n%+v", err, r)
+	}
+	for _, f := range r.Failures {
+		if e.router.Map().DatabaseOf(f.Shard).Index != 1 {
+			t.Fatalf("a check failed on a shard that is up: %+v", f)
+		}
+	}
 	must(t, own.Start(ctx))
 	// Once the cooldown is over, the same key goes through.
 	deadline := time.Now().Add(shard.DownCooldown + 5*time.Second)

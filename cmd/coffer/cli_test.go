@@ -165,6 +165,41 @@ func TestAuditCommand(t *testing.T) {
 	}
 }
 
+// TestAuditGoesOnPastAWrappedBalance: a balance that wrapped past int64 on
+// one shard is a violation like any other, in numeric sums, and the audit
+// goes on to the shards after it; it stopped at the first sum that did
+// not fit a bigint, so the later shards went unchecked.
+func TestAuditGoesOnPastAWrappedBalance(t *testing.T) {
+	cfg := dbConfig(t, "")
+	if code, out, errOut := run(t, "migrate", "-c", cfg); code != 0 {
+		t.Fatalf("migrate: %s%s", out, errOut)
+	}
+	raw, _ := os.ReadFile(cfg)
+	var dbs []pgtest.DB // shards 0–1, then 2–3
+	for _, part := range strings.Split(string(raw), "name: ")[1:] {
+		dbs = append(dbs, pgtest.DB{Server: pgtest.Server(t, 0), Name: strings.TrimSuffix(strings.Fields(part)[0], ",")})
+	}
+	db := dbs[0]
+	db.Exec(t, `INSERT INTO lot_0 VALUES (1, 1, 1, 1, false, 9223372036854775807, NULL, 0, now(), 1),
+		(1, 1, 2, 1, false, 10, NULL, 0, now(), 1)`)
+	db.Exec(t, `INSERT INTO op_0 (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
+			balance_after, paid_after, created_at, pos)
+		VALUES (1, 0, 1, 1, 1, 1, 'grant', 'change', 9223372036854775807, false, 9223372036854775807, 0, now(), 1),
+			(1, 1, 1, 1, 1, 2, 'grant', 'change', 10, false, -9223372036854775799, 0, now(), 2)`)
+	dbs[1].Exec(t, "INSERT INTO lot_3 VALUES (1, 3, 1, 1, false, 10, NULL, 0, now(), 1)")
+	code, out, errOut := run(t, "audit", "-c", cfg)
+	for _, want := range []string{"VIOLATION shard 0: balance_after chain broken: 1 1 1 1 1 9223372036854775807 10 -9223372036854775799",
+		"VIOLATION shard 0: balance above its bound", "VIOLATION shard 3: lot differs from its ops",
+		"total ns/currency 1/1: 9223372036854775827 ", "4 shards checked"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	if code != 1 || strings.Contains(out, "NOT CHECKED") {
+		t.Fatalf("audit: code %d, want 1 with every check run\n%s%s", code, out, errOut)
+	}
+}
+
 func TestMigrateGenerate(t *testing.T) {
 	dir := t.TempDir()
 	code, out, errOut := run(t, "migrate", "-a", "generate", "-d", dir, "-g", "trx_shard_sql", "--name", "add_notes")
