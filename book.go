@@ -2,7 +2,6 @@ package coffer
 
 import (
 	"cmp"
-	"math"
 	"slices"
 	"time"
 )
@@ -123,13 +122,13 @@ func (b *Book) currency(id CurrencyID) *bookCurrency {
 // nothing is changed then.
 func (b *Book) set(l *BookLot, amount, reserved Amount) error {
 	c := b.currency(l.Currency)
-	total, ok1 := addAmount(c.total, amount-l.Amount)
+	total, ok1 := c.total.Add(amount - l.Amount)
 	paid, ok2 := c.paid, true
 	if l.Paid {
-		paid, ok2 = addAmount(c.paid, amount-l.Amount)
+		paid, ok2 = c.paid.Add(amount - l.Amount)
 	}
-	res, ok3 := addAmount(c.reserved, reserved-l.Reserved)
-	_, ok4 := addAmount(total, res)
+	res, ok3 := c.reserved.Add(reserved - l.Reserved)
+	_, ok4 := total.Add(res)
 	if !ok1 || !ok2 || !ok3 || !ok4 || amount < 0 || reserved < 0 || total < 0 || paid < 0 || res < 0 {
 		return Errorf(CodeInternal, "currency %d: lot %d to %d reserving %d leaves the sums out of range", l.Currency, l.ID, amount, reserved)
 	}
@@ -143,14 +142,6 @@ func (b *Book) set(l *BookLot, amount, reserved Amount) error {
 		c.held--
 	}
 	return nil
-}
-
-// addAmount is a + b, and false if it would overflow.
-func addAmount(a, b Amount) (Amount, bool) {
-	if (b > 0 && a > math.MaxInt64-b) || (b < 0 && a < math.MinInt64-b) {
-		return 0, false
-	}
-	return a + b, true
 }
 
 func (b *Book) live(l *BookLot) bool {

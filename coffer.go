@@ -5,6 +5,7 @@ package coffer
 
 import (
 	"encoding/json"
+	"math"
 	"time"
 )
 
@@ -27,6 +28,15 @@ type Emitter int32
 
 // Amount is a quantity of currency in minor units.
 type Amount int64
+
+// Add is a + b, and false if the sum would pass int64: every sum of the
+// ledger is checked, never wrapped.
+func (a Amount) Add(b Amount) (Amount, bool) {
+	if (b > 0 && a > math.MaxInt64-b) || (b < 0 && a < math.MinInt64-b) {
+		return 0, false
+	}
+	return a + b, true
+}
 
 // Limits of amounts and keys.
 const (

@@ -128,3 +128,18 @@ func TestLotsAreBounded(t *testing.T) {
 		t.Fatalf("silver after the sweep = %d", s.Total)
 	}
 }
+
+// TestBalanceReadNeverWraps: lots that no write allows, damaged to sum
+// past int64, make a balance read fail (internal), not answer a wrapped
+// balance.
+func TestBalanceReadNeverWraps(t *testing.T) {
+	e := newEnv(t)
+	const p = 62
+	e.mustChange(p, "a", paid("gold", 1, "o1"), paid("gold", 1, "o2"))
+	id := e.router.Map().ShardOf(p)
+	_, err := e.router.Shard(id).Exec(ctx, fmt.Sprintf(`UPDATE lot_%d SET amount = 4611686018427387904 WHERE player_id = %d`, id, p))
+	must(t, err)
+	e.damaged = true
+	_, err = e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: p})
+	wantCode(t, err, coffer.CodeInternal)
+}

@@ -85,12 +85,17 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 		}
 		bal := &out.Balances[i]
 		l.ID, l.Currency, l.Paid, l.Amount, l.Priority, l.CreatedAt = *lotID, bal.Currency, *paid, *amount, *prio, created.UTC()
-		bal.Total += l.Amount
+		part := &bal.Free
 		if l.Paid {
-			bal.Paid += l.Amount
-		} else {
-			bal.Free += l.Amount
+			part = &bal.Paid
 		}
+		total, ok1 := bal.Total.Add(l.Amount)
+		sum, ok2 := part.Add(l.Amount)
+		if !ok1 || !ok2 {
+			rows.Close()
+			return out, coffer.Errorf(coffer.CodeInternal, "%s: the balance passes int64, which no write allows: coffer audit says where the ledger is damaged", c.Code)
+		}
+		bal.Total, *part = total, sum
 		if q.Lots {
 			bal.Lots = append(bal.Lots, l)
 		}
