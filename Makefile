@@ -3,7 +3,7 @@
 GO := $(shell scripts/ensure-go.sh)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run test build deps lint generate clean
+.PHONY: run test fuzz build deps lint generate clean
 
 run: build
 	./bin/coffer dev
@@ -19,10 +19,24 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-# The dev test runs the curl example that `coffer dev` prints.
+# The dev test runs the curl example that `coffer dev` prints. Then every
+# fuzz target runs briefly.
 test: deps lint
 	@command -v curl >/dev/null 2>&1 || scripts/apt-install.sh curl
 	$(GO) test -count=1 -timeout 20m ./...
+	@$(MAKE) --no-print-directory fuzz
+
+# Runs every fuzz target for FUZZTIME (a few seconds in `make test`;
+# `make fuzz FUZZTIME=10m` for a longer search, docs/testing.md). A failing
+# input is written under the package's testdata/fuzz.
+FUZZTIME ?= 3s
+fuzz:
+	@for file in $$(grep -rl --include='*_test.go' '^func Fuzz' .); do \
+	  for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
+	    echo "fuzz $$target in $$(dirname $$file) for $(FUZZTIME)"; \
+	    $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s $$(dirname $$file) || exit 1; \
+	  done; \
+	done
 
 # Regenerates the Go code and the OpenAPI document from api/coffer/v1/wallet.proto.
 generate:

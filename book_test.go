@@ -246,7 +246,7 @@ func TestRequestHashIgnoresMetaWhitespace(t *testing.T) {
 	b, _ := cat.ValidateChange(req, time.Now())
 	req.Ops[0].Amount = 2
 	c, _ := cat.ValidateChange(req, time.Now())
-	if string(a.Hash) != string(b.Hash) || string(a.Hash) == string(c.Hash) {
+	if string(a.Hash.Sum) != string(b.Hash.Sum) || string(a.Hash.Sum) == string(c.Hash.Sum) {
 		t.Fatal("hash must ignore JSON whitespace and see the amount")
 	}
 }

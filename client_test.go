@@ -90,20 +90,27 @@ func TestNewClientsRejects(t *testing.T) {
 	}
 }
 
-func TestMetaCanonical(t *testing.T) {
-	for in, want := range map[string]string{
-		`{"b": 1, "a": {"d": [1, 2.50], "c": null}}`: `{"a":{"c":null,"d":[1,2.50]},"b":1}`,
-		`null`:                           ``,
-		`{"n": 12345678901234567890123}`: `{"n":12345678901234567890123}`,
+// TestAPIKey: the scheme is Bearer in any case, and required.
+func TestAPIKey(t *testing.T) {
+	for _, c := range []struct {
+		header []string
+		key    string
+	}{
+		{[]string{"Bearer k1"}, "k1"},
+		{[]string{"bearer k1"}, "k1"},
+		{[]string{"BEARER   k1 "}, "k1"},
+		{[]string{"k1"}, ""},
+		{[]string{"Basic k1"}, ""},
+		{[]string{"Bearerk1"}, ""},
+		{[]string{"Bearer "}, ""},
+		{[]string{"Bearer"}, ""},
+		{[]string{""}, ""},
+		{nil, ""},
+		{[]string{"Bearer k1", "Bearer k2"}, ""},
 	} {
-		got, err := checkReasonMeta("", []byte(in))
-		if err != nil || string(got) != want {
-			t.Errorf("%s: %s %v", in, got, err)
-		}
-	}
-	for _, in := range []string{`[1]`, `"x"`, `{"a":1} {}`, `{`} {
-		if _, err := checkReasonMeta("", []byte(in)); ErrorCode(err) != CodeInvalid {
-			t.Errorf("%s accepted", in)
+		key, err := APIKey(c.header)
+		if key != c.key || (c.key == "") != (ErrorCode(err) == CodeUnauthenticated) {
+			t.Errorf("%q: %q %v", c.header, key, err)
 		}
 	}
 }

@@ -48,8 +48,6 @@ const (
 	OpsMax = 64
 	// ReasonLenMax bounds the reason of a request, in bytes.
 	ReasonLenMax = 128
-	// MetaLenMax bounds the JSON meta of a request, in bytes.
-	MetaLenMax = 4096
 )
 
 // Bounds of what one player may hold and one trx may move, so that no sum

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"sort"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // BalanceQuery selects balances to read.
@@ -65,6 +67,52 @@ type RevenueLine struct {
 	Expired Amount `json:"expired"`
 	// Deferred is the paid currency outstanding at the end of the period.
 	Deferred Amount `json:"deferred"`
+}
+
+// Validate checks a balance query's ids and time. Errors:
+// invalid_argument.
+func (q BalanceQuery) Validate() error {
+	if q.Namespace <= 0 || q.PlayerID <= 0 {
+		return Errorf(CodeInvalid, "namespace and player_id must be > 0")
+	}
+	return checkOptTime("at", q.At)
+}
+
+// Validate checks a finlog query's ids, times, reason and limit (0 means
+// the default). Errors: invalid_argument.
+func (q FinlogQuery) Validate() error {
+	switch {
+	case q.Namespace <= 0 || q.PlayerID <= 0:
+		return Errorf(CodeInvalid, "namespace and player_id must be > 0")
+	case q.Limit < 0 || q.Limit > FinlogLimitMax:
+		return Errorf(CodeInvalid, "limit must be 1–%d", FinlogLimitMax)
+	case !utf8.ValidString(q.Reason) || strings.IndexByte(q.Reason, 0) >= 0:
+		return Errorf(CodeInvalid, "reason: must be UTF-8 without NUL")
+	}
+	if err := checkOptTime("from", q.From); err != nil {
+		return err
+	}
+	return checkOptTime("to", q.To)
+}
+
+// Validate checks a revenue query's namespace and period. Errors:
+// invalid_argument.
+func (q RevenueQuery) Validate() error {
+	if q.Namespace <= 0 || !q.From.Before(q.To) {
+		return Errorf(CodeInvalid, "namespace must be > 0 and from before to")
+	}
+	if err := checkTime("from", q.From); err != nil {
+		return err
+	}
+	return checkTime("to", q.To)
+}
+
+// checkOptTime checks a time a query may leave out.
+func checkOptTime(field string, t *time.Time) error {
+	if t == nil {
+		return nil
+	}
+	return checkTime(field, *t)
 }
 
 // Ledger is the money service. Implementations are safe for concurrent use.

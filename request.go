@@ -1,10 +1,9 @@
 package coffer
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -94,11 +93,12 @@ type ValidOp struct {
 }
 
 // ValidChange is a ChangeRequest checked against the catalog, with the hash
-// that identifies its payload for idempotency.
+// that identifies its payload for idempotency. Its Meta is in canonical
+// form and its HoldTTL resolved (the catalog's default for zero).
 type ValidChange struct {
 	ChangeRequest
 	Ops  []ValidOp
-	Hash []byte
+	Hash RequestHash
 }
 
 // Validate checks the scope's ids and idempotency key. Errors are
@@ -109,37 +109,40 @@ func (s Scope) Validate() error {
 		return Errorf(CodeInvalid, "namespace must be > 0")
 	case s.PlayerID <= 0:
 		return Errorf(CodeInvalid, "player_id must be > 0")
-	case len(s.IdempotencyKey) < 1 || len(s.IdempotencyKey) > IdempotencyKeyLenMax || !utf8.ValidString(s.IdempotencyKey):
-		return Errorf(CodeInvalid, "idempotency_key must be 1–%d bytes of UTF-8", IdempotencyKeyLenMax)
 	}
-	return nil
+	return checkText("idempotency_key", s.IdempotencyKey, 1, IdempotencyKeyLenMax)
 }
 
-// checkReasonMeta checks reason and meta and returns meta in canonical
-// form (compact, keys sorted, numbers as written), so that a retry whose
-// meta differs only in spacing or key order is the same payload, whichever
-// transport it came by.
-func checkReasonMeta(reason string, meta json.RawMessage) (json.RawMessage, error) {
-	if len(reason) > ReasonLenMax || !utf8.ValidString(reason) {
-		return nil, Errorf(CodeInvalid, "reason must be at most %d bytes of UTF-8", ReasonLenMax)
+// checkText checks a text field: min–max bytes of UTF-8 without NUL.
+// PostgreSQL's text cannot hold NUL, and a reader that repairs bad UTF-8
+// (as Go's encoding/json does, with U+FFFD) would make two different
+// fields one. Errors are invalid_argument.
+func checkText(field, s string, min, max int) error {
+	if len(s) >= min && len(s) <= max && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return nil
 	}
-	if len(meta) == 0 || string(meta) == "null" {
-		return nil, nil
+	if min == 0 {
+		return Errorf(CodeInvalid, "%s: must be at most %d bytes of UTF-8, without NUL", field, max)
 	}
-	if len(meta) > MetaLenMax {
-		return nil, Errorf(CodeInvalid, "meta must be at most %d bytes", MetaLenMax)
+	return Errorf(CodeInvalid, "%s: must be %d–%d bytes of UTF-8, without NUL", field, min, max)
+}
+
+// The times a request may carry lie in the years 0001–9999: what RFC 3339
+// writes and google.protobuf.Timestamp allows, so both transports can say
+// them, and what PostgreSQL stores exactly (a time beyond what the driver
+// encodes wrapped around, to 1970 and worse).
+var (
+	timeMin = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	timeMax = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// checkTime checks that t lies in the years 0001–9999. Errors are
+// invalid_argument.
+func checkTime(field string, t time.Time) error {
+	if t.Before(timeMin) || !t.Before(timeMax) {
+		return Errorf(CodeInvalid, "%s: must lie in the years 0001–9999", field)
 	}
-	dec := json.NewDecoder(bytes.NewReader(meta))
-	dec.UseNumber()
-	var obj map[string]any
-	if err := dec.Decode(&obj); err != nil || dec.More() || obj == nil {
-		return nil, Errorf(CodeInvalid, "meta must be a JSON object")
-	}
-	canonical, err := json.Marshal(obj)
-	if err != nil || len(canonical) > MetaLenMax {
-		return nil, Errorf(CodeInvalid, "meta must be a JSON object of at most %d bytes", MetaLenMax)
-	}
-	return canonical, nil
+	return nil
 }
 
 // ValidateChange checks a change against the catalog; now is the time
@@ -148,10 +151,14 @@ func (c *Catalog) ValidateChange(req ChangeRequest, now time.Time) (ValidChange,
 	if err := req.Scope.Validate(); err != nil {
 		return ValidChange{}, err
 	}
-	meta, err := checkReasonMeta(req.Reason, req.Meta)
+	if err := checkText("reason", req.Reason, 0, ReasonLenMax); err != nil {
+		return ValidChange{}, err
+	}
+	meta, err := canonicalMeta(req.Meta)
 	if err != nil {
 		return ValidChange{}, err
 	}
+	sent := req
 	req.Meta = meta
 	if len(req.Ops) == 0 || len(req.Ops) > OpsMax {
 		return ValidChange{}, Errorf(CodeInvalid, "ops: 1–%d ops required", OpsMax)
@@ -184,7 +191,7 @@ func (c *Catalog) ValidateChange(req ChangeRequest, now time.Time) (ValidChange,
 		}
 		v.Ops = append(v.Ops, vop)
 	}
-	v.Hash = hashRequest("change", req)
+	v.Hash = changeHash(v, sent.HoldTTL, sent.Meta)
 	return v, nil
 }
 
@@ -223,8 +230,13 @@ func (c *Catalog) validateOp(i int, op OpRequest, now time.Time) (ValidOp, error
 	default:
 		return ValidOp{}, Errorf(CodeInvalid, "ops[%d].kind: must be paid or free", i)
 	}
-	if op.ExpiresAt != nil && !op.ExpiresAt.After(now) {
-		return ValidOp{}, Errorf(CodeInvalid, "ops[%d].expires_at: must be in the future", i)
+	if op.ExpiresAt != nil {
+		if err := checkTime(fmt.Sprintf("ops[%d].expires_at", i), *op.ExpiresAt); err != nil {
+			return ValidOp{}, err
+		}
+		if !op.ExpiresAt.After(now) {
+			return ValidOp{}, Errorf(CodeInvalid, "ops[%d].expires_at: must be in the future", i)
+		}
 	}
 	return v, nil
 }
@@ -233,8 +245,8 @@ func checkPurchase(i int, p *Purchase) error {
 	switch {
 	case p == nil:
 		return Errorf(CodeInvalid, "ops[%d].purchase: a paid grant must carry its purchase", i)
-	case p.Store == "" || len(p.Store) > 64 || p.OrderID == "" || len(p.OrderID) > 128:
-		return Errorf(CodeInvalid, "ops[%d].purchase: store (≤64) and order_id (≤128) are required", i)
+	case checkText("store", p.Store, 1, 64) != nil || checkText("order_id", p.OrderID, 1, 128) != nil:
+		return Errorf(CodeInvalid, "ops[%d].purchase: store (1–64 bytes) and order_id (1–128 bytes) are required, UTF-8 without NUL", i)
 	case p.Price < 0:
 		return Errorf(CodeInvalid, "ops[%d].purchase.price: must be ≥ 0 minor units", i)
 	case len(p.Fiat) != 3 || p.Fiat[0] < 'A' || p.Fiat[0] > 'Z' || p.Fiat[1] < 'A' || p.Fiat[1] > 'Z' || p.Fiat[2] < 'A' || p.Fiat[2] > 'Z':
@@ -248,7 +260,7 @@ type ValidExchange struct {
 	ExchangeRequest
 	From, To *Currency
 	Rate     Rate
-	Hash     []byte
+	Hash     RequestHash
 }
 
 // ValidateExchange checks an exchange. The yield is checked at the
@@ -257,10 +269,14 @@ func (c *Catalog) ValidateExchange(req ExchangeRequest) (ValidExchange, error) {
 	if err := req.Scope.Validate(); err != nil {
 		return ValidExchange{}, err
 	}
-	meta, err := checkReasonMeta(req.Reason, req.Meta)
+	if err := checkText("reason", req.Reason, 0, ReasonLenMax); err != nil {
+		return ValidExchange{}, err
+	}
+	meta, err := canonicalMeta(req.Meta)
 	if err != nil {
 		return ValidExchange{}, err
 	}
+	sent := req
 	req.Meta = meta
 	from, ok1 := c.byCode[req.From]
 	to, ok2 := c.byCode[req.To]
@@ -278,19 +294,7 @@ func (c *Catalog) ValidateExchange(req ExchangeRequest) (ValidExchange, error) {
 	if !ok || total <= 0 || total > OpAmountMax {
 		return ValidExchange{}, Errorf(CodeInvalid, "amount: %d %s yields %d %s at %d:%d; must yield 1–%d", req.Amount, from.Code, total, to.Code, rate.Num, rate.Den, OpAmountMax)
 	}
-	return ValidExchange{ExchangeRequest: req, From: from, To: to, Rate: rate, Hash: hashRequest("exchange", req)}, nil
-}
-
-// hashRequest identifies a request's payload: the same key with another
-// payload is an idempotency conflict. JSON of Go structs is deterministic
-// (field order fixed), which is all the hash needs.
-func hashRequest(kind string, req any) []byte {
-	h := sha256.New()
-	h.Write([]byte(kind))
-	b, _ := json.Marshal(req)
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(b)))
-	h.Write(n[:])
-	h.Write(b)
-	return h.Sum(nil)[:16]
+	v := ValidExchange{ExchangeRequest: req, From: from, To: to, Rate: rate}
+	v.Hash = exchangeHash(v, sent.Meta)
+	return v, nil
 }

@@ -20,8 +20,9 @@ func (s *Server) BatchChange(ctx context.Context, req *cofferv1.BatchChangeReque
 	reqs := make([]coffer.ChangeRequest, len(req.Changes))
 	errs := make([]error, len(req.Changes))
 	for i, c := range req.Changes {
-		reqs[i], errs[i] = fromChangeRequest(ctx, &cofferv1.ChangeRequest{Namespace: req.Namespace, PlayerId: c.PlayerId,
-			IdempotencyKey: c.IdempotencyKey, Ops: c.Ops, Reason: c.Reason, Meta: c.Meta, Hold: c.Hold, HoldTtlSeconds: c.HoldTtlSeconds})
+		reqs[i], errs[i] = changeRequest(&cofferv1.ChangeRequest{Namespace: req.Namespace, PlayerId: c.PlayerId,
+			IdempotencyKey: c.IdempotencyKey, Ops: c.Ops, Reason: c.Reason, Meta: c.Meta, Hold: c.Hold, HoldTtlSeconds: c.HoldTtlSeconds},
+			scope(ctx, req.Namespace, c.PlayerId, c.IdempotencyKey))
 	}
 	results, err := coffer.BatchDecoded(ctx, s.Ledger, reqs, errs)
 	if err != nil {

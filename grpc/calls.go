@@ -2,18 +2,24 @@ package grpc
 
 import (
 	"context"
+	"time"
 
 	"github.com/cofferhq/coffer"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // GetBalances implements the rpc of the same name: a player's balances, now or at a past time.
 func (s *Server) GetBalances(ctx context.Context, req *cofferv1.GetBalancesRequest) (*cofferv1.Balances, error) {
+	at, err := optTime("at", req.At)
+	if err != nil {
+		return nil, err
+	}
 	b, err := s.Ledger.Balances(ctx, coffer.BalanceQuery{
 		Namespace: coffer.Namespace(req.Namespace), PlayerID: coffer.PlayerID(req.PlayerId),
-		Currency: req.Currency, At: optTime(req.At), Lots: req.Lots,
+		Currency: req.Currency, At: at, Lots: req.Lots,
 	})
 	if err != nil {
 		return nil, err
@@ -23,34 +29,12 @@ func (s *Server) GetBalances(ctx context.Context, req *cofferv1.GetBalancesReque
 
 // Change implements the rpc of the same name: a one-phase change or the begin of a hold.
 func (s *Server) Change(ctx context.Context, req *cofferv1.ChangeRequest) (*cofferv1.Trx, error) {
-	change, err := fromChangeRequest(ctx, req)
+	change, err := changeRequest(req, scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey))
 	if err != nil {
 		return nil, err
 	}
 	trx, replay, err := s.Ledger.Change(ctx, change)
 	return written(ctx, trx, replay, err)
-}
-
-// fromChangeRequest is a change of the calling client. Errors
-// (invalid_argument) are those of the fields read here; the domain
-// validates the rest.
-func fromChangeRequest(ctx context.Context, req *cofferv1.ChangeRequest) (coffer.ChangeRequest, error) {
-	meta, err := metaJSON(req.Meta)
-	if err != nil {
-		return coffer.ChangeRequest{}, err
-	}
-	ops := make([]coffer.OpRequest, len(req.Ops))
-	for i, op := range req.Ops {
-		ops[i] = fromOpRequest(op)
-	}
-	ttl, err := coffer.HoldTTL(req.HoldTtlSeconds)
-	if err != nil {
-		return coffer.ChangeRequest{}, err
-	}
-	return coffer.ChangeRequest{
-		Scope: scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey),
-		Ops:   ops, Reason: req.Reason, Meta: meta, Hold: req.Hold, HoldTTL: ttl,
-	}, nil
 }
 
 // Commit implements the rpc of the same name: applies a pending hold.
@@ -76,22 +60,23 @@ func (s *Server) GetTrx(ctx context.Context, req *cofferv1.TrxRequest) (*cofferv
 
 // Exchange implements the rpc of the same name.
 func (s *Server) Exchange(ctx context.Context, req *cofferv1.ExchangeRequest) (*cofferv1.Trx, error) {
-	meta, err := metaJSON(req.Meta)
+	exchange, err := exchangeRequest(req, scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey))
 	if err != nil {
 		return nil, err
 	}
-	trx, replay, err := s.Ledger.Exchange(ctx, coffer.ExchangeRequest{
-		Scope: scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey),
-		From:  req.From, To: req.To, Amount: coffer.Amount(req.Amount), Reason: req.Reason, Meta: meta,
-	})
+	trx, replay, err := s.Ledger.Exchange(ctx, exchange)
 	return written(ctx, trx, replay, err)
 }
 
 // Finlog implements the rpc of the same name: a page of a player's finlog.
 func (s *Server) Finlog(ctx context.Context, req *cofferv1.FinlogRequest) (*cofferv1.FinlogPage, error) {
+	from, to, err := period(req.From, req.To)
+	if err != nil {
+		return nil, err
+	}
 	q := coffer.FinlogQuery{
 		Namespace: coffer.Namespace(req.Namespace), PlayerID: coffer.PlayerID(req.PlayerId),
-		From: optTime(req.From), To: optTime(req.To), Currency: req.Currency, Reason: req.Reason,
+		From: from, To: to, Currency: req.Currency, Reason: req.Reason,
 		Limit: int(req.Limit), Cursor: req.Cursor,
 	}
 	switch req.Order {
@@ -118,11 +103,15 @@ func (s *Server) Finlog(ctx context.Context, req *cofferv1.FinlogRequest) (*coff
 
 // Revenue implements the rpc of the same name: the revenue report of a namespace.
 func (s *Server) Revenue(ctx context.Context, req *cofferv1.RevenueRequest) (*cofferv1.RevenueReport, error) {
-	if req.From == nil || req.To == nil {
+	from, to, err := period(req.From, req.To)
+	if err != nil {
+		return nil, err
+	}
+	if from == nil || to == nil {
 		return nil, coffer.Errorf(coffer.CodeInvalid, "from and to are required")
 	}
 	ns := coffer.Namespace(req.Namespace)
-	lines, err := s.Ledger.Revenue(ctx, coffer.RevenueQuery{Namespace: ns, From: req.From.AsTime(), To: req.To.AsTime(), Currency: req.Currency})
+	lines, err := s.Ledger.Revenue(ctx, coffer.RevenueQuery{Namespace: ns, From: *from, To: *to, Currency: req.Currency})
 	if err != nil {
 		return nil, err
 	}
@@ -139,6 +128,16 @@ func (s *Server) Revenue(ctx context.Context, req *cofferv1.RevenueRequest) (*co
 // GetStatus implements the rpc of the same name: the operators' view.
 func (s *Server) GetStatus(ctx context.Context, _ *cofferv1.StatusRequest) (*cofferv1.Status, error) {
 	return toStatusMessage(s.Status(ctx)), nil
+}
+
+// period reads the from and to of a query, either of which may be left out.
+func period(from, to *timestamppb.Timestamp) (*time.Time, *time.Time, error) {
+	f, err := optTime("from", from)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := optTime("to", to)
+	return f, t, err
 }
 
 func scope(ctx context.Context, ns int32, player int64, key string) coffer.Scope {

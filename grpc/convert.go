@@ -2,6 +2,9 @@ package grpc
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -11,12 +14,18 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-func optTime(ts *timestamppb.Timestamp) *time.Time {
+// optTime reads a timestamp a request may leave out. One that is not
+// valid (nanos out of range, or beyond the years 0001–9999) is
+// invalid_argument: AsTime would take it as some other time.
+func optTime(field string, ts *timestamppb.Timestamp) (*time.Time, error) {
 	if ts == nil {
-		return nil
+		return nil, nil
+	}
+	if err := ts.CheckValid(); err != nil {
+		return nil, coffer.Errorf(coffer.CodeInvalid, "%s: %v", field, err)
 	}
 	t := ts.AsTime()
-	return &t
+	return &t, nil
 }
 
 func optTimestamp(t *time.Time) *timestamppb.Timestamp {
@@ -26,8 +35,8 @@ func optTimestamp(t *time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(*t)
 }
 
-// metaJSON is a request's meta as JSON; the domain canonicalizes it, so the
-// same meta sent over HTTP and gRPC is the same payload.
+// metaJSON is a request's meta as JSON; the domain checks it and makes it
+// canonical, so the same meta sent over HTTP and gRPC is the same payload.
 func metaJSON(s *structpb.Struct) (json.RawMessage, error) {
 	if s == nil {
 		return nil, nil
@@ -39,13 +48,48 @@ func metaJSON(s *structpb.Struct) (json.RawMessage, error) {
 	return raw, nil
 }
 
-func fromOpRequest(op *cofferv1.OpRequest) coffer.OpRequest {
+// changeRequest is a Change rpc's request as the domain takes it; the
+// domain validates it, as it does what the HTTP transport decodes.
+func changeRequest(req *cofferv1.ChangeRequest, sc coffer.Scope) (coffer.ChangeRequest, error) {
+	meta, err := metaJSON(req.Meta)
+	if err != nil {
+		return coffer.ChangeRequest{}, err
+	}
+	ttl, err := coffer.HoldTTL(req.HoldTtlSeconds)
+	if err != nil {
+		return coffer.ChangeRequest{}, err
+	}
+	out := coffer.ChangeRequest{Scope: sc, Reason: req.Reason, Meta: meta, Hold: req.Hold, HoldTTL: ttl,
+		Ops: make([]coffer.OpRequest, len(req.Ops))}
+	for i, op := range req.Ops {
+		if out.Ops[i], err = fromOpRequest(i, op); err != nil {
+			return coffer.ChangeRequest{}, err
+		}
+	}
+	return out, nil
+}
+
+func fromOpRequest(i int, op *cofferv1.OpRequest) (coffer.OpRequest, error) {
+	expires, err := optTime(fmt.Sprintf("ops[%d].expires_at", i), op.ExpiresAt)
+	if err != nil {
+		return coffer.OpRequest{}, err
+	}
 	out := coffer.OpRequest{Currency: op.Currency, Amount: coffer.Amount(op.Amount), Kind: op.Kind,
-		ExpiresAt: optTime(op.ExpiresAt), Priority: op.Priority}
+		ExpiresAt: expires, Priority: op.Priority}
 	if p := op.Purchase; p != nil {
 		out.Purchase = &coffer.Purchase{Store: p.Store, OrderID: p.OrderId, Price: p.Price, Fiat: p.Fiat}
 	}
-	return out
+	return out, nil
+}
+
+// exchangeRequest is an Exchange rpc's request as the domain takes it.
+func exchangeRequest(req *cofferv1.ExchangeRequest, sc coffer.Scope) (coffer.ExchangeRequest, error) {
+	meta, err := metaJSON(req.Meta)
+	if err != nil {
+		return coffer.ExchangeRequest{}, err
+	}
+	return coffer.ExchangeRequest{Scope: sc, From: req.From, To: req.To, Amount: coffer.Amount(req.Amount),
+		Reason: req.Reason, Meta: meta}, nil
 }
 
 func toPurchase(p *coffer.Purchase) *cofferv1.Purchase {
@@ -76,10 +120,11 @@ func toTrx(t coffer.Trx) (*cofferv1.Trx, error) {
 	out := &cofferv1.Trx{Id: t.ID, IdempotencyKey: t.IdempotencyKey, Kind: string(t.Kind), Status: string(t.Status),
 		Reason: t.Reason, CreatedAt: timestamppb.New(t.CreatedAt), HoldExpiresAt: optTimestamp(t.HoldExpiresAt), Version: t.Version}
 	if len(t.Meta) > 0 {
-		out.Meta = &structpb.Struct{}
-		if err := protojson.Unmarshal(t.Meta, out.Meta); err != nil {
-			return nil, err
+		meta, err := coffer.ParseJSON(t.Meta, math.MaxInt)
+		if err != nil {
+			return nil, fmt.Errorf("trx %d: meta: %w", t.ID, err)
 		}
+		out.Meta = toValue(meta).GetStructValue()
 	}
 	for _, op := range t.Ops {
 		out.Ops = append(out.Ops, &cofferv1.Op{Currency: op.Currency, Amount: int64(op.Amount), Kind: string(op.Kind), Paid: op.Paid,
@@ -102,4 +147,33 @@ func toStatusMessage(st coffer.Status) *cofferv1.Status {
 		out.Databases = append(out.Databases, d)
 	}
 	return out
+}
+
+// toValue is a JSON value as a google.protobuf.Value. It cannot fail:
+// meta stored by this version is canonical, and its numbers are doubles;
+// a number stored before beyond the range of a double reads as ±Inf
+// (protojson would refuse the whole trx).
+func toValue(v *coffer.JSONValue) *structpb.Value {
+	switch v.Kind {
+	case coffer.JSONObject:
+		s := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(v.Names))}
+		for i, name := range v.Names {
+			s.Fields[name] = toValue(v.Elems[i])
+		}
+		return structpb.NewStructValue(s)
+	case coffer.JSONArray:
+		l := &structpb.ListValue{Values: make([]*structpb.Value, len(v.Elems))}
+		for i, e := range v.Elems {
+			l.Values[i] = toValue(e)
+		}
+		return structpb.NewListValue(l)
+	case coffer.JSONString:
+		return structpb.NewStringValue(v.Text)
+	case coffer.JSONNumber:
+		f, _ := strconv.ParseFloat(v.Text, 64)
+		return structpb.NewNumberValue(f)
+	case coffer.JSONBool:
+		return structpb.NewBoolValue(v.Text == "true")
+	}
+	return structpb.NewNullValue()
 }

@@ -163,11 +163,11 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 }
 
 func (s *Server) authorize(md metadata.MD, rpc string, req any) (*coffer.Client, error) {
-	var key string
-	if v := md.Get("authorization"); len(v) > 0 {
-		key, _ = strings.CutPrefix(v[0], "Bearer ")
+	key, err := coffer.APIKey(md.Get("authorization"))
+	if err != nil {
+		return nil, err
 	}
-	c, err := s.Clients.Authenticate(strings.TrimSpace(key))
+	c, err := s.Clients.Authenticate(key)
 	if err != nil {
 		return nil, err
 	}

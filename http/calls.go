@@ -36,21 +36,20 @@ func (s *Server) getBalances(r *http.Request, _ *coffer.Client) (int, any, error
 }
 
 func (s *Server) change(r *http.Request, c *coffer.Client) (int, any, error) {
-	var body coffer.ChangeBody
-	sc, err := s.scope(r, c, &body, &body.IdempotencyKey)
+	sc, err := playerScope(r, c)
 	if err != nil {
 		return 0, nil, err
 	}
-	req, err := body.Request(sc)
+	req, err := DecodeChange(bounded(r, s.BodyBytesMax), sc)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, bodyError(err, s.BodyBytesMax)
 	}
 	trx, replay, err := s.Ledger.Change(r.Context(), req)
 	return written(trx, replay, err)
 }
 
 func (s *Server) commit(r *http.Request, c *coffer.Client) (int, any, error) {
-	sc, err := s.scope(r, c, nil, nil)
+	sc, err := s.scope(r, c)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -59,7 +58,7 @@ func (s *Server) commit(r *http.Request, c *coffer.Client) (int, any, error) {
 }
 
 func (s *Server) rollback(r *http.Request, c *coffer.Client) (int, any, error) {
-	sc, err := s.scope(r, c, nil, nil)
+	sc, err := s.scope(r, c)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -68,7 +67,7 @@ func (s *Server) rollback(r *http.Request, c *coffer.Client) (int, any, error) {
 }
 
 func (s *Server) getTrx(r *http.Request, c *coffer.Client) (int, any, error) {
-	sc, err := s.scope(r, c, nil, nil)
+	sc, err := s.scope(r, c)
 	if err == nil {
 		_, err = query(r)
 	}
@@ -80,14 +79,15 @@ func (s *Server) getTrx(r *http.Request, c *coffer.Client) (int, any, error) {
 }
 
 func (s *Server) exchange(r *http.Request, c *coffer.Client) (int, any, error) {
-	var body coffer.ExchangeBody
-	sc, err := s.scope(r, c, &body, &body.IdempotencyKey)
+	sc, err := playerScope(r, c)
 	if err != nil {
 		return 0, nil, err
 	}
-	trx, replay, err := s.Ledger.Exchange(r.Context(), coffer.ExchangeRequest{
-		Scope: sc, From: body.From, To: body.To, Amount: body.Amount, Reason: body.Reason, Meta: body.Meta,
-	})
+	req, err := DecodeExchange(bounded(r, s.BodyBytesMax), sc)
+	if err != nil {
+		return 0, nil, bodyError(err, s.BodyBytesMax)
+	}
+	trx, replay, err := s.Ledger.Exchange(r.Context(), req)
 	return written(trx, replay, err)
 }
 

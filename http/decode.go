@@ -1,48 +1,57 @@
 package http
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
-
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cofferhq/coffer"
 )
 
-// scope reads a call's scope: namespace and player from the path, the
-// emitter from the client. With body nil the idempotency key is in the path
-// and the request carries no body (or {}); otherwise the JSON body is
-// decoded into body and the key is the one key points to in it.
-func (s *Server) scope(r *http.Request, c *coffer.Client, body any, key *string) (coffer.Scope, error) {
-	ns, player, err := pathPlayer(r)
+// scope reads the scope of a call on one trx: namespace, player and
+// idempotency key from the path, the emitter from the client. The request
+// carries no body (or {}).
+func (s *Server) scope(r *http.Request, c *coffer.Client) (coffer.Scope, error) {
+	sc, err := playerScope(r, c)
 	if err != nil {
 		return coffer.Scope{}, err
 	}
-	if body == nil {
-		err := s.decode(r, &struct{}{}, false)
-		return coffer.Scope{Namespace: ns, PlayerID: player, Emitter: c.Emitter, IdempotencyKey: r.PathValue("idempotency_key")}, err
-	}
-	if err := s.decode(r, body, true); err != nil {
-		return coffer.Scope{}, err
-	}
-	return coffer.Scope{Namespace: ns, PlayerID: player, Emitter: c.Emitter, IdempotencyKey: *key}, nil
+	sc.IdempotencyKey = r.PathValue("idempotency_key")
+	return sc, s.decode(r, &struct{}{}, false)
 }
 
-// decode reads a JSON body strictly: unknown fields, wrong types, trailing
-// data and bodies over BodyBytesMax are errors. An empty body is an error
-// only if required.
+// playerScope is the scope of a write whose key is in its body: namespace
+// and player from the path, the emitter from the client.
+func playerScope(r *http.Request, c *coffer.Client) (coffer.Scope, error) {
+	ns, player, err := pathPlayer(r)
+	return coffer.Scope{Namespace: ns, PlayerID: player, Emitter: c.Emitter}, err
+}
+
+// decode reads a JSON body strictly (decodeJSON).
 func (s *Server) decode(r *http.Request, v any, required bool) error {
 	return decodeBody(r, v, required, s.BodyBytesMax)
 }
 
 // decodeBody is decode with the body bounded by bytesMax.
 func decodeBody(r *http.Request, v any, required bool, bytesMax int64) error {
-	body := http.MaxBytesReader(nil, r.Body, bytesMax)
-	err := decodeJSON(body, v, required)
+	return bodyError(decodeJSON(bounded(r, bytesMax), v, required), bytesMax)
+}
+
+// bounded is r's body, cut at bytesMax.
+func bounded(r *http.Request, bytesMax int64) io.Reader {
+	return http.MaxBytesReader(nil, r.Body, bytesMax)
+}
+
+// bodyError makes a body cut at bytesMax payload_too_large.
+func bodyError(err error, bytesMax int64) error {
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return coffer.Errorf(coffer.CodePayloadTooLarge, "the body is larger than %d bytes", bytesMax)
@@ -50,42 +59,160 @@ func decodeBody(r *http.Request, v any, required bool, bytesMax int64) error {
 	return err
 }
 
-// decodeJSON is the strict decoder; the fuzz target drives it directly.
+// DecodeChange reads a change's JSON body (coffer.ChangeBody) strictly
+// (decodeJSON) into the request the domain validates, in scope sc with
+// the body's key. It is all the HTTP transport makes of a change; the
+// gRPC transport must make the same request of the same payload (its
+// TestTransportsAgree). Errors are invalid_argument, or body's own.
+func DecodeChange(body io.Reader, sc coffer.Scope) (coffer.ChangeRequest, error) {
+	var b coffer.ChangeBody
+	if err := decodeJSON(body, &b, true); err != nil {
+		return coffer.ChangeRequest{}, err
+	}
+	return b.Request(sc)
+}
+
+// DecodeExchange is DecodeChange for an exchange (coffer.ExchangeBody).
+func DecodeExchange(body io.Reader, sc coffer.Scope) (coffer.ExchangeRequest, error) {
+	var b coffer.ExchangeBody
+	if err := decodeJSON(body, &b, true); err != nil {
+		return coffer.ExchangeRequest{}, err
+	}
+	sc.IdempotencyKey = b.IdempotencyKey
+	return coffer.ExchangeRequest{Scope: sc, From: b.From, To: b.To, Amount: b.Amount, Reason: b.Reason, Meta: b.Meta}, nil
+}
+
+// bodyDepthMax bounds the nesting of a body: deep enough for meta at its
+// deepest (coffer.MetaDepthMax) inside any body.
+const bodyDepthMax = 64
+
+// decodeJSON is the strict decoder; the fuzz targets drive it directly.
+// The body must be one JSON object as coffer.ParseJSON reads it (no name
+// twice, valid UTF-8, no lone surrogate), naming only v's fields, each
+// spelled exactly as its json name. An empty body is an error only if
+// required. Errors are invalid_argument, or the reader's
+// *http.MaxBytesError.
 func decodeJSON(body io.Reader, v any, required bool) error {
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if errors.Is(err, io.EOF) && !required {
-		return nil
-	}
-	if err == nil {
-		if _, extra := dec.Token(); extra != io.EOF {
-			return coffer.Errorf(coffer.CodeInvalid, "body: one JSON object expected, found more after it")
-		}
-		return nil
-	}
+	raw, err := io.ReadAll(body)
 	var tooLarge *http.MaxBytesError
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &tooLarge):
 		return err
-	case errors.Is(err, io.EOF):
+	case err != nil:
+		return coffer.Errorf(coffer.CodeInvalid, "body: %v", err)
+	case len(bytes.Trim(raw, " \t\r\n")) == 0:
+		if required {
+			return coffer.Errorf(coffer.CodeInvalid, "body: a JSON object is required")
+		}
+		return nil
+	}
+	tree, err := coffer.ParseJSON(raw, bodyDepthMax)
+	if err != nil {
+		return coffer.Errorf(coffer.CodeInvalid, "body: malformed JSON: %v", err)
+	}
+	if tree.Kind != coffer.JSONObject {
 		return coffer.Errorf(coffer.CodeInvalid, "body: a JSON object is required")
+	}
+	if err := checkNames(tree, reflect.TypeOf(v), ""); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	err = dec.Decode(v)
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return nil
 	case errors.As(err, &typeErr):
 		return coffer.Errorf(coffer.CodeInvalid, "body: %s: %s is not a valid %s", typeErr.Field, typeErr.Value, typeErr.Type)
-	case errors.As(err, &syntaxErr):
-		return coffer.Errorf(coffer.CodeInvalid, "body: malformed JSON at byte %d: %v", syntaxErr.Offset, err)
 	}
 	return coffer.Errorf(coffer.CodeInvalid, "body: %v", err)
 }
 
-func pathNamespace(r *http.Request) (coffer.Namespace, error) {
-	ns, err := strconv.ParseInt(r.PathValue("namespace"), 10, 32)
-	if err != nil || ns <= 0 {
-		return 0, coffer.Errorf(coffer.CodeInvalid, "namespace: must be an integer id > 0, got %q", r.PathValue("namespace"))
+var (
+	rawMessageType = reflect.TypeFor[json.RawMessage]()
+	timeType       = reflect.TypeFor[time.Time]()
+)
+
+// checkNames refuses a member name that encoding/json would take for a
+// field only by ignoring case (it reads "IDEMPOTENCY_KEY" into
+// idempotency_key, so two spellings would be one request): each name in
+// an object read into a struct must be one of its fields' json names,
+// exactly. Types are left to the decoder, and meta (json.RawMessage) to
+// the domain.
+func checkNames(v *coffer.JSONValue, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
 	}
-	return coffer.Namespace(ns), nil
+	switch {
+	case t == rawMessageType || t == timeType:
+	case t.Kind() == reflect.Struct && v.Kind == coffer.JSONObject:
+		fields := jsonFields(t)
+		for i, name := range v.Names {
+			at := name
+			if path != "" {
+				at = path + "." + name
+			}
+			ft, ok := fields[name]
+			if !ok {
+				return coffer.Errorf(coffer.CodeInvalid, "body: unknown field %q (names are case-sensitive)", at)
+			}
+			if err := checkNames(v.Elems[i], ft, at); err != nil {
+				return err
+			}
+		}
+	case t.Kind() == reflect.Slice && v.Kind == coffer.JSONArray:
+		for i, e := range v.Elems {
+			if err := checkNames(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// jsonFields maps the json names of struct t's fields, as encoding/json
+// names them, to their types.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for _, f := range reflect.VisibleFields(t) {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case !f.IsExported() || name == "-" || (f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct):
+			continue
+		case name == "":
+			name = f.Name
+		}
+		out[name] = f.Type
+	}
+	return out
+}
+
+// pathID reads an id > 0 from the path, as bits wide: decimal digits with
+// no sign and no leading zero, so that an id has one spelling (ParseInt
+// takes +5 and 007 for 5 and 7).
+func pathID(r *http.Request, name string, bits int) (int64, error) {
+	s := r.PathValue(name)
+	n, ok := decimal(s, bits)
+	if !ok || n <= 0 {
+		return 0, coffer.Errorf(coffer.CodeInvalid, "%s: must be an integer id > 0, in decimal digits, got %q", name, s)
+	}
+	return n, nil
+}
+
+// decimal reads a number written as decimal digits with no sign and no
+// leading zero (0 itself aside), bits wide.
+func decimal(s string, bits int) (int64, bool) {
+	if s == "" || (s[0] == '0' && s != "0") || strings.Trim(s, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, bits)
+	return n, err == nil
+}
+
+func pathNamespace(r *http.Request) (coffer.Namespace, error) {
+	ns, err := pathID(r, "namespace", 32)
+	return coffer.Namespace(ns), err
 }
 
 func pathPlayer(r *http.Request) (coffer.Namespace, coffer.PlayerID, error) {
@@ -93,11 +220,8 @@ func pathPlayer(r *http.Request) (coffer.Namespace, coffer.PlayerID, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	p, err := strconv.ParseInt(r.PathValue("player_id"), 10, 64)
-	if err != nil || p <= 0 {
-		return 0, 0, coffer.Errorf(coffer.CodeInvalid, "player_id: must be an integer id > 0, got %q", r.PathValue("player_id"))
-	}
-	return ns, coffer.PlayerID(p), nil
+	p, err := pathID(r, "player_id", 64)
+	return ns, coffer.PlayerID(p), err
 }
 
 // params reads query parameters; the first malformed one is kept in err.
@@ -162,9 +286,9 @@ func (p *params) int(name string) int64 {
 	if !p.v.Has(name) {
 		return 0
 	}
-	n, err := strconv.ParseInt(p.v.Get(name), 10, 32)
-	if err != nil {
-		p.fail(name, "an integer")
+	n, ok := decimal(p.v.Get(name), 32)
+	if !ok {
+		p.fail(name, "an integer ≥ 0 in decimal digits")
 	}
 	return n
 }

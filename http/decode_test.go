@@ -3,7 +3,9 @@ package http
 import (
 	"bytes"
 	"encoding/json"
+	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +30,8 @@ func FuzzDecodeChange(f *testing.F) {
 		`{"idempotency_key": "h", "ops": [{"currency": "gold", "amount": -1}], "hold": true, "hold_ttl_seconds": 30}`,
 		`{"idempotency_key": "e", "ops": [{"currency": "gold", "amount": 1, "expires_at": "2030-01-01T00:00:00Z", "priority": 3}]}`,
 		`{"ops": null}`, `{"colour": 1}`, `[]`, `{"idempotency_key": 5}`, `{} {}`, ``,
+		`{"idempotency_key": "a", "idempotency_key": "b"}`, `{"IDEMPOTENCY_KEY": "k"}`, `{"idempotency_key": "\ud800"}`,
+		`{"idempotency_key": "k", "meta": {"a": 1, "\u0061": 2}}`, "{\"idempotency_key\": \"\xff\"}",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -94,15 +98,35 @@ func TestDecodeStrict(t *testing.T) {
 	}{
 		{`{"idempotency_key": "k"}`, true, true},
 		{``, false, true},
+		{" \n", false, true},
 		{``, true, false},
 		{`{"idempotency_key": "k"} x`, true, false},
+		{`{"idempotency_key": "k"} {}`, true, false},
 		{`{"idempotency_key": "k", "x": 1}`, true, false},
 		{`{"ops": [{"currency": "gold", "amount": 1, "lot": 2}]}`, true, false},
 		{`{"ops": [{"currency": "gold", "amount": "1"}]}`, true, false},
+		{`null`, true, false},
+		{`[]`, true, false},
+		// One payload, one spelling: no name twice (encoding/json keeps
+		// the last), no name in another case (it matches them), no bad
+		// UTF-8 or lone surrogate (it makes both U+FFFD).
+		{`{"idempotency_key": "a", "idempotency_key": "b"}`, true, false},
+		{`{"ops": [{"currency": "gold", "amount": 1, "amount": 2}]}`, true, false},
+		{`{"idempotency_key": "k", "meta": {"a": 1, "a": 2}}`, true, false},
+		{`{"idempotency_key": "k", "meta": {"a": {"b": 1, "\u0062": 2}}}`, true, false},
+		{`{"IDEMPOTENCY_KEY": "k"}`, true, false},
+		{`{"Idempotency_Key": "k"}`, true, false},
+		{`{"ops": [{"Currency": "gold", "amount": 1}]}`, true, false},
+		{`{"ops": [{"currency": "gold", "amount": 1, "kind": "paid", "purchase": {"STORE": "s"}}]}`, true, false},
+		{"{\"idempotency_key\": \"k\xff\"}", true, false},
+		{"{\"idempotency_key\": \"k\", \"meta\": {\"\xff\": 1}}", true, false},
+		{`{"idempotency_key": "k\ud800"}`, true, false},
+		{`{"idempotency_key": "k\ud83d\ude00"}`, true, true},
+		{`{"idempotency_key": "k", "meta": {"a": 1}}`, true, true},
 	} {
 		var body coffer.ChangeBody
 		err := decodeJSON(strings.NewReader(c.body), &body, c.required)
-		if (err == nil) != c.ok {
+		if (err == nil) != c.ok || (err != nil && coffer.ErrorCode(err) != coffer.CodeInvalid) {
 			t.Errorf("%q (required %v): %v", c.body, c.required, err)
 		}
 	}
@@ -110,5 +134,37 @@ func TestDecodeStrict(t *testing.T) {
 	if err := decodeJSON(strings.NewReader(`{"idempotency_key": "k", "hold": true}`), &body, true); err != nil ||
 		!reflect.DeepEqual(body, coffer.ChangeBody{IdempotencyKey: "k", Hold: true}) {
 		t.Fatalf("%+v %v", body, err)
+	}
+	if err := decodeJSON(strings.NewReader(`{"a": 1}`), &struct{}{}, false); coffer.ErrorCode(err) != coffer.CodeInvalid {
+		t.Fatalf("a body for a call that takes none: %v", err)
+	}
+}
+
+// TestPathIDsHaveOneSpelling: ParseInt reads +5 and 007 as 5 and 7.
+func TestPathIDsHaveOneSpelling(t *testing.T) {
+	for id, ok := range map[string]bool{"5": true, "9223372036854775807": true, "+5": false, "007": false, "0": false,
+		"-1": false, " 5": false, "5 ": false, "0x5": false, "5_0": false, "9223372036854775808": false, "": false} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.SetPathValue("namespace", "1")
+		r.SetPathValue("player_id", id)
+		_, p, err := pathPlayer(r)
+		if (err == nil) != ok || (err != nil && coffer.ErrorCode(err) != coffer.CodeInvalid) || (ok && strconv.FormatInt(int64(p), 10) != id) {
+			t.Errorf("player %q: %d %v", id, p, err)
+		}
+		r.SetPathValue("namespace", id)
+		r.SetPathValue("player_id", "1")
+		if _, err := pathNamespace(r); (err == nil) != (ok && len(id) < 10) {
+			t.Errorf("namespace %q: %v", id, err)
+		}
+	}
+	for limit, ok := range map[string]bool{"5": true, "0": true, "%2B5": false, "007": false, "-1": false} {
+		q, err := query(httptest.NewRequest("GET", "/?limit="+limit, nil), "limit")
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.int("limit")
+		if (q.err == nil) != ok {
+			t.Errorf("limit %q: %v", limit, q.err)
+		}
 	}
 }

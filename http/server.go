@@ -5,6 +5,7 @@
 package http
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -134,8 +135,11 @@ func serve(h handler, r *http.Request, c *coffer.Client) (status int, body any, 
 }
 
 func (s *Server) authorize(r *http.Request, rt api.Route) (*coffer.Client, error) {
-	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	c, err := s.Clients.Authenticate(strings.TrimSpace(key))
+	key, err := coffer.APIKey(r.Header.Values("Authorization"))
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.Clients.Authenticate(key)
 	if err != nil {
 		return nil, err
 	}
@@ -189,14 +193,22 @@ func requestID(w http.ResponseWriter, r *http.Request) string {
 	return id
 }
 
+// writeJSON writes body as JSON. It does not escape <, > and & as
+// encoding/json does by default (for HTML, which this is not): a trx's meta
+// is served in its canonical form (RFC 8785), exactly as stored.
 func writeJSON(w http.ResponseWriter, status int, body any) {
-	raw, err := json.Marshal(body)
-	if err != nil {
-		status, raw = http.StatusInternalServerError, []byte(`{"code":"internal"}`)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	raw := []byte(`{"code":"internal"}` + "\n")
+	if err := enc.Encode(body); err != nil {
+		status = http.StatusInternalServerError
+	} else {
+		raw = buf.Bytes()
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(raw, '\n'))
+	_, _ = w.Write(raw)
 }
 
 func writeText(w http.ResponseWriter, status int, body string) {

@@ -20,8 +20,8 @@ import (
 // snapshot), or with At the balances of that time, one index lookup per
 // currency.
 func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Balances, error) {
-	if q.Namespace <= 0 || q.PlayerID <= 0 {
-		return coffer.Balances{}, coffer.Errorf(coffer.CodeInvalid, "namespace and player_id must be > 0")
+	if err := q.Validate(); err != nil {
+		return coffer.Balances{}, err
 	}
 	var only *coffer.Currency
 	if q.Currency != "" {
@@ -188,14 +188,11 @@ func (s *Store) Trx(ctx context.Context, sc coffer.Scope) (coffer.Trx, error) {
 
 // Finlog reads a page of a player's trx, with their ops, in one statement.
 func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.FinlogPage, error) {
-	if q.Namespace <= 0 || q.PlayerID <= 0 {
-		return coffer.FinlogPage{}, coffer.Errorf(coffer.CodeInvalid, "namespace and player_id must be > 0")
+	if err := q.Validate(); err != nil {
+		return coffer.FinlogPage{}, err
 	}
 	if q.Limit == 0 {
 		q.Limit = 100
-	}
-	if q.Limit < 1 || q.Limit > coffer.FinlogLimitMax {
-		return coffer.FinlogPage{}, coffer.Errorf(coffer.CodeInvalid, "limit must be 1–%d", coffer.FinlogLimitMax)
 	}
 	from, to := time.Unix(0, 0).UTC(), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 	if q.From != nil {
@@ -292,8 +289,8 @@ func decodeCursor(c string) (time.Time, int64, error) {
 // namespace (op_N_revenue). At most opts.ReportsMax run at once; one more
 // is overloaded.
 func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.RevenueLine, error) {
-	if q.Namespace <= 0 || !q.From.Before(q.To) {
-		return nil, coffer.Errorf(coffer.CodeInvalid, "namespace must be > 0 and from before to")
+	if err := q.Validate(); err != nil {
+		return nil, err
 	}
 	if err := s.reports.Enter(); err != nil {
 		return nil, err

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"encoding/json"
 	"strconv"
 	"time"
@@ -144,8 +143,8 @@ func scanLots(rows pgx.Rows, book *coffer.Book) error {
 
 // replay answers a write whose key was seen before: the original result if
 // the payload is the same, idempotency_conflict otherwise.
-func replay(st *storedTrx, hash []byte) (coffer.Trx, bool, error) {
-	if !bytes.Equal(st.hash, hash) {
+func replay(st *storedTrx, hash coffer.RequestHash) (coffer.Trx, bool, error) {
+	if !hash.Same(st.hash) {
 		return coffer.Trx{}, false, coffer.Errorf(coffer.CodeIdempotencyConflict,
 			"idempotency_key %q was used for another request (trx %d)", st.IdempotencyKey, st.ID)
 	}

@@ -84,7 +84,7 @@ func (s *Store) planChange(ctx context.Context, v coffer.ValidChange) (coffer.Tr
 // idempotency_conflict). A plan that fails looks the key up too, so that a
 // retry of a request that succeeded gets its first answer even when it
 // would fail now.
-func (s *Store) writeTrx(ctx context.Context, sc coffer.Scope, hash []byte, currencies []int32, nIDs int,
+func (s *Store) writeTrx(ctx context.Context, sc coffer.Scope, hash coffer.RequestHash, currencies []int32, nIDs int,
 	plan func(t *playerTx, book *coffer.Book) (coffer.Trx, []coffer.BookOp, []byte, error)) (coffer.Trx, bool, error) {
 	var out coffer.Trx
 	var replayed bool
@@ -106,7 +106,7 @@ func (s *Store) writeTrx(ctx context.Context, sc coffer.Scope, hash []byte, curr
 		out = trx
 		w := &pgx.Batch{}
 		s.queueExpireTrx(w, t, expired)
-		queueTrxRow(w, t, out, t.emitter, hash, pending)
+		queueTrxRow(w, t, out, t.emitter, hash.Sum, pending)
 		queueOps(w, t, out.ID, 0, ops)
 		queueLotWrites(w, t, book, out.ID)
 		if t.idErr != nil {
@@ -127,7 +127,7 @@ func (s *Store) writeTrx(ctx context.Context, sc coffer.Scope, hash []byte, curr
 // known answers a write whose key may have been used: the stored trx's
 // replay or idempotency_conflict, or failed if the key is new. One round
 // trip.
-func (s *Store) known(t *playerTx, sc coffer.Scope, hash []byte, failed error) (coffer.Trx, bool, error) {
+func (s *Store) known(t *playerTx, sc coffer.Scope, hash coffer.RequestHash, failed error) (coffer.Trx, bool, error) {
 	var existing *storedTrx
 	b := &pgx.Batch{}
 	s.queueTrxByKey(b, t, sc, &existing)
@@ -177,7 +177,7 @@ func (s *Store) grantTrx(ctx context.Context, v coffer.ValidChange) (coffer.Trx,
 		op := coffer.BookOp{Currency: g.Currency.ID, Kind: coffer.OpGrant, Cause: coffer.CauseChange,
 			Amount: g.Amount, Paid: g.Paid, Purchase: g.Purchase}
 		var id int64
-		err := t.conn.QueryRow(t.ctx, t.q.grantTrx, t.ns, t.player, sc.Emitter, sc.IdempotencyKey, v.Hash,
+		err := t.conn.QueryRow(t.ctx, t.q.grantTrx, t.ns, t.player, sc.Emitter, sc.IdempotencyKey, v.Hash.Sum,
 			v.Reason, metaJSON(v.Meta), int32(g.Currency.ID), int64(g.Amount), g.Paid, g.ExpiresAt, g.Priority,
 			purchaseJSON(g.Purchase), int64(coffer.BalanceMax), coffer.LotsMax).Scan(&id, &op.LotID, &t.version, &t.now, &op.BalanceAfter, &op.PaidAfter)
 		var pg *pgconn.PgError

@@ -159,6 +159,19 @@ func TestGRPCErrors(t *testing.T) {
 	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
 	_, err = w.Revenue(grpcCtx(devKey), &cofferv1.RevenueRequest{Namespace: 1})
 	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
+	// gRPC validates what HTTP validates: an expiry AsTime would read as
+	// another time (the driver wrapped this one to 1970) is refused.
+	_, err = w.Change(grpcCtx(devKey), &cofferv1.ChangeRequest{Namespace: 1, PlayerId: 1, IdempotencyKey: "k", Ops: []*cofferv1.OpRequest{
+		{Currency: "gold", Amount: 1, Kind: "paid", ExpiresAt: &timestamppb.Timestamp{Seconds: 1 << 62},
+			Purchase: &cofferv1.Purchase{Store: "s", OrderId: "o", Price: 1, Fiat: "USD"}}}})
+	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
+	_, err = w.Finlog(grpcCtx(devKey), &cofferv1.FinlogRequest{Namespace: 1, PlayerId: 1, From: &timestamppb.Timestamp{Nanos: -1}})
+	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
+	// The scheme is Bearer, in any case, and required.
+	_, err = w.GetBalances(metadata.AppendToOutgoingContext(ctx, "authorization", devKey), bal)
+	wantGRPC(t, err, codes.Unauthenticated, coffer.CodeUnauthenticated)
+	_, err = w.GetBalances(metadata.AppendToOutgoingContext(ctx, "authorization", "bearer "+devKey), bal)
+	must(t, err)
 	// Refused while decoding, before any interceptor in gRPC itself: the
 	// code is carried all the same, after the key is checked.
 	big := &cofferv1.ChangeRequest{Namespace: 1, PlayerId: 1, IdempotencyKey: "k", Reason: string(make([]byte, 70<<10))}

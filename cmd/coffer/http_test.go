@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,9 +11,14 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	"github.com/cofferhq/coffer/client"
 	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/internal/pgtest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 func twoServers(t *testing.T) []*pgserver.Server {
@@ -78,6 +84,32 @@ func TestHTTPChangeReplayAndConflict(t *testing.T) {
 	wantStatus(t, ok, http.StatusCreated, "")
 	if got := balanceOf(t, s.dev, 42, "gold"); got.Total != 0 {
 		t.Fatalf("gold after spend: %+v", got)
+	}
+}
+
+// TestEqualRequestsReplay: a request that means the same write as the
+// first is its replay, however it is spelled and whichever transport
+// brings it: idempotency_conflict would tell the client its write did not
+// happen when it did.
+func TestEqualRequestsReplay(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	path := "/v1/namespaces/1/players/43/transactions"
+	first := s.call("POST", path, devKey, `{"idempotency_key": "eq-1", "reason": "r", "meta": {"b": 1, "a": "<&>"},
+	  "ops": [{"currency": "gold", "amount": 5, "kind": "free", "expires_at": "2030-01-01T00:00:00Z"}]}`)
+	wantStatus(t, first, http.StatusCreated, "")
+	again := s.call("POST", path, devKey, `{"ops": [{"expires_at": "2030-01-01T01:00:00.0000001+01:00", "amount": 5, "currency": "gold"}],
+	  "meta": {"a": "\u003c&>", "b": 1}, "reason": "r", "idempotency_key": "eq-1"}`)
+	wantStatus(t, again, http.StatusOK, "")
+	if !bytes.Equal(again.body, first.body) {
+		t.Fatalf("replay body differs:\n%s\n%s", first.body, again.body)
+	}
+	meta, _ := structpb.NewStruct(map[string]any{"a": "<&>", "b": 1})
+	var hdr metadata.MD
+	trx, err := s.grpc.Change(grpcCtx(devKey), &cofferv1.ChangeRequest{Namespace: 1, PlayerId: 43, IdempotencyKey: "eq-1", Reason: "r", Meta: meta,
+		Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 5, ExpiresAt: timestamppb.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))}}}, grpc.Header(&hdr))
+	must(t, err)
+	if len(hdr.Get("coffer-replay")) != 1 || trx.Version != 1 {
+		t.Fatalf("gRPC: %v, header %v", trx, hdr)
 	}
 }
 
@@ -271,6 +303,14 @@ func TestHTTPAuth(t *testing.T) {
 	for _, p := range []string{"/healthz", "/readyz", "/openapi.json"} {
 		wantStatus(t, s.call("GET", p, "", ""), 200, "")
 	}
+	// The scheme is Bearer, in any case, and required.
+	for header, status := range map[string]int{"bearer " + readerKey: 200, "BEARER  " + readerKey: 200,
+		readerKey: 401, "Basic " + readerKey: 401, "Bearer": 401} {
+		r := s.callAuth("GET", bal, header, "")
+		if r.status != status {
+			t.Errorf("Authorization: %s: %d %s", header, r.status, r.body)
+		}
+	}
 	if b := balanceOf(t, s.dev, 5, "gold"); b.Total != 0 {
 		t.Fatalf("a refused write was applied: %+v", b)
 	}
@@ -339,6 +379,20 @@ func TestHTTPBadInput(t *testing.T) {
 		{"revenue without range", "GET", "/v1/namespaces/1/reports/revenue", "", 400, coffer.CodeInvalid},
 		{"commit with a body", "POST", tx + "/k/commit", `{"force": true}`, 400, coffer.CodeInvalid},
 		{"exchange without rate", "POST", "/v1/namespaces/1/players/77/exchanges", `{"idempotency_key": "e", "from": "credits", "to": "gold", "amount": 5}`, 400, coffer.CodeInvalid},
+		// One request, one spelling (docs/api.md, Strict JSON).
+		{"a name twice", "POST", tx, `{"idempotency_key": "k", "idempotency_key": "k6", "ops": [{"currency": "gold", "amount": 5}]}`, 400, coffer.CodeInvalid},
+		{"a name in another case", "POST", tx, `{"Idempotency_Key": "k7", "ops": [{"currency": "gold", "amount": 5}]}`, 400, coffer.CodeInvalid},
+		{"a name twice in meta", "POST", tx, `{"idempotency_key": "k8", "ops": [{"currency": "gold", "amount": 5}], "meta": {"a": 1, "a": 2}}`, 400, coffer.CodeInvalid},
+		{"invalid UTF-8", "POST", tx, "{\"idempotency_key\": \"k9\xff\", \"ops\": [{\"currency\": \"gold\", \"amount\": 5}]}", 400, coffer.CodeInvalid},
+		{"a lone surrogate", "POST", tx, `{"idempotency_key": "k9\udc00", "ops": [{"currency": "gold", "amount": 5}]}`, 400, coffer.CodeInvalid},
+		{"a key with NUL", "POST", tx, `{"idempotency_key": "k9\u0000", "ops": [{"currency": "gold", "amount": 5}]}`, 400, coffer.CodeInvalid},
+		{"player +77", "GET", "/v1/namespaces/1/players/+77/balances", "", 400, coffer.CodeInvalid},
+		{"player 077", "POST", "/v1/namespaces/1/players/077/transactions", op(""), 400, coffer.CodeInvalid},
+		{"namespace 01", "GET", "/v1/namespaces/01/players/77/balances", "", 400, coffer.CodeInvalid},
+		// meta is bounded as served (jsonb printed 1e131071 in 131072
+		// digits) and fits gRPC's doubles.
+		{"meta printed long", "POST", tx, `{"idempotency_key": "k10", "ops": [{"currency": "gold", "amount": 5}], "meta": {"a": 1e131071}}`, 400, coffer.CodeInvalid},
+		{"meta beyond a double", "POST", tx, `{"idempotency_key": "k11", "ops": [{"currency": "gold", "amount": 5}], "meta": {"a": 1e400}}`, 400, coffer.CodeInvalid},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.name == "paid credits" {

@@ -159,6 +159,15 @@ func (r response) String() string { return string(r.body) }
 // document: status, content type and body schema.
 func (s *service) call(method, path, key, body string) response {
 	s.t.Helper()
+	if key != "" {
+		key = "Bearer " + key
+	}
+	return s.callAuth(method, path, key, body)
+}
+
+// callAuth is call with the whole Authorization header (none if empty).
+func (s *service) callAuth(method, path, authorization, body string) response {
+	s.t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -167,8 +176,8 @@ func (s *service) call(method, path, key, body string) response {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)

@@ -283,7 +283,8 @@ type ChangeRequest struct {
 	// 1–64 ops, applied all or nothing.
 	Ops    []*OpRequest `protobuf:"bytes,4,rep,name=ops,proto3" json:"ops,omitempty"`
 	Reason string       `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
-	// Any JSON object, at most 4096 bytes.
+	// Any JSON object: at most 4096 bytes and 32 levels, numbers at most
+	// 2^53 - 1 in magnitude; kept in canonical form (docs/api.md, Meta).
 	Meta *structpb.Struct `protobuf:"bytes,6,opt,name=meta,proto3" json:"meta,omitempty"`
 	// Begin a hold: consumes are reserved now, grants wait for commit.
 	Hold bool `protobuf:"varint,7,opt,name=hold,proto3" json:"hold,omitempty"`
@@ -727,9 +728,10 @@ type ExchangeRequest struct {
 	To             string                 `protobuf:"bytes,5,opt,name=to,proto3" json:"to,omitempty"`
 	Amount         int64                  `protobuf:"varint,6,opt,name=amount,proto3" json:"amount,omitempty"`
 	Reason         string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
-	Meta           *structpb.Struct       `protobuf:"bytes,8,opt,name=meta,proto3" json:"meta,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// As in ChangeRequest.
+	Meta          *structpb.Struct `protobuf:"bytes,8,opt,name=meta,proto3" json:"meta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExchangeRequest) Reset() {
@@ -1403,8 +1405,10 @@ type Trx struct {
 	// change, hold, exchange or expire.
 	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	// committed, pending, rolled_back or expired.
-	Status        string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
-	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Status string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The request's meta in canonical form (RFC 8785), the same in every
+	// answer.
 	Meta          *structpb.Struct       `protobuf:"bytes,6,opt,name=meta,proto3" json:"meta,omitempty"`
 	Ops           []*Op                  `protobuf:"bytes,7,rep,name=ops,proto3" json:"ops,omitempty"`
 	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
