@@ -75,11 +75,46 @@ type Server struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
 	port int
+	// upstream is the primary a standby streams from; nil for a primary.
+	upstream *Server
 }
 
 // Start creates the server (initdb) if its data directory is empty and starts
 // it. It returns once the server accepts connections.
 func Start(ctx context.Context, opts Options) (*Server, error) {
+	s, err := newServer(opts)
+	if err != nil {
+		return nil, err
+	}
+	// A server made before with the fixed password keeps it until it
+	// runs and can be told the new one.
+	legacy := false
+	if opts.RandomPassword {
+		if legacy, err = s.loadPassword(); err != nil {
+			s.Remove()
+			return nil, err
+		}
+	}
+	if err := s.initdb(ctx); err != nil {
+		s.Remove()
+		return nil, err
+	}
+	if err := s.Start(ctx); err != nil {
+		s.Remove()
+		return nil, err
+	}
+	if legacy {
+		if err := s.setPassword(ctx); err != nil {
+			s.Remove()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// newServer prepares the server's directories; it neither creates the
+// cluster nor starts it.
+func newServer(opts Options) (*Server, error) {
 	binDir, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -108,29 +143,6 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		s.Remove()
 		return nil, err
-	}
-	// A server made before with the fixed password keeps it until it
-	// runs and can be told the new one.
-	legacy := false
-	if opts.RandomPassword {
-		if legacy, err = s.loadPassword(); err != nil {
-			s.Remove()
-			return nil, err
-		}
-	}
-	if err := s.initdb(ctx); err != nil {
-		s.Remove()
-		return nil, err
-	}
-	if err := s.Start(ctx); err != nil {
-		s.Remove()
-		return nil, err
-	}
-	if legacy {
-		if err := s.setPassword(ctx); err != nil {
-			s.Remove()
-			return nil, err
-		}
 	}
 	return s, nil
 }
@@ -375,9 +387,12 @@ func (s *Server) Remove() {
 }
 
 func (s *Server) settings() []string {
+	s.mu.Lock()
+	port, upstream := s.port, s.upstream
+	s.mu.Unlock()
 	set := map[string]string{
 		"listen_addresses":        "127.0.0.1",
-		"port":                    strconv.Itoa(s.port),
+		"port":                    strconv.Itoa(port),
 		"unix_socket_directories": "",
 		"max_connections":         "300",
 		"logging_collector":       "off",
@@ -391,6 +406,9 @@ func (s *Server) settings() []string {
 		set["full_page_writes"] = "off"
 		set["shared_buffers"] = "32MB"
 		set["checkpoint_timeout"] = "30min"
+	}
+	if upstream != nil {
+		set["primary_conninfo"] = upstream.replicationConnInfo(filepath.Base(s.dir))
 	}
 	for k, v := range s.opts.Settings {
 		set[k] = v

@@ -24,10 +24,17 @@ import (
 // InstallHint tells a person how to get the PostgreSQL server binaries.
 const InstallHint = "install them with `sudo apt-get install -y postgresql` (Debian/Ubuntu), or put the directory holding initdb and postgres on PATH"
 
-// BinDir finds the directory that holds initdb and postgres: PATH first,
-// then the newest /usr/lib/postgresql/*/bin (Debian keeps them off PATH).
+// BinDir finds the directory that holds initdb, postgres and the client
+// programs: PATH first, then the newest /usr/lib/postgresql/*/bin (Debian
+// keeps them off PATH).
 func BinDir() (string, error) {
 	if p, err := exec.LookPath("postgres"); err == nil {
+		// Links on PATH (/usr/local/bin/postgres, say) lead to the
+		// directory that also has the client programs (pg_basebackup,
+		// pg_rewind).
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
 		dir := filepath.Dir(p)
 		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
 			return dir, nil
