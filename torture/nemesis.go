@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -18,10 +19,32 @@ const (
 	NetSlow    = "net-slow"    // delay every packet to one database
 	NetReset   = "net-reset"   // reset the open connections to one database
 	CofferKill = "coffer-kill" // kill -9 a coffer instance, restart it
+	// The failovers, which need a standby behind every primary.
+	PGFailover   = "pg-failover"   // kill -9 a primary, promote its standby, rewind the old primary into a standby
+	PGSwitchover = "pg-switchover" // planned: stop a primary cleanly, promote its standby, rejoin the old primary
+	PatroniKill  = "patroni-kill"  // kill -9 the Patroni agent of a leader, restart it once another member leads
 )
 
-// FaultKinds lists every kind, in the order of the report.
+// FaultKinds lists the kinds of a run without standbys, in the order of
+// the report.
 var FaultKinds = []string{PGKill, PGStop, NetCut, NetSlow, NetReset, CofferKill}
+
+// StandbyFaultKinds lists the kinds of a run with standbys (--standbys).
+var StandbyFaultKinds = append(slices.Clone(FaultKinds), PGFailover, PGSwitchover)
+
+// PatroniFaultKinds lists the kinds of a run under Patroni (--patroni):
+// pg-kill kills the leader's PostgreSQL (Patroni restarts it, or fails
+// over), pg-switchover is `patronictl switchover`.
+var PatroniFaultKinds = []string{PGKill, NetCut, NetReset, CofferKill, PatroniKill, PGSwitchover}
+
+// reportKinds is every kind, in the order of the report.
+var reportKinds = []string{PGKill, PGStop, NetCut, NetSlow, NetReset, CofferKill, PGFailover, PGSwitchover, PatroniKill}
+
+// failover tells whether a kind changes the primary: its writes are probed
+// while it lasts, and the report gives their outage.
+func failover(kind string) bool {
+	return kind == PGFailover || kind == PGSwitchover || kind == PatroniKill
+}
 
 // Target is what the nemesis breaks. Index i is a database (and its
 // server and proxy) or, for CofferKill, an instance. Each method returns
@@ -38,6 +61,16 @@ type Target interface {
 	// instance; WaitInstance until instance i is ready.
 	WaitDatabase(ctx context.Context, i int)
 	WaitInstance(ctx context.Context, i int)
+	// Failover changes the primary of database i in the way kind says,
+	// taking length where the kind has a length (how long a killed agent
+	// stays dead), and returns once the database has a standby in sync
+	// again, ready for the next failover.
+	Failover(ctx context.Context, i int, kind string, length time.Duration) error
+	// Instances is the number of coffer instances; ProbeWrite writes once
+	// through instance k to a player of database i that the workload does
+	// not use.
+	Instances() int
+	ProbeWrite(ctx context.Context, k, i int) error
 }
 
 // Fault is one planned fault.
@@ -84,7 +117,22 @@ type Injected struct {
 	// Outage sums, per database, the time from a fault on it to serving
 	// again.
 	Outage map[int]time.Duration
-	Errors []string
+	// Failovers lists the failovers in the order they were injected.
+	Failovers []FailoverTimes
+	Errors    []string
+}
+
+// FailoverTimes is what the clients saw of one failover: writes refused
+// from the first probe write that failed to the first that succeeded
+// after it (through any instance), and the time from the same start until
+// every instance had written after its last failure. Zero when no probe
+// write failed.
+type FailoverTimes struct {
+	Kind       string
+	Index      int
+	At         time.Duration // from the start of the run
+	Refused    time.Duration
+	EveryWrote time.Duration
 }
 
 // Run applies the plan from start until it ends or ctx does. Every fault
@@ -98,6 +146,17 @@ func Run(ctx context.Context, t Target, plan []Fault, start time.Time) *Injected
 		case <-time.After(time.Until(start.Add(f.At))):
 		}
 		begun := time.Now()
+		if failover(f.Kind) {
+			ft, err := probeFailover(ctx, t, f)
+			if err != nil {
+				in.Errors = append(in.Errors, fmt.Sprintf("%s on %d: %v", f.Kind, f.Index, err))
+			}
+			ft.At = begun.Sub(start)
+			in.Failovers = append(in.Failovers, ft)
+			in.Recovery[f.Kind] = append(in.Recovery[f.Kind], ft.Refused)
+			in.Outage[f.Index] += ft.EveryWrote
+			continue
+		}
 		healed, err := apply(ctx, t, f)
 		if err != nil {
 			in.Errors = append(in.Errors, fmt.Sprintf("%s on %d: %v", f.Kind, f.Index, err))
@@ -149,16 +208,129 @@ func apply(ctx context.Context, t Target, f Fault) (time.Time, error) {
 	return healed, heal()
 }
 
-// Summary is the nemesis part of the report, one line per kind.
+// probeFailover runs the failover f while every instance writes to its
+// database every 50 ms, and measures from those writes what clients saw.
+func probeFailover(ctx context.Context, t Target, f Fault) (FailoverTimes, error) {
+	ft := FailoverTimes{Kind: f.Kind, Index: f.Index}
+	done := make(chan struct{})
+	probes := make([][]probe, t.Instances())
+	var wg sync.WaitGroup
+	for k := range probes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			probes[k] = probeWrites(ctx, t, k, f.Index, done)
+		}()
+	}
+	err := t.Failover(ctx, f.Index, f.Kind, f.Length)
+	close(done)
+	wg.Wait()
+	ft.Refused, ft.EveryWrote = outage(probes)
+	return ft, err
+}
+
+// probe is one probe write: when it began and ended, and whether it was
+// acknowledged.
+type probe struct {
+	begun, ended time.Time
+	ok           bool
+}
+
+// probeWrites writes through instance k to database i every 50 ms until
+// done is closed and a write begun after that succeeded (so the instance
+// writes to the new primary), or a minute after done.
+func probeWrites(ctx context.Context, t Target, k, i int, done <-chan struct{}) []probe {
+	var probes []probe
+	var doneAt time.Time
+	for ctx.Err() == nil {
+		p := probe{begun: time.Now()}
+		p.ok = t.ProbeWrite(ctx, k, i) == nil
+		p.ended = time.Now()
+		probes = append(probes, p)
+		if doneAt.IsZero() {
+			select {
+			case <-done:
+				doneAt = time.Now()
+			default:
+			}
+		} else if p.ok && p.begun.After(doneAt) || time.Since(doneAt) > time.Minute {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return probes
+}
+
+// outage reads the probe writes of every instance: refused is from the
+// first failed write to the end of the first success begun after it;
+// everyWrote from the same start until each instance's first success
+// begun after its own last failure.
+func outage(probes [][]probe) (refused, everyWrote time.Duration) {
+	var firstFail time.Time
+	for _, ps := range probes {
+		for _, p := range ps {
+			if !p.ok && (firstFail.IsZero() || p.begun.Before(firstFail)) {
+				firstFail = p.begun
+			}
+		}
+	}
+	if firstFail.IsZero() {
+		return 0, 0
+	}
+	var firstOK time.Time
+	for _, ps := range probes {
+		lastFail := firstFail
+		for _, p := range ps {
+			if !p.ok && p.begun.After(lastFail) {
+				lastFail = p.begun
+			}
+		}
+		var ok time.Time
+		for _, p := range ps {
+			if p.ok && p.begun.After(firstFail) && (firstOK.IsZero() || p.ended.Before(firstOK)) {
+				firstOK = p.ended
+			}
+			if p.ok && p.begun.After(lastFail) && ok.IsZero() {
+				ok = p.ended
+			}
+		}
+		if ok.IsZero() {
+			return refusedSince(firstFail, firstOK), time.Minute
+		}
+		everyWrote = max(everyWrote, ok.Sub(firstFail))
+	}
+	return refusedSince(firstFail, firstOK), everyWrote
+}
+
+func refusedSince(firstFail, firstOK time.Time) time.Duration {
+	if firstOK.IsZero() {
+		return time.Minute
+	}
+	return firstOK.Sub(firstFail)
+}
+
+// Summary is the nemesis part of the report, one line per kind, then one
+// per failover.
 func (in *Injected) Summary() string {
 	var b strings.Builder
-	for _, k := range FaultKinds {
+	for _, k := range reportKinds {
 		rs := in.Recovery[k]
 		if len(rs) == 0 {
 			continue
 		}
 		slices.Sort(rs)
-		fmt.Fprintf(&b, "  %-12s ×%d  serving again after %s (worst %s)\n", k, len(rs), rs[len(rs)/2].Round(time.Millisecond), rs[len(rs)-1].Round(time.Millisecond))
+		what := "serving again after"
+		if failover(k) {
+			what = "writes refused for"
+		}
+		fmt.Fprintf(&b, "  %-13s ×%d  %s %s (worst %s)\n", k, len(rs), what, rs[len(rs)/2].Round(time.Millisecond), rs[len(rs)-1].Round(time.Millisecond))
+	}
+	if len(in.Failovers) > 0 {
+		fmt.Fprintf(&b, "failovers:\n")
+	}
+	for _, f := range in.Failovers {
+		fmt.Fprintf(&b, "  %-13s database %d at %s: writes refused for %s, every instance wrote to the new primary after %s\n",
+			f.Kind, f.Index, f.At.Round(time.Second), f.Refused.Round(time.Millisecond), f.EveryWrote.Round(time.Millisecond))
 	}
 	return b.String()
 }

@@ -17,14 +17,8 @@ import (
 
 // playersByDatabase returns one player on each database of s.
 func playersByDatabase(s *service) (onFirst, onSecond coffer.PlayerID) {
-	for p := coffer.PlayerID(1); onFirst == 0 || onSecond == 0; p++ {
-		if s.m.DatabaseOf(s.m.ShardOf(p)).Index == 0 {
-			onFirst = p
-		} else {
-			onSecond = p
-		}
-	}
-	return onFirst, onSecond
+	ps := firstPlayers(s.m, 1)
+	return ps[0], ps[1]
 }
 
 // TestShardServerDown stops the server of one shard database mid-test: its

@@ -5,13 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,14 +26,16 @@ import (
 	"github.com/cofferhq/coffer/torture"
 )
 
-// tortureRun is one `coffer torture`: three PostgreSQL servers holding 16
-// shards behind fault proxies, two `coffer serve` instances, the workload
-// and the nemesis. It implements torture.Target.
+// tortureRun is one `coffer torture`: three shard databases holding 16
+// shards (a PostgreSQL server each, with a standby with --standbys, or a
+// Patroni cluster with --patroni) behind fault proxies, two `coffer serve`
+// instances, the workload and the nemesis. It implements torture.Target.
 type tortureRun struct {
 	duration time.Duration
 	seed     uint64
 	clients  int
 	kinds    []string
+	standbys bool
 	out      io.Writer
 	// damage, if set, runs before the checks: the tests use it to prove
 	// the checks fail on a damaged ledger.
@@ -39,9 +44,8 @@ type tortureRun struct {
 	// the tests make it small, so that the checks read many pages.
 	finlogPage int
 
-	dir       string
-	servers   []*pgserver.Server
-	proxies   []*torture.Proxy
+	dir string
+	tortureCluster
 	direct    *shard.Map // to the servers themselves, for migrations and the audit
 	served    *shard.Map // through the proxies, as coffer sees it
 	cfgPath   string
@@ -49,7 +53,26 @@ type tortureRun struct {
 	mu        sync.Mutex
 	procs     []*serveProcess
 	instances *torture.Instances
-	probes    []coffer.PlayerID // one player on each database
+	probes    []coffer.PlayerID // one player of the workload on each database
+	// writeProbes has a player on each database that the workload does
+	// not use, for the probe writes during failovers.
+	writeProbes []coffer.PlayerID
+	probeSeq    atomic.Int64
+}
+
+// tortureCluster is the PostgreSQL side of a run, which the nemesis breaks:
+// the torture.Target methods that concern the databases.
+type tortureCluster interface {
+	KillServer(i int) error
+	RestartServer(ctx context.Context, i int) error
+	PauseServer(i int) error
+	ResumeServer(i int) error
+	Proxy(i int) *torture.Proxy
+	Failover(ctx context.Context, i int, kind string, length time.Duration) error
+	// databases lists, per database, the addresses of its servers and
+	// of their proxies, in the same order.
+	databases() (direct, proxied [][]string)
+	close()
 }
 
 // tortureHoldTTL is the hold TTL of a torture run: short, so that holds the
@@ -64,16 +87,25 @@ func runTortureCmd(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&t.duration, "duration", 2*time.Minute, "how long the workload and the nemesis run")
 	fs.Uint64Var(&t.seed, "seed", 1, "seed of the workload and of the fault schedule")
 	fs.IntVar(&t.clients, "clients", 8, "concurrent clients")
-	faults := fs.String("faults", strings.Join(torture.FaultKinds, ","), "fault kinds, comma-separated: "+strings.Join(torture.FaultKinds, ", "))
+	fs.BoolVar(&t.standbys, "standbys", false, "give every PostgreSQL server a synchronous streaming standby, and fail over to it")
+	faults := fs.String("faults", "", "fault kinds, comma-separated (default: all of the run's kinds): "+
+		strings.Join(torture.FaultKinds, ", ")+"; with --standbys also "+strings.Join(torture.StandbyFaultKinds[len(torture.FaultKinds):], ", "))
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	kinds := torture.FaultKinds
+	if t.standbys {
+		kinds = torture.StandbyFaultKinds
+	}
+	if *faults == "" {
+		*faults = strings.Join(kinds, ",")
 	}
 	for _, k := range strings.Split(*faults, ",") {
 		if k = strings.TrimSpace(k); k == "" {
 			continue
 		}
-		if !slices.Contains(torture.FaultKinds, k) {
-			fmt.Fprintf(stderr, "coffer torture: unknown fault kind %q\n", k)
+		if !slices.Contains(kinds, k) {
+			fmt.Fprintf(stderr, "coffer torture: fault kind %q is not one of this run's: %s\n", k, strings.Join(kinds, ", "))
 			return 2
 		}
 		t.kinds = append(t.kinds, k)
@@ -123,7 +155,7 @@ func (t *tortureRun) run(ctx context.Context) ([]string, error) {
 	for p := coffer.PlayerID(1); p <= 64; p++ {
 		w.Players = append(w.Players, p)
 	}
-	plan := torture.Plan(t.seed, t.kinds, t.duration, len(t.servers), 2)
+	plan := torture.Plan(t.seed, t.kinds, t.duration, len(t.probes), t.Instances())
 	fmt.Fprintf(t.out, "coffer torture: %d clients for %s, seed %d, %d faults planned\n", t.clients, t.duration, t.seed, len(plan))
 	var injected *torture.Injected
 	done := make(chan struct{})
@@ -176,28 +208,17 @@ func (t *tortureRun) setup(ctx context.Context) error {
 	cfg.Timeouts.Request, cfg.Pool.ConnectTimeout = 2*time.Second, time.Second
 	cfg.Log.Level = "info"
 	ranges := [][2]int{{0, 5}, {6, 10}, {11, 15}}
-	direct := cfg.Config
-	for i, r := range ranges {
-		s, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(t.dir, fmt.Sprintf("pg%d", i)), Durable: true})
-		if err != nil {
-			return err
-		}
-		t.servers = append(t.servers, s)
-		if err := createDatabase(ctx, s, "coffer"); err != nil {
-			return err
-		}
-		p, err := torture.NewProxy(fmt.Sprintf("127.0.0.1:%d", s.Port()))
-		if err != nil {
-			return err
-		}
-		t.proxies = append(t.proxies, p)
-		db := shard.DatabaseConfig{Name: "coffer", Host: "127.0.0.1", Port: s.Port(), Type: "postgres",
-			User: pgserver.Superuser, Password: pgserver.Password, Shards: []shard.Range{{Min: r[0], Max: r[1]}}}
-		direct.Databases = append(direct.Databases, db)
-		db.Port = p.Port()
-		cfg.Databases = append(cfg.Databases, db)
-	}
 	var err error
+	if t.tortureCluster, err = startServerCluster(ctx, t.dir, len(ranges), t.standbys); err != nil {
+		return err
+	}
+	direct := cfg.Config
+	directAddrs, proxiedAddrs := t.databases()
+	for i, r := range ranges {
+		db := databaseConfig(directAddrs[i], shard.Range{Min: r[0], Max: r[1]})
+		direct.Databases = append(direct.Databases, db)
+		cfg.Databases = append(cfg.Databases, databaseConfig(proxiedAddrs[i], shard.Range{Min: r[0], Max: r[1]}))
+	}
 	if t.direct, err = shard.NewMap(direct); err != nil {
 		return err
 	}
@@ -211,14 +232,8 @@ func (t *tortureRun) setup(ctx context.Context) error {
 	if err := writeConfigFile(t.cfgPath, cfg); err != nil {
 		return err
 	}
-	for i := range t.direct.Databases() {
-		for p := coffer.PlayerID(1); ; p++ {
-			if t.direct.DatabaseOf(t.direct.ShardOf(p)).Index == i {
-				t.probes = append(t.probes, p)
-				break
-			}
-		}
-	}
+	t.probes = firstPlayers(t.direct, 1)
+	t.writeProbes = firstPlayers(t.direct, 1_000_000)
 	var urls []string
 	for i := 0; i < 2; i++ {
 		p, err := startServe(ctx, t.cfgPath)
@@ -232,35 +247,63 @@ func (t *tortureRun) setup(ctx context.Context) error {
 	return nil
 }
 
+// databaseConfig is a torture database at addrs (a primary and its standby
+// when there are two: coffer writes to whichever accepts writes).
+func databaseConfig(addrs []string, r shard.Range) shard.DatabaseConfig {
+	db := shard.DatabaseConfig{Name: "coffer", Type: "postgres", User: pgserver.Superuser, Password: pgserver.Password,
+		Shards: []shard.Range{r}}
+	if len(addrs) == 1 {
+		host, port, _ := net.SplitHostPort(addrs[0])
+		db.Host = host
+		db.Port, _ = strconv.Atoi(port)
+	} else {
+		db.Hosts = addrs
+	}
+	return db
+}
+
+// firstPlayers is, for each database of m, the first player from
+// `from` on that database.
+func firstPlayers(m *shard.Map, from coffer.PlayerID) []coffer.PlayerID {
+	var players []coffer.PlayerID
+	for i := range m.Databases() {
+		for p := from; ; p++ {
+			if m.DatabaseOf(m.ShardOf(p)).Index == i {
+				players = append(players, p)
+				break
+			}
+		}
+	}
+	return players
+}
+
 func (t *tortureRun) teardown() {
 	for _, p := range t.procs {
 		if p != nil {
 			p.stop()
 		}
 	}
-	for _, p := range t.proxies {
-		p.Close()
-	}
-	for _, s := range t.servers {
-		_ = s.Resume()
-		_ = s.Stop()
+	if t.tortureCluster != nil {
+		t.close()
 	}
 }
 
-// KillServer is part of torture.Target.
-func (t *tortureRun) KillServer(i int) error { return t.servers[i].Kill() }
+// Instances is part of torture.Target.
+func (t *tortureRun) Instances() int { return 2 }
 
-// RestartServer is part of torture.Target.
-func (t *tortureRun) RestartServer(ctx context.Context, i int) error { return t.servers[i].Start(ctx) }
-
-// PauseServer is part of torture.Target.
-func (t *tortureRun) PauseServer(i int) error { return t.servers[i].Pause() }
-
-// ResumeServer is part of torture.Target.
-func (t *tortureRun) ResumeServer(i int) error { return t.servers[i].Resume() }
-
-// Proxy is part of torture.Target.
-func (t *tortureRun) Proxy(i int) *torture.Proxy { return t.proxies[i] }
+// ProbeWrite is part of torture.Target: a grant of 1 credit, under a new
+// key, to a player the workload does not use.
+func (t *tortureRun) ProbeWrite(ctx context.Context, k, i int) error {
+	t.mu.Lock()
+	url := "http://" + t.procs[k].httpAddr
+	t.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, _, err := client.New(url, t.key, nil).Change(ctx, 1, t.writeProbes[i], client.Change{
+		IdempotencyKey: fmt.Sprintf("probe-%d", t.probeSeq.Add(1)), Reason: "probe",
+		Ops: []coffer.OpRequest{{Currency: "credits", Amount: 1}}})
+	return err
+}
 
 // KillInstance is part of torture.Target: kill -9, mid-traffic.
 func (t *tortureRun) KillInstance(i int) error {

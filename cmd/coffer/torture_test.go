@@ -14,11 +14,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// TestTortureShort is the short fault run of make test: every fault kind
-// at least once under load, then every check must pass.
+// TestTortureShort is the short fault run of make test: every fault kind,
+// the failovers to a standby and back included, at least once under load,
+// then every check must pass.
 func TestTortureShort(t *testing.T) {
 	var out bytes.Buffer
-	run := &tortureRun{duration: 75 * time.Second, seed: 1, clients: 6, kinds: torture.FaultKinds, out: &out, finlogPage: 25}
+	run := &tortureRun{duration: 75 * time.Second, seed: 1, clients: 6, standbys: true, kinds: torture.StandbyFaultKinds, out: &out, finlogPage: 25}
 	violations, err := run.run(context.Background())
 	t.Log("\n" + out.String())
 	if err != nil {
@@ -27,7 +28,7 @@ func TestTortureShort(t *testing.T) {
 	if len(violations) > 0 {
 		t.Fatalf("%d violations:\n%s", len(violations), strings.Join(violations, "\n"))
 	}
-	for _, k := range torture.FaultKinds {
+	for _, k := range torture.StandbyFaultKinds {
 		if !strings.Contains(out.String(), "  "+k+" ") {
 			t.Errorf("fault %s was not injected", k)
 		}

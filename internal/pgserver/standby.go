@@ -7,19 +7,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ReplicationSettings make a server one that standbys can stream from and
 // that can be rewound into a standby after a failover: pg_rewind needs the
-// hint bits logged and full pages written. With SynchronousStandby, a commit
-// waits until a standby has flushed it, so that an acknowledged write
-// survives the loss of the primary; with no standby connected, commits wait.
-func ReplicationSettings(synchronousStandby bool) map[string]string {
-	set := map[string]string{
+// hint bits logged and full pages written.
+func ReplicationSettings() map[string]string {
+	return map[string]string{
 		"wal_level":        "replica",
 		"wal_log_hints":    "on",
 		"full_page_writes": "on",
@@ -31,11 +31,25 @@ func ReplicationSettings(synchronousStandby bool) map[string]string {
 		// rewound) so that it catches up by streaming.
 		"wal_keep_size": "512MB",
 	}
-	if synchronousStandby {
-		set["synchronous_standby_names"] = "*"
-		set["synchronous_commit"] = "on"
+}
+
+// RequireSynchronousStandby makes every later commit on the server, and on
+// whatever server it becomes, wait until a standby has flushed it, so that
+// an acknowledged write survives the loss of the primary; with no standby
+// connected, commits wait. Call it on the primary and on its standby once
+// the standby runs (before, the primary's own setup would wait).
+func (s *Server) RequireSynchronousStandby(ctx context.Context) error {
+	conn, err := pgconn.Connect(ctx, s.DSN("postgres"))
+	if err != nil {
+		return fmt.Errorf("pgserver: %w", err)
 	}
-	return set
+	defer conn.Close(ctx)
+	for _, sql := range []string{"ALTER SYSTEM SET synchronous_standby_names = '*'", "ALTER SYSTEM SET synchronous_commit = on", "SELECT pg_reload_conf()"} {
+		if err := conn.Exec(ctx, sql).Close(); err != nil {
+			return fmt.Errorf("pgserver: %s: %w", sql, err)
+		}
+	}
+	return nil
 }
 
 // StartStandby makes a streaming standby of primary in opts.Dir (a base
@@ -139,14 +153,17 @@ func (s *Server) rewind(ctx context.Context, primary *Server) error {
 	return s.run(ctx, "pg_rewind", "--target-pgdata", s.dataDir, "--source-server", primary.replicationConnInfo("pg_rewind"))
 }
 
-// writeAutoConf writes the Options' settings to postgresql.auto.conf, for
-// the programs that start the server without them.
+// writeAutoConf adds the Options' settings to postgresql.auto.conf, for the
+// programs that start the server without them.
 func (s *Server) writeAutoConf() error {
-	var b strings.Builder
-	for k, v := range s.opts.Settings {
-		fmt.Fprintf(&b, "%s = '%s'\n", k, strings.ReplaceAll(v, "'", "''"))
+	f, err := os.OpenFile(filepath.Join(s.dataDir, "postgresql.auto.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
 	}
-	return os.WriteFile(filepath.Join(s.dataDir, "postgresql.auto.conf"), []byte(b.String()), 0o600)
+	for k, v := range s.opts.Settings {
+		fmt.Fprintf(f, "%s = '%s'\n", k, strings.ReplaceAll(v, "'", "''"))
+	}
+	return f.Close()
 }
 
 // baseBackup copies primary's data into the (empty) data directory.
@@ -212,4 +229,35 @@ func (s *Server) run(ctx context.Context, program string, args ...string) error 
 		return fmt.Errorf("pgserver: %s: %w: %s", program, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// WaitSynchronousStandby waits until a standby streams from the server as
+// its synchronous standby (so that commits go through again), for at most
+// timeout.
+func (s *Server) WaitSynchronousStandby(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		if n, err := s.synchronousStandbys(ctx); err == nil && n > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pgserver: no synchronous standby on port %d: %w", s.Port(), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) synchronousStandbys(ctx context.Context) (int, error) {
+	conn, err := pgconn.Connect(ctx, s.DSN("postgres"))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	res := conn.ExecParams(ctx, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')", nil, nil, nil, nil).Read()
+	if res.Err != nil {
+		return 0, res.Err
+	}
+	return strconv.Atoi(string(res.Rows[0][0]))
 }

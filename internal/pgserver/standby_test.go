@@ -15,12 +15,14 @@ import (
 // primary streams again from the new one.
 func TestFailoverAndSwitchoverKeepCommittedRows(t *testing.T) {
 	ctx := context.Background()
-	a, err := Start(ctx, Options{Settings: ReplicationSettings(true)})
+	a, err := Start(ctx, Options{Settings: ReplicationSettings()})
 	must(t, err)
 	t.Cleanup(a.Remove)
-	b, err := StartStandby(ctx, a, Options{Settings: ReplicationSettings(true)})
+	b, err := StartStandby(ctx, a, Options{Settings: ReplicationSettings()})
 	must(t, err)
 	t.Cleanup(b.Remove)
+	must(t, a.RequireSynchronousStandby(ctx))
+	must(t, b.RequireSynchronousStandby(ctx))
 	if b.Upstream() != a {
 		t.Fatal("the standby does not name its primary")
 	}
