@@ -140,7 +140,11 @@ func toStatusMessage(st coffer.Status) *cofferv1.Status {
 	out := &cofferv1.Status{Version: st.Version, StartedAt: timestamppb.New(st.StartedAt), ShardCount: st.ShardCount, ShardsAvailable: st.ShardsAvailable}
 	for _, db := range st.Databases {
 		d := &cofferv1.DatabaseStatus{Name: db.Name, Up: db.Up, SchemaVerified: db.SchemaVerified, Error: db.Error,
-			CheckedAt: optTimestamp(db.CheckedAt), ConnsTotal: db.ConnsTotal, ConnsAcquired: db.ConnsAcquired, ConnsMax: db.ConnsMax}
+			CheckedAt: optTimestamp(db.CheckedAt), ConnsTotal: db.ConnsTotal, ConnsAcquired: db.ConnsAcquired, ConnsMax: db.ConnsMax,
+			Primary: db.Primary, WritesRefused: db.WritesRefused}
+		if db.SynchronousStandbys != nil {
+			d.SynchronousStandbys = *db.SynchronousStandbys
+		}
 		for _, r := range db.Shards {
 			d.Shards = append(d.Shards, &cofferv1.ShardRange{Min: r.Min, Max: r.Max})
 		}

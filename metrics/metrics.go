@@ -23,6 +23,7 @@ type Metrics struct {
 	errors          *prometheus.CounterVec
 	inFlight        prometheus.Gauge
 	databaseUp      *prometheus.GaugeVec
+	syncStandbys    *prometheus.GaugeVec
 	shardsAvailable prometheus.Gauge
 	sweeps          *prometheus.CounterVec
 	swept           *prometheus.CounterVec
@@ -49,6 +50,10 @@ func New(router *shard.Router) *Metrics {
 		databaseUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "coffer_database_up", Help: "1 if the last check reached the shard database and its schema is verified.",
 		}, []string{"database"}),
+		syncStandbys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "coffer_database_synchronous_standbys",
+			Help: "Standbys streaming in sync from the primary of a shard database with several hosts (0: an acknowledged write could be lost at the next failover).",
+		}, []string{"database"}),
 		shardsAvailable: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "coffer_shards_available", Help: "Shards whose database is up.",
 		}),
@@ -64,7 +69,7 @@ func New(router *shard.Router) *Metrics {
 	}
 	shards := prometheus.NewGauge(prometheus.GaugeOpts{Name: "coffer_shards", Help: "The shard_count of the deployment."})
 	shards.Set(float64(router.Map().ShardCount()))
-	m.registry.MustRegister(m.requests, m.errors, m.inFlight, m.databaseUp, m.shardsAvailable, m.sweeps, m.swept, m.batchChanges, shards,
+	m.registry.MustRegister(m.requests, m.errors, m.inFlight, m.databaseUp, m.syncStandbys, m.shardsAvailable, m.sweeps, m.swept, m.batchChanges, shards,
 		poolCollector{router},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -110,6 +115,12 @@ func (m *Metrics) SetDatabaseUp(database string, up bool) {
 		v = 1
 	}
 	m.databaseUp.WithLabelValues(database).Set(v)
+}
+
+// SetSynchronousStandbys records how many standbys a database's primary
+// has in sync.
+func (m *Metrics) SetSynchronousStandbys(database string, n int) {
+	m.syncStandbys.WithLabelValues(database).Set(float64(n))
 }
 
 // SetShardsAvailable records how many shards are on databases that are up.

@@ -80,18 +80,40 @@ func retryable(err error) bool {
 
 // fail maps err and, when it shows the connection or server failed, marks
 // the shard's database down so that its next requests fail fast.
+// A connection that reached a server that has become a standby (or is
+// read-only) makes the pool reconnect at once, to whichever server
+// accepts writes now, instead of failing every request until the next
+// probe finds it.
 func (s *Store) fail(id coffer.ShardID, err error) error {
 	mapped, connFailed := classify(id, err)
 	if connFailed {
 		s.router.MarkDown(s.router.DatabaseIndex(id))
 	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == sqlstateReadOnlyTransaction {
+		s.router.Reconnect(s.router.DatabaseIndex(id))
+	}
 	return mapped
 }
+
+// sqlstateReadOnlyTransaction is what a write gets on a standby or a
+// read-only server.
+const sqlstateReadOnlyTransaction = "25006"
 
 // pool returns the pool of shard id's database, or shard_unavailable at
 // once while the database is known to be down or unverified.
 func (s *Store) pool(id coffer.ShardID) (*pgxpool.Pool, error) {
-	if err := s.router.Available(s.router.DatabaseIndex(id)); err != nil {
+	return s.checkedPool(id, s.router.Available)
+}
+
+// writePool is pool for a write, which is refused also while the database
+// lacks a required synchronous standby.
+func (s *Store) writePool(id coffer.ShardID) (*pgxpool.Pool, error) {
+	return s.checkedPool(id, s.router.Writable)
+}
+
+func (s *Store) checkedPool(id coffer.ShardID, check func(int) error) (*pgxpool.Pool, error) {
+	if err := check(s.router.DatabaseIndex(id)); err != nil {
 		return nil, &coffer.Error{Code: coffer.CodeUnavailable, Message: fmt.Sprintf("shard %d is unavailable", id), Err: err}
 	}
 	return s.router.Shard(id), nil
@@ -119,7 +141,7 @@ func classify(id coffer.ShardID, err error) (mapped error, connFailed bool) {
 		switch {
 		case pg.Code[:2] == "08", pg.Code[:2] == "57":
 			return unavailable("is unavailable"), true
-		case pg.Code == "53300", pg.Code == "25006":
+		case pg.Code == "53300", pg.Code == sqlstateReadOnlyTransaction:
 			return unavailable("is unavailable"), false
 		case pg.Code[:2] == "22":
 			return &coffer.Error{Code: coffer.CodeInvalid, Message: pg.Message, Err: err}, false
@@ -197,7 +219,7 @@ func (s *Store) withPlayer(ctx context.Context, ns coffer.Namespace, player coff
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	id := s.router.Map().ShardOf(player)
-	pool, err := s.pool(id)
+	pool, err := s.writePool(id)
 	if err != nil {
 		return err
 	}

@@ -48,15 +48,17 @@ const DownCooldown = time.Second
 // It is safe for concurrent use. Pools connect lazily, so a database that is
 // down at start fails only its own shards' requests.
 type Router struct {
-	m     *Map
-	pools []*pgxpool.Pool
-	dbs   []dbState
+	m           *Map
+	pools       []*pgxpool.Pool
+	dbs         []dbState
+	requireSync bool
 }
 
 // dbState is what the router knows of a database's health.
 type dbState struct {
 	downUntil  atomic.Int64 // unix nanoseconds
 	unverified atomic.Bool  // schema not (yet) checked compatible
+	unsynced   atomic.Bool  // no synchronous standby, and one is required
 }
 
 // Open creates the pools. It does not connect; Ping does.
@@ -105,6 +107,20 @@ func (r *Router) Available(i int) error {
 		return fmt.Errorf("%s: schema not verified yet", r.m.databases[i].Label())
 	case time.Now().UnixNano() < r.dbs[i].downUntil.Load():
 		return fmt.Errorf("%s: down (a connection failed less than %s ago)", r.m.databases[i].Label(), DownCooldown)
+	}
+	return nil
+}
+
+// Writable returns nil if writes may go to database i, or why not: it is
+// not Available, or a synchronous standby is required and the last probe
+// found none in sync (an acknowledged write could then be lost at the next
+// failover).
+func (r *Router) Writable(i int) error {
+	if err := r.Available(i); err != nil {
+		return err
+	}
+	if r.dbs[i].unsynced.Load() {
+		return fmt.Errorf("%s: no synchronous standby in sync, and require_synchronous_standby is set", r.m.databases[i].Label())
 	}
 	return nil
 }

@@ -34,6 +34,10 @@ type Config struct {
 	Currencies   []CurrencyConfig  `yaml:"currencies,omitempty"`
 	Namespaces   []NamespaceConfig `yaml:"namespaces,omitempty"`
 	Clients      []ClientConfig    `yaml:"clients,omitempty"`
+	// RequireSynchronousStandby refuses writes (shard_unavailable) to a
+	// database whose primary has no synchronous standby in sync, since an
+	// acknowledged write could then be lost at the next failover.
+	RequireSynchronousStandby bool `yaml:"require_synchronous_standby,omitempty"`
 }
 
 // ListenConfig is where the service listens; an empty address turns that

@@ -64,6 +64,8 @@ type dbHealth struct {
 	verified  bool
 	err       string
 	checkedAt time.Time
+	// primary is what the last probe that reached the database found.
+	primary shard.Primary
 }
 
 // Start checks the config, verifies every reachable database's schema
@@ -78,6 +80,9 @@ func (m *Main) Start(ctx context.Context) error {
 	m.started = time.Now().UTC()
 	if m.router, err = shard.Open(m.Map, m.Config.Pool); err != nil {
 		return err
+	}
+	if m.Config.RequireSynchronousStandby {
+		m.router.RequireSynchronousStandby()
 	}
 	ms, err := migrate.Load(migrate.Schema(), "(coffer's schema)")
 	if err != nil {
@@ -232,28 +237,46 @@ func (m *Main) check(ctx context.Context, i int) error {
 			m.Logger.Error("schema incompatible", "database", db.Name(), "error", err.Error())
 		}
 	}
-	pingErr := m.router.Database(i).Ping(cctx)
-	h.up, h.err, h.checkedAt = pingErr == nil && h.verified, "", time.Now().UTC()
+	primary, probeErr := m.router.Probe(cctx, i)
+	h.up, h.err, h.checkedAt = probeErr == nil && h.verified, "", time.Now().UTC()
 	switch {
 	case err != nil:
 		h.err = err.Error()
-	case pingErr != nil:
-		h.err = pingErr.Error()
+	case probeErr != nil:
+		h.err = probeErr.Error()
 	}
-	if pingErr == nil {
-		m.router.MarkUp(i)
-	} else {
-		m.router.MarkDown(i)
+	if primary.Host != "" {
+		h.primary = primary
 	}
 	m.mu.Lock()
-	was := m.health[i].up
+	was := m.health[i]
 	m.health[i] = h
 	m.mu.Unlock()
-	if was != h.up {
+	if was.up != h.up {
 		m.Logger.Warn("database state", "database", db.Name(), "up", h.up, "error", h.err)
 	}
 	m.metrics.SetDatabaseUp(db.Name(), h.up)
+	if m.router.Guarded(i) && primary.Host != "" {
+		m.metrics.SetSynchronousStandbys(db.Name(), primary.SynchronousStandbys)
+		m.logPrimary(db, was.primary, primary)
+	}
 	return err
+}
+
+// logPrimary logs a change of database db's primary, or of whether it has
+// a synchronous standby in sync.
+func (m *Main) logPrimary(db shard.Database, was, now shard.Primary) {
+	if was.Host == now.Host && was.Synchronous() == now.Synchronous() {
+		return
+	}
+	attrs := []any{"database", db.Name(), "primary", now.Host, "synchronous_standbys", now.SynchronousStandbys,
+		"synchronous_commit", now.SynchronousCommit}
+	if now.Synchronous() {
+		m.Logger.Info("database primary", attrs...)
+		return
+	}
+	m.Logger.Warn("database primary without a synchronous standby in sync: an acknowledged write could be lost at the next failover",
+		append(attrs, "writes_refused", m.Config.RequireSynchronousStandby)...)
 }
 
 // every runs fn every interval until ctx ends.
@@ -319,6 +342,11 @@ func (m *Main) status(context.Context) coffer.Status {
 		if !h.checkedAt.IsZero() {
 			t := h.checkedAt
 			ds.CheckedAt = &t
+		}
+		if m.router.Guarded(i) && h.primary.Host != "" {
+			n := int32(h.primary.SynchronousStandbys)
+			ds.Primary, ds.SynchronousStandbys = h.primary.Host, &n
+			ds.WritesRefused = m.router.Writable(i) != nil && m.router.Available(i) == nil
 		}
 		if h.up {
 			st.ShardsAvailable += int32(len(db.Shards))

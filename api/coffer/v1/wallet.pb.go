@@ -1897,6 +1897,15 @@ type DatabaseStatus struct {
 	ConnsTotal    int32                  `protobuf:"varint,7,opt,name=conns_total,json=connsTotal,proto3" json:"conns_total,omitempty"`
 	ConnsAcquired int32                  `protobuf:"varint,8,opt,name=conns_acquired,json=connsAcquired,proto3" json:"conns_acquired,omitempty"`
 	ConnsMax      int32                  `protobuf:"varint,9,opt,name=conns_max,json=connsMax,proto3" json:"conns_max,omitempty"`
+	// For a database with several hosts (or with require_synchronous_standby):
+	// the host the connections reach, which accepts writes.
+	Primary string `protobuf:"bytes,10,opt,name=primary,proto3" json:"primary,omitempty"`
+	// How many standbys stream from the primary in sync (0: an acknowledged
+	// write could be lost at the next failover).
+	SynchronousStandbys int32 `protobuf:"varint,11,opt,name=synchronous_standbys,json=synchronousStandbys,proto3" json:"synchronous_standbys,omitempty"`
+	// Whether writes are refused because no synchronous standby is in sync
+	// and require_synchronous_standby is set.
+	WritesRefused bool `protobuf:"varint,12,opt,name=writes_refused,json=writesRefused,proto3" json:"writes_refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1992,6 +2001,27 @@ func (x *DatabaseStatus) GetConnsMax() int32 {
 		return x.ConnsMax
 	}
 	return 0
+}
+
+func (x *DatabaseStatus) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *DatabaseStatus) GetSynchronousStandbys() int32 {
+	if x != nil {
+		return x.SynchronousStandbys
+	}
+	return 0
+}
+
+func (x *DatabaseStatus) GetWritesRefused() bool {
+	if x != nil {
+		return x.WritesRefused
+	}
+	return false
 }
 
 var File_coffer_v1_wallet_proto protoreflect.FileDescriptor
@@ -2151,7 +2181,7 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\n" +
 	"ShardRange\x12\x10\n" +
 	"\x03min\x18\x01 \x01(\x05R\x03min\x12\x10\n" +
-	"\x03max\x18\x02 \x01(\x05R\x03max\"\xc2\x02\n" +
+	"\x03max\x18\x02 \x01(\x05R\x03max\"\xb6\x03\n" +
 	"\x0eDatabaseStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x06shards\x18\x02 \x03(\v2\x15.coffer.v1.ShardRangeR\x06shards\x12\x0e\n" +
@@ -2163,7 +2193,11 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\vconns_total\x18\a \x01(\x05R\n" +
 	"connsTotal\x12%\n" +
 	"\x0econns_acquired\x18\b \x01(\x05R\rconnsAcquired\x12\x1b\n" +
-	"\tconns_max\x18\t \x01(\x05R\bconnsMax2\xf8\t\n" +
+	"\tconns_max\x18\t \x01(\x05R\bconnsMax\x12\x18\n" +
+	"\aprimary\x18\n" +
+	" \x01(\tR\aprimary\x121\n" +
+	"\x14synchronous_standbys\x18\v \x01(\x05R\x13synchronousStandbys\x12%\n" +
+	"\x0ewrites_refused\x18\f \x01(\bR\rwritesRefused2\xf8\t\n" +
 	"\x06Wallet\x12\x82\x01\n" +
 	"\vGetBalances\x12\x1d.coffer.v1.GetBalancesRequest\x1a\x13.coffer.v1.Balances\"?\x82\xd3\xe4\x93\x029\x127/v1/namespaces/{namespace}/players/{player_id}/balances\x12z\n" +
 	"\x06Change\x12\x18.coffer.v1.ChangeRequest\x1a\x0e.coffer.v1.Trx\"F\x82\xd3\xe4\x93\x02@:\x01*\";/v1/namespaces/{namespace}/players/{player_id}/transactions\x12\x86\x01\n" +

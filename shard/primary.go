@@ -1,0 +1,114 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+)
+
+// Primary is what a probe found of the server a database's connections
+// reach: for a database with several hosts, whichever accepts writes.
+type Primary struct {
+	// Host is the configured address ("host:port") the connections
+	// reach, or the remote address when no configured one matches.
+	Host string
+	// SynchronousStandbys counts the standbys streaming from it as
+	// synchronous standbys (sync_state sync or quorum, caught up).
+	SynchronousStandbys int
+	// SynchronousCommit is the setting for coffer's sessions.
+	SynchronousCommit string
+}
+
+// Synchronous tells whether a commit coffer acknowledges is on a standby
+// too, so that it survives a failover: a standby is in sync, and commits
+// wait for it (synchronous_commit on, remote_apply or remote_write; the
+// last survives the loss of the primary, not of both servers at once).
+func (p Primary) Synchronous() bool {
+	return p.SynchronousStandbys > 0 && slices.Contains([]string{"on", "remote_apply", "remote_write"}, p.SynchronousCommit)
+}
+
+// probeSQL reads, on the server a pooled connection reaches, whether it is
+// a standby or read-only, and its synchronous standbys. Without
+// pg_read_all_stats (pg_monitor) a role sees the rows of
+// pg_stat_replication but not their state: hidden counts those.
+const probeSQL = `SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on',
+	current_setting('synchronous_commit'),
+	count(*) FILTER (WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')),
+	count(*) FILTER (WHERE state IS NULL)
+FROM pg_stat_replication`
+
+// RequireSynchronousStandby makes Writable refuse writes to a Guarded
+// database whose last probe found no synchronous standby in sync
+// (require_synchronous_standby). Call it before serving.
+func (r *Router) RequireSynchronousStandby() { r.requireSync = true }
+
+// Guarded tells whether the probe of database i checks its synchronous
+// standby: it has several hosts, so coffer follows a failover.
+func (r *Router) Guarded(i int) bool { return len(r.m.databases[i].Config.Hosts) > 1 }
+
+// Probe checks database i through its pool: it reaches a server, that
+// server accepts writes, and, when Guarded, it has a synchronous standby
+// in sync. It records the outcome: a failed connection marks the database
+// down; a connection that reached a standby or a read-only server makes
+// the pool reconnect; a missing synchronous standby, when required,
+// makes Writable refuse writes until a probe finds one again.
+func (r *Router) Probe(ctx context.Context, i int) (Primary, error) {
+	conn, err := r.pools[i].Acquire(ctx)
+	if err != nil {
+		r.MarkDown(i)
+		return Primary{}, err
+	}
+	defer conn.Release()
+	var p Primary
+	var recovery, readOnly bool
+	var hidden int
+	if err := conn.QueryRow(ctx, probeSQL).Scan(&recovery, &readOnly, &p.SynchronousCommit, &p.SynchronousStandbys, &hidden); err != nil {
+		r.MarkDown(i)
+		return p, err
+	}
+	r.MarkUp(i)
+	p.Host = r.hostOf(i, conn.Conn().PgConn().Conn().RemoteAddr())
+	if recovery || readOnly {
+		r.Reconnect(i)
+		return p, fmt.Errorf("%s: connected to %s, which does not accept writes (a standby, or read-only); reconnecting", r.m.databases[i].Label(), p.Host)
+	}
+	if !r.Guarded(i) {
+		return p, nil
+	}
+	r.dbs[i].unsynced.Store(r.requireSync && !p.Synchronous())
+	if hidden > 0 {
+		return p, fmt.Errorf("%s: cannot see the state of the standbys of %s: grant pg_monitor to user %q", r.m.databases[i].Label(), p.Host, r.m.databases[i].Config.User)
+	}
+	return p, nil
+}
+
+// Reconnect closes database i's connections (those in use when they are
+// released), so that the next request connects anew and finds the server
+// that accepts writes now. Call it when a connection turns out to reach a
+// standby.
+func (r *Router) Reconnect(i int) { r.pools[i].Reset() }
+
+// hostOf names the configured address of database i that addr is.
+func (r *Router) hostOf(i int, addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return addr.String()
+	}
+	for _, a := range r.m.databases[i].Config.addresses() {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || port != fmt.Sprint(tcp.Port) {
+			continue
+		}
+		if ip := net.ParseIP(host); ip != nil {
+			if ip.Equal(tcp.IP) {
+				return a
+			}
+			continue
+		}
+		if ips, err := net.LookupIP(host); err == nil && slices.ContainsFunc(ips, tcp.IP.Equal) {
+			return a
+		}
+	}
+	return tcp.String()
+}
