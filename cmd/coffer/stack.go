@@ -64,7 +64,13 @@ func startLocalStack(ctx context.Context, dir string, cfg *Config, databases int
 }
 
 func createDatabase(ctx context.Context, server *pgserver.Server, name string) error {
-	conn, err := pgx.Connect(ctx, server.DSN("postgres"))
+	return createDatabaseAt(ctx, server.DSN("postgres"), name)
+}
+
+// createDatabaseAt creates database name, unless it exists, on the server
+// that dsn reaches.
+func createDatabaseAt(ctx context.Context, dsn, name string) error {
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,7 @@ type tortureRun struct {
 	clients  int
 	kinds    []string
 	standbys bool
+	patroni  bool
 	out      io.Writer
 	// damage, if set, runs before the checks: the tests use it to prove
 	// the checks fail on a damaged ledger.
@@ -88,14 +89,22 @@ func runTortureCmd(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&t.seed, "seed", 1, "seed of the workload and of the fault schedule")
 	fs.IntVar(&t.clients, "clients", 8, "concurrent clients")
 	fs.BoolVar(&t.standbys, "standbys", false, "give every PostgreSQL server a synchronous streaming standby, and fail over to it")
+	fs.BoolVar(&t.patroni, "patroni", false, "run every database as a Patroni cluster of two members (synchronous mode, etcd), and fail over with Patroni")
 	faults := fs.String("faults", "", "fault kinds, comma-separated (default: all of the run's kinds): "+
-		strings.Join(torture.FaultKinds, ", ")+"; with --standbys also "+strings.Join(torture.StandbyFaultKinds[len(torture.FaultKinds):], ", "))
+		strings.Join(torture.FaultKinds, ", ")+"; with --standbys also "+strings.Join(torture.StandbyFaultKinds[len(torture.FaultKinds):], ", ")+
+		"; with --patroni: "+strings.Join(torture.PatroniFaultKinds, ", "))
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	kinds := torture.FaultKinds
-	if t.standbys {
+	switch {
+	case t.standbys && t.patroni:
+		fmt.Fprintln(stderr, "coffer torture: --standbys and --patroni exclude each other (Patroni runs its own standbys)")
+		return 2
+	case t.standbys:
 		kinds = torture.StandbyFaultKinds
+	case t.patroni:
+		kinds = torture.PatroniFaultKinds
 	}
 	if *faults == "" {
 		*faults = strings.Join(kinds, ",")
@@ -208,8 +217,16 @@ func (t *tortureRun) setup(ctx context.Context) error {
 	cfg.Timeouts.Request, cfg.Pool.ConnectTimeout = 2*time.Second, time.Second
 	cfg.Log.Level = "info"
 	ranges := [][2]int{{0, 5}, {6, 10}, {11, 15}}
+	// Where a database has a standby, coffer refuses its writes while the
+	// standby is out of sync, as production should be run.
+	cfg.RequireSynchronousStandby = t.standbys || t.patroni
 	var err error
-	if t.tortureCluster, err = startServerCluster(ctx, t.dir, len(ranges), t.standbys); err != nil {
+	if t.patroni {
+		t.tortureCluster, err = startPatroniCluster(ctx, t.dir, len(ranges))
+	} else {
+		t.tortureCluster, err = startServerCluster(ctx, t.dir, len(ranges), t.standbys)
+	}
+	if err != nil {
 		return err
 	}
 	direct := cfg.Config
