@@ -31,9 +31,9 @@ type DatabaseStatus struct {
 	ConnsAcquired  int32        `json:"conns_acquired"`
 	ConnsMax       int32        `json:"conns_max"`
 	// Primary and SynchronousStandbys are set for a database with several
-	// hosts, or when synchronous standbys are required: the host that
-	// accepts writes, and how many standbys stream from it in sync (with
-	// none, an acknowledged write could be lost at the next failover).
+	// hosts: the host that accepts writes, and how many standbys stream
+	// from it in sync (with none, an acknowledged write could be lost at
+	// the next failover).
 	Primary             string `json:"primary,omitempty"`
 	SynchronousStandbys *int32 `json:"synchronous_standbys,omitempty"`
 	// WritesRefused is true while writes fail with shard_unavailable for

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/shard"
 	"github.com/cofferhq/coffer/torture"
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,31 @@ func TestTortureShort(t *testing.T) {
 		t.Fatalf("%d violations:\n%s", len(violations), strings.Join(violations, "\n"))
 	}
 	for _, k := range torture.StandbyFaultKinds {
+		if !strings.Contains(out.String(), "  "+k+" ") {
+			t.Errorf("fault %s was not injected", k)
+		}
+	}
+}
+
+// TestTorturePatroni is the short Patroni run of make test: a leader's
+// agent killed and a patronictl switchover under load, then every check
+// must pass. Without Patroni it is skipped, and make test says so.
+func TestTorturePatroni(t *testing.T) {
+	if err := pgserver.PatroniBinaries(); err != nil {
+		t.Skip(err)
+	}
+	var out bytes.Buffer
+	kinds := []string{torture.PatroniKill, torture.PGSwitchover}
+	run := &tortureRun{duration: 25 * time.Second, seed: 1, clients: 4, patroni: true, kinds: kinds, out: &out, finlogPage: 25}
+	violations, err := run.run(context.Background())
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(violations) > 0 {
+		t.Fatalf("%d violations:\n%s", len(violations), strings.Join(violations, "\n"))
+	}
+	for _, k := range kinds {
 		if !strings.Contains(out.String(), "  "+k+" ") {
 			t.Errorf("fault %s was not injected", k)
 		}

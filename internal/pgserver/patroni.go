@@ -265,7 +265,9 @@ func (m *PatroniMember) DSN(db string) string {
 	return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&connect_timeout=2", Superuser, Password, m.pgPort, db)
 }
 
-func (m *PatroniMember) api(path string) string { return fmt.Sprintf("http://127.0.0.1:%d%s", m.apiPort, path) }
+func (m *PatroniMember) api(path string) string {
+	return fmt.Sprintf("http://127.0.0.1:%d%s", m.apiPort, path)
+}
 
 // IsLeader tells whether the member's agent answers that it leads, with
 // its PostgreSQL a primary.

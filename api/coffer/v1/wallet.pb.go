@@ -1897,7 +1897,7 @@ type DatabaseStatus struct {
 	ConnsTotal    int32                  `protobuf:"varint,7,opt,name=conns_total,json=connsTotal,proto3" json:"conns_total,omitempty"`
 	ConnsAcquired int32                  `protobuf:"varint,8,opt,name=conns_acquired,json=connsAcquired,proto3" json:"conns_acquired,omitempty"`
 	ConnsMax      int32                  `protobuf:"varint,9,opt,name=conns_max,json=connsMax,proto3" json:"conns_max,omitempty"`
-	// For a database with several hosts (or with require_synchronous_standby):
+	// For a database with several hosts:
 	// the host the connections reach, which accepts writes.
 	Primary string `protobuf:"bytes,10,opt,name=primary,proto3" json:"primary,omitempty"`
 	// How many standbys stream from the primary in sync (0: an acknowledged
