@@ -140,6 +140,12 @@ type FailoverTimes struct {
 func Run(ctx context.Context, t Target, plan []Fault, start time.Time) *Injected {
 	in := &Injected{Recovery: map[string][]time.Duration{}, Outage: map[int]time.Duration{}}
 	for _, f := range plan {
+		// Failovers can take longer than planned; a fault that would
+		// begin after the plan's end comes after the workload's, and is
+		// dropped.
+		if last := plan[len(plan)-1]; time.Since(start) > last.At+last.Length {
+			break
+		}
 		select {
 		case <-ctx.Done():
 			return in
