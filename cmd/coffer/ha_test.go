@@ -62,7 +62,7 @@ func TestRequireSynchronousStandby(t *testing.T) {
 	r, _ = change(other, "b")
 	wantStatus(t, r, 201, "")
 	wantStatus(t, s.call("GET", fmt.Sprintf("/v1/namespaces/1/players/%d/balances", guarded), devKey, ""), 200, "")
-	metrics := string(s.call("GET", "/metrics", "", "").body)
+	metrics := s.metrics()
 	if !strings.Contains(metrics, fmt.Sprintf(`coffer_database_synchronous_standbys{database="%s/`, strings.Join(hosts, ","))+s.m.Databases()[0].Config.Name+`"} 0`) {
 		t.Fatalf("metrics do not show the missing standby:\n%s", grepLines(metrics, "coffer_database_synchronous_standbys"))
 	}
