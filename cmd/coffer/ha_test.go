@@ -136,20 +136,19 @@ func TestConnectionOnAReadOnlyServerReconnects(t *testing.T) {
 // setReadOnly makes every session of s, open ones included, read-only.
 func setReadOnly(t *testing.T, s *pgserver.Server) {
 	t.Helper()
+	execSQL(t, s, "ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()")
+	t.Cleanup(func() { // before the test's database is dropped
+		execSQL(t, s, "ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()")
+	})
+}
+
+func execSQL(t *testing.T, s *pgserver.Server, sqls ...string) {
+	t.Helper()
 	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
 	must(t, err)
 	defer conn.Close(ctx)
-	for _, sql := range []string{"ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()"} {
+	for _, sql := range sqls {
 		_, err := conn.Exec(ctx, sql)
 		must(t, err)
 	}
-	t.Cleanup(func() { // before the test's database is dropped
-		conn, err := pgx.Connect(ctx, s.DSN("postgres"))
-		must(t, err)
-		defer conn.Close(ctx)
-		for _, sql := range []string{"ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()"} {
-			_, err := conn.Exec(ctx, sql)
-			must(t, err)
-		}
-	})
 }

@@ -114,12 +114,11 @@ func waitPatroni(ctx context.Context, ok func() bool, what string) error {
 
 func (c *patroniCluster) databases() (direct, proxied [][]string) {
 	for _, db := range c.dbs {
-		var d, p []string
-		for k, m := range db.members {
-			d = append(d, fmt.Sprintf("127.0.0.1:%d", m.Port()))
-			p = append(p, fmt.Sprintf("127.0.0.1:%d", db.proxies[k].Port()))
+		var ports []int
+		for _, m := range db.members {
+			ports = append(ports, m.Port())
 		}
-		direct, proxied = append(direct, d), append(proxied, p)
+		direct, proxied = appendAddresses(direct, proxied, ports, db.proxies)
 	}
 	return direct, proxied
 }

@@ -79,14 +79,24 @@ func startServerCluster(ctx context.Context, dir string, n int, standbys bool) (
 
 func (c *serverCluster) databases() (direct, proxied [][]string) {
 	for _, db := range c.dbs {
-		var d, p []string
-		for k, s := range db.servers {
-			d = append(d, fmt.Sprintf("127.0.0.1:%d", s.Port()))
-			p = append(p, fmt.Sprintf("127.0.0.1:%d", db.proxies[k].Port()))
+		var ports []int
+		for _, s := range db.servers {
+			ports = append(ports, s.Port())
 		}
-		direct, proxied = append(direct, d), append(proxied, p)
+		direct, proxied = appendAddresses(direct, proxied, ports, db.proxies)
 	}
 	return direct, proxied
+}
+
+// appendAddresses appends a database's servers, on ports, and the proxies
+// in front of them, to the addresses of the databases before it.
+func appendAddresses(direct, proxied [][]string, ports []int, proxies []*torture.Proxy) ([][]string, [][]string) {
+	var d, p []string
+	for k, port := range ports {
+		d = append(d, fmt.Sprintf("127.0.0.1:%d", port))
+		p = append(p, fmt.Sprintf("127.0.0.1:%d", proxies[k].Port()))
+	}
+	return append(direct, d), append(proxied, p)
 }
 
 func (c *serverCluster) close() {

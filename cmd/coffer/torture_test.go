@@ -19,21 +19,7 @@ import (
 // the failovers to a standby and back included, at least once under load,
 // then every check must pass.
 func TestTortureShort(t *testing.T) {
-	var out bytes.Buffer
-	run := &tortureRun{duration: 75 * time.Second, seed: 1, clients: 6, standbys: true, kinds: torture.StandbyFaultKinds, out: &out, finlogPage: 25}
-	violations, err := run.run(context.Background())
-	t.Log("\n" + out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(violations) > 0 {
-		t.Fatalf("%d violations:\n%s", len(violations), strings.Join(violations, "\n"))
-	}
-	for _, k := range torture.StandbyFaultKinds {
-		if !strings.Contains(out.String(), "  "+k+" ") {
-			t.Errorf("fault %s was not injected", k)
-		}
-	}
+	passes(t, &tortureRun{duration: 75 * time.Second, seed: 1, clients: 6, standbys: true, kinds: torture.StandbyFaultKinds, finlogPage: 25})
 }
 
 // TestTorturePatroni is the short Patroni run of make test: a leader's
@@ -43,9 +29,16 @@ func TestTorturePatroni(t *testing.T) {
 	if err := pgserver.PatroniBinaries(); err != nil {
 		t.Skip(err)
 	}
+	passes(t, &tortureRun{duration: 25 * time.Second, seed: 1, clients: 4, patroni: true,
+		kinds: []string{torture.PatroniKill, torture.PGSwitchover}, finlogPage: 25})
+}
+
+// passes runs a torture run, which must pass with every kind of its
+// faults injected.
+func passes(t *testing.T, run *tortureRun) {
+	t.Helper()
 	var out bytes.Buffer
-	kinds := []string{torture.PatroniKill, torture.PGSwitchover}
-	run := &tortureRun{duration: 25 * time.Second, seed: 1, clients: 4, patroni: true, kinds: kinds, out: &out, finlogPage: 25}
+	run.out = &out
 	violations, err := run.run(context.Background())
 	t.Log("\n" + out.String())
 	if err != nil {
@@ -54,7 +47,7 @@ func TestTorturePatroni(t *testing.T) {
 	if len(violations) > 0 {
 		t.Fatalf("%d violations:\n%s", len(violations), strings.Join(violations, "\n"))
 	}
-	for _, k := range kinds {
+	for _, k := range run.kinds {
 		if !strings.Contains(out.String(), "  "+k+" ") {
 			t.Errorf("fault %s was not injected", k)
 		}
