@@ -23,6 +23,10 @@ const (
 	MetaNumberMax = 1<<53 - 1
 )
 
+// storedDepthMax is encoding/json's nesting limit, which bounded meta
+// before MetaDepthMax.
+const storedDepthMax = 10000
+
 // canonicalMeta checks a request's meta and returns its canonical form,
 // the one form that is hashed, stored and served (docs/api.md): the JSON
 // Canonicalization Scheme (RFC 8785), over strict JSON (ParseJSON), with
@@ -56,6 +60,29 @@ func canonicalMeta(raw json.RawMessage) (json.RawMessage, error) {
 	return out, nil
 }
 
+// StoredMeta is the canonical form of meta an earlier coffer stored as
+// jsonb (column meta_jsonb since migration V0010), which rewrote it: its
+// numbers may lie beyond MetaNumberMax or a double's range, and keep their
+// exact value, in the canonical layout, so that a number jsonb printed in
+// a hundred thousand digits (1e131071) is served in a few bytes. Meta that
+// does not parse is returned as it is.
+func StoredMeta(stored []byte) json.RawMessage {
+	v, err := ParseJSON(stored, storedDepthMax)
+	if err != nil || v.Kind != JSONObject {
+		return stored
+	}
+	out, err := appendCanonical(nil, v, func(text string) (string, error) {
+		if s, err := metaNumber(text); err == nil {
+			return s, nil
+		}
+		return exactNumber(text), nil
+	})
+	if err != nil {
+		return stored
+	}
+	return out
+}
+
 // metaNumber is a meta number in canonical form: the nearest double, in
 // the form of ECMAScript's Number.prototype.toString (RFC 8785 §3.2.2.3),
 // so 2.50, 25e-1 and 2.5 are one number. Numbers beyond MetaNumberMax are
@@ -74,6 +101,28 @@ func metaNumber(text string) (string, error) {
 	mant, exp, _ := strings.Cut(e, "e")
 	n, _ := strconv.Atoi(exp)
 	return layoutNumber(neg, strings.Replace(mant, ".", "", 1), n+1), nil
+}
+
+// exactNumber is a JSON number's exact value in the canonical layout.
+func exactNumber(text string) string {
+	neg := strings.HasPrefix(text, "-")
+	mant, exp, _ := strings.Cut(strings.ToLower(strings.TrimPrefix(text, "-")), "e")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	n := len(intPart)
+	if exp != "" {
+		e, err := strconv.Atoi(exp)
+		if err != nil {
+			return text // an exponent beyond int: no meta ever had one
+		}
+		n += e
+	}
+	digits := strings.TrimLeft(intPart+frac, "0")
+	n -= len(intPart+frac) - len(digits)
+	digits = strings.TrimRight(digits, "0")
+	if digits == "" {
+		return "0"
+	}
+	return layoutNumber(neg, digits, n)
 }
 
 // layoutNumber writes the number 0.digits × 10^n as ECMAScript's

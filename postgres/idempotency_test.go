@@ -1,12 +1,16 @@
 package postgres_test
 
 import (
+	"bytes"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/internal/pgtest"
 )
 
 // TestRetryOfATrxStoredBeforeHashesHadAVersion: a trx written by an
@@ -65,5 +69,84 @@ func TestEqualRequestsReplayOnBothPaths(t *testing.T) {
 		if _, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(50, key), Ops: same, Meta: []byte(`{"a":1,"b":"x"}`)}); coffer.ErrorCode(err) != coffer.CodeIdempotencyConflict {
 			t.Fatalf("%s: another write: %v", key, err)
 		}
+	}
+}
+
+// TestMetaIsServedAsFirstAnswered: meta is stored as the canonical text
+// the first answer carried, so a replay, GetTrx and the finlog serve the
+// same bytes (jsonb reordered members and kept 2.50), on both write paths.
+func TestMetaIsServedAsFirstAnswered(t *testing.T) {
+	e := newEnv(t)
+	const p = 60
+	meta := []byte(`{"s": "<&>\u00e9\u0000", "b": 1, "aa": 2.50, "n": [1e2, 0.10000000000000001, -0], "o": {"z": null, "y": true}}`)
+	const want = "{\"aa\":2.5,\"b\":1,\"n\":[100,0.1,0],\"o\":{\"y\":true,\"z\":null},\"s\":\"<&>\u00e9\\u0000\"}"
+	for _, ops := range [][]coffer.OpRequest{
+		{{Currency: "gold", Amount: 5}},
+		{{Currency: "gold", Amount: 5}, {Currency: "gold", Amount: -1}},
+	} {
+		key := fmt.Sprintf("meta-%d", len(ops))
+		req := coffer.ChangeRequest{Scope: scope(p, key), Ops: ops, Meta: meta}
+		first, _, err := e.store.Change(ctx, req)
+		must(t, err)
+		again, replay, err := e.store.Change(ctx, req)
+		must(t, err)
+		read, err := e.store.Trx(ctx, scope(p, key))
+		must(t, err)
+		firstJSON, _ := json.Marshal(first)
+		for name, got := range map[string]coffer.Trx{"replay": again, "read": read} {
+			if raw, _ := json.Marshal(got); string(got.Meta) != want || !bytes.Equal(raw, firstJSON) {
+				t.Errorf("%s: %s's meta %s, want %s\n%s\n%s", key, name, got.Meta, want, raw, firstJSON)
+			}
+		}
+		if !replay || string(first.Meta) != want {
+			t.Errorf("%s: first %s, replay %v", key, first.Meta, replay)
+		}
+	}
+	page, err := e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: p})
+	must(t, err)
+	for _, trx := range page.Items {
+		if string(trx.Meta) != want {
+			t.Errorf("finlog %s: meta %s", trx.IdempotencyKey, trx.Meta)
+		}
+	}
+}
+
+// TestMetaStoredBeforeV0010IsServedCanonical: V0010 keeps the jsonb meta
+// of trx written before it, and coffer serves it in canonical form,
+// bounded by what was accepted: a number jsonb printed in 131 072 digits
+// is served in nine.
+func TestMetaStoredBeforeV0010IsServedCanonical(t *testing.T) {
+	e := newEnvAt(t, 9, pgtest.Server(t, 0), pgtest.Server(t, 1))
+	const p = 61
+	id := e.router.Map().ShardOf(p)
+	t0 := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	// A grant as coffer wrote it before V0010, its meta as jsonb.
+	for _, sql := range []string{
+		`INSERT INTO balance_N VALUES (1, $1, 1, $2, 2)`,
+		`INSERT INTO lot_N VALUES (1, $1, 9, 1, false, 5, NULL, 0, $2, 10)`,
+		`INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason,
+				meta, version, pos)
+			VALUES (1, $1, $2, 10, 7, 'old', '', 'change', 'committed', 'test',
+				'{"s": "<&>", "b": 1, "aa": 2.50, "big": 1e131071, "id": 12345678901234567890}', 1, 1)`,
+		`INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, pos)
+			VALUES (10, 0, 1, $1, 1, 9, 'grant', 'change', 5, false, 5, 0, $2, 2)`,
+	} {
+		_, err := e.router.Shard(id).Exec(ctx, strings.ReplaceAll(sql, "_N", fmt.Sprintf("_%d", id)), p, t0)
+		must(t, err)
+	}
+	var printed int
+	must(t, e.router.Shard(id).QueryRow(ctx, fmt.Sprintf(`SELECT length(meta::text) FROM trx_%d WHERE idempotency_key = 'old'`, id)).Scan(&printed))
+	if printed < 131072 {
+		t.Fatalf("jsonb prints the meta in %d bytes", printed)
+	}
+	migrateTo(t, e.router.Map(), -1)
+	const want = `{"aa":2.5,"b":1,"big":1e+131071,"id":12345678901234567890,"s":"<&>"}`
+	read, err := e.store.Trx(ctx, scope(p, "old"))
+	if err != nil || string(read.Meta) != want {
+		t.Fatalf("read: %s %v", read.Meta, err)
+	}
+	page, err := e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: p})
+	if err != nil || len(page.Items) != 1 || string(page.Items[0].Meta) != want {
+		t.Fatalf("finlog: %+v %v", page, err)
 	}
 }

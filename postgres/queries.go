@@ -24,7 +24,8 @@ type queries struct {
 const lotColumns = `lot_id, currency, paid, amount, reserved, expires_at, priority, created_at`
 
 // trxColumns are read by scanTrx, in this order; ops come as a JSON array.
-const trxColumns = `t.trx_id, t.idempotency_key, t.kind, t.status, t.reason, t.meta, t.created_at,
+// meta is canonical text; meta_jsonb what an earlier coffer stored (V0010).
+const trxColumns = `t.trx_id, t.idempotency_key, t.kind, t.status, t.reason, t.meta, t.meta_jsonb, t.created_at,
 	t.hold_expires_at, t.pending_grants, t.request_hash, t.version, t.pos,
 	COALESCE((SELECT json_agg(json_build_object('c', o.currency, 'a', o.amount, 'k', o.kind, 'p', o.paid,
 		'l', o.lot_id, 'b', o.balance_after, 'q', o.paid_after, 'u', o.purchase, 'z', o.cause,

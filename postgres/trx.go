@@ -59,14 +59,17 @@ func (s *Store) currency(id coffer.CurrencyID) *coffer.Currency {
 // scanTrx reads one row of trxColumns.
 func (s *Store) scanTrx(row pgx.Row) (*storedTrx, error) {
 	var t storedTrx
-	var meta, pending, ops []byte
-	err := row.Scan(&t.ID, &t.IdempotencyKey, &t.Kind, &t.Status, &t.Reason, &meta, &t.CreatedAt,
+	var meta, metaJSONB, pending, ops []byte
+	err := row.Scan(&t.ID, &t.IdempotencyKey, &t.Kind, &t.Status, &t.Reason, &meta, &metaJSONB, &t.CreatedAt,
 		&t.HoldExpiresAt, &pending, &t.hash, &t.Version, &t.pos, &ops)
 	if err != nil {
 		return nil, err
 	}
-	if len(meta) > 0 {
+	switch {
+	case len(meta) > 0:
 		t.Meta = json.RawMessage(meta)
+	case len(metaJSONB) > 0:
+		t.Meta = coffer.StoredMeta(metaJSONB)
 	}
 	var sops []storedOp
 	if err := json.Unmarshal(ops, &sops); err != nil {
@@ -272,7 +275,7 @@ func (s *Store) queueExpireTrx(b *pgx.Batch, t *playerTx, ops []coffer.BookOp) {
 // of the player's order.
 func queueTrxRow(b *pgx.Batch, t *playerTx, trx coffer.Trx, emitter coffer.Emitter, hash, pending []byte) {
 	b.Queue(t.q.insertTrx, t.ns, t.player, t.now, trx.ID, emitter, trx.IdempotencyKey, hash,
-		trx.Kind, trx.Status, trx.Reason, metaJSON(trx.Meta), trx.HoldExpiresAt, pending, trx.Version, t.nextPos())
+		trx.Kind, trx.Status, trx.Reason, metaText(trx.Meta), trx.HoldExpiresAt, pending, trx.Version, t.nextPos())
 }
 
 // nextID hands out an id fetched with the first batch, or fetches more

@@ -153,12 +153,14 @@ func (s *Store) newTrx(t *playerTx, id int64, key string, kind coffer.TrxKind, r
 		Reason: reason, Meta: meta, CreatedAt: t.now.UTC(), Version: t.version, Ops: s.apiOps(ops), Balances: s.balancesAfter(ops)}
 }
 
-// metaJSON is a trx's meta as stored: NULL when there is none.
-func metaJSON(meta json.RawMessage) []byte {
+// metaText is a trx's meta as stored: its canonical text, the bytes
+// every answer carries, or NULL when there is none.
+func metaText(meta json.RawMessage) *string {
 	if len(meta) == 0 {
 		return nil
 	}
-	return meta
+	text := string(meta)
+	return &text
 }
 
 // grantTrx writes a one-phase change of one grant in one statement,
@@ -178,7 +180,7 @@ func (s *Store) grantTrx(ctx context.Context, v coffer.ValidChange) (coffer.Trx,
 			Amount: g.Amount, Paid: g.Paid, Purchase: g.Purchase}
 		var id int64
 		err := t.conn.QueryRow(t.ctx, t.q.grantTrx, t.ns, t.player, sc.Emitter, sc.IdempotencyKey, v.Hash.Sum,
-			v.Reason, metaJSON(v.Meta), int32(g.Currency.ID), int64(g.Amount), g.Paid, g.ExpiresAt, g.Priority,
+			v.Reason, metaText(v.Meta), int32(g.Currency.ID), int64(g.Amount), g.Paid, g.ExpiresAt, g.Priority,
 			purchaseJSON(g.Purchase), int64(coffer.BalanceMax), coffer.LotsMax).Scan(&id, &op.LotID, &t.version, &t.now, &op.BalanceAfter, &op.PaidAfter)
 		var pg *pgconn.PgError
 		switch {

@@ -94,16 +94,24 @@ func TestHTTPChangeReplayAndConflict(t *testing.T) {
 func TestEqualRequestsReplay(t *testing.T) {
 	s := startService(t, twoServers(t), nil)
 	path := "/v1/namespaces/1/players/43/transactions"
-	first := s.call("POST", path, devKey, `{"idempotency_key": "eq-1", "reason": "r", "meta": {"b": 1, "a": "<&>"},
+	first := s.call("POST", path, devKey, `{"idempotency_key": "eq-1", "reason": "r", "meta": {"b": 1, "aa": 2.50, "s": "<&>"},
 	  "ops": [{"currency": "gold", "amount": 5, "kind": "free", "expires_at": "2030-01-01T00:00:00Z"}]}`)
 	wantStatus(t, first, http.StatusCreated, "")
 	again := s.call("POST", path, devKey, `{"ops": [{"expires_at": "2030-01-01T01:00:00.0000001+01:00", "amount": 5, "currency": "gold"}],
-	  "meta": {"a": "\u003c&>", "b": 1}, "reason": "r", "idempotency_key": "eq-1"}`)
+	  "meta": {"s": "\u003c&>", "aa": 25e-1, "b": 1.0}, "reason": "r", "idempotency_key": "eq-1"}`)
 	wantStatus(t, again, http.StatusOK, "")
 	if !bytes.Equal(again.body, first.body) {
 		t.Fatalf("replay body differs:\n%s\n%s", first.body, again.body)
 	}
-	meta, _ := structpb.NewStruct(map[string]any{"a": "<&>", "b": 1})
+	// Stored as the first answer had it: every read serves those bytes.
+	read := s.call("GET", path+"/eq-1", devKey, "")
+	var a, b struct{ Meta json.RawMessage }
+	must(t, json.Unmarshal(first.body, &a))
+	must(t, json.Unmarshal(read.body, &b))
+	if string(a.Meta) != `{"aa":2.5,"b":1,"s":"<&>"}` || string(b.Meta) != string(a.Meta) {
+		t.Fatalf("meta answered %s, read %s", a.Meta, b.Meta)
+	}
+	meta, _ := structpb.NewStruct(map[string]any{"s": "<&>", "aa": 2.5, "b": 1})
 	var hdr metadata.MD
 	trx, err := s.grpc.Change(grpcCtx(devKey), &cofferv1.ChangeRequest{Namespace: 1, PlayerId: 43, IdempotencyKey: "eq-1", Reason: "r", Meta: meta,
 		Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 5, ExpiresAt: timestamppb.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))}}}, grpc.Header(&hdr))
