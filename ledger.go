@@ -95,6 +95,19 @@ func (q FinlogQuery) Validate() error {
 	return checkOptTime("to", q.To)
 }
 
+// FinlogOrder reads a finlog's order, as both transports carry it: asc
+// (oldest first, also the default, "") or desc. Errors:
+// invalid_argument.
+func FinlogOrder(order string) (desc bool, err error) {
+	switch order {
+	case "", "asc":
+		return false, nil
+	case "desc":
+		return true, nil
+	}
+	return false, Errorf(CodeInvalid, "order: must be asc or desc")
+}
+
 // Validate checks a revenue query's namespace and period. Errors:
 // invalid_argument.
 func (q RevenueQuery) Validate() error {

@@ -79,12 +79,8 @@ func (s *Server) Finlog(ctx context.Context, req *cofferv1.FinlogRequest) (*coff
 		From: from, To: to, Currency: req.Currency, Reason: req.Reason,
 		Limit: int(req.Limit), Cursor: req.Cursor,
 	}
-	switch req.Order {
-	case "", "asc":
-	case "desc":
-		q.Desc = true
-	default:
-		return nil, coffer.Errorf(coffer.CodeInvalid, "order: must be asc or desc")
+	if q.Desc, err = coffer.FinlogOrder(req.Order); err != nil {
+		return nil, err
 	}
 	page, err := s.Ledger.Finlog(ctx, q)
 	if err != nil {

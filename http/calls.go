@@ -104,15 +104,11 @@ func (s *Server) finlog(r *http.Request, _ *coffer.Client) (int, any, error) {
 	q.From, q.To = v.time("from"), v.time("to")
 	q.Currency, q.Reason, q.Cursor = v.str("currency"), v.str("reason"), v.str("cursor")
 	q.Limit = int(v.int("limit"))
-	switch v.str("order") {
-	case "", "asc":
-	case "desc":
-		q.Desc = true
-	default:
-		return 0, nil, coffer.Errorf(coffer.CodeInvalid, "order: must be asc or desc")
-	}
 	if v.err != nil {
 		return 0, nil, v.err
+	}
+	if q.Desc, err = coffer.FinlogOrder(v.str("order")); err != nil {
+		return 0, nil, err
 	}
 	page, err := s.Ledger.Finlog(r.Context(), q)
 	return http.StatusOK, page, err

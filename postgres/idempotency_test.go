@@ -150,3 +150,35 @@ func TestMetaStoredBeforeV0010IsServedCanonical(t *testing.T) {
 		t.Fatalf("finlog: %+v %v", page, err)
 	}
 }
+
+// TestEveryReplayIsTheFirstAnswer: a replay of each kind of write answers
+// the bytes the write first answered.
+func TestEveryReplayIsTheFirstAnswer(t *testing.T) {
+	e := newEnv(t)
+	const p = 62
+	meta := []byte(`{"b":2.50,"a":"x"}`)
+	e.mustChange(p, "seed", coffer.OpRequest{Currency: "gold", Amount: 50})
+	later := time.Now().Add(time.Hour)
+	hold := coffer.ChangeRequest{Scope: scope(p, "hold"), Hold: true, Meta: meta, Reason: "h",
+		Ops: []coffer.OpRequest{{Currency: "gold", Amount: -7}, {Currency: "silver", Amount: 3, Kind: "paid", ExpiresAt: &later, Priority: 2,
+			Purchase: &coffer.Purchase{Store: "s", OrderID: "o-1", Price: 99, Fiat: "EUR"}}}}
+	exchange := coffer.ExchangeRequest{Scope: scope(p, "ex"), From: "gold", To: "silver", Amount: 2, Meta: meta}
+	same := func(name string, write func() (coffer.Trx, bool, error)) {
+		t.Helper()
+		first, _, err := write()
+		must(t, err)
+		again, replay, err := write()
+		must(t, err)
+		a, _ := json.Marshal(first)
+		b, _ := json.Marshal(again)
+		if !replay || !bytes.Equal(a, b) {
+			t.Errorf("%s: replay %v\n%s\n%s", name, replay, a, b)
+		}
+	}
+	same("hold", func() (coffer.Trx, bool, error) { return e.store.Change(ctx, hold) })
+	same("commit", func() (coffer.Trx, bool, error) { return e.store.Commit(ctx, scope(p, "hold")) })
+	same("exchange", func() (coffer.Trx, bool, error) { return e.store.Exchange(ctx, exchange) })
+	hold.IdempotencyKey = "hold-2"
+	same("hold 2", func() (coffer.Trx, bool, error) { return e.store.Change(ctx, hold) })
+	same("rollback", func() (coffer.Trx, bool, error) { return e.store.Rollback(ctx, scope(p, "hold-2")) })
+}
