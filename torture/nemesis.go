@@ -135,15 +135,14 @@ type FailoverTimes struct {
 	EveryWrote time.Duration
 }
 
-// Run applies the plan from start until it ends or ctx does. Every fault
-// is healed before Run returns.
-func Run(ctx context.Context, t Target, plan []Fault, start time.Time) *Injected {
+// Run applies the plan from start until it ends, end (the workload's)
+// passes, or ctx ends. Every fault is healed before Run returns.
+func Run(ctx context.Context, t Target, plan []Fault, start, end time.Time) *Injected {
 	in := &Injected{Recovery: map[string][]time.Duration{}, Outage: map[int]time.Duration{}}
 	for _, f := range plan {
 		// Failovers can take longer than planned; a fault that would
-		// begin after the plan's end comes after the workload's, and is
-		// dropped.
-		if last := plan[len(plan)-1]; time.Since(start) > last.At+last.Length {
+		// begin after the workload's end is dropped.
+		if time.Now().After(end) {
 			break
 		}
 		select {

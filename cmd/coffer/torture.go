@@ -168,7 +168,7 @@ func (t *tortureRun) run(ctx context.Context) ([]string, error) {
 	fmt.Fprintf(t.out, "coffer torture: %d clients for %s, seed %d, %d faults planned\n", t.clients, t.duration, t.seed, len(plan))
 	var injected *torture.Injected
 	done := make(chan struct{})
-	go func() { injected = torture.Run(ctx, t, plan, start); close(done) }()
+	go func() { injected = torture.Run(ctx, t, plan, start, w.Until); close(done) }()
 	w.Run(ctx, t.clients)
 	<-done
 	// Let abandoned holds pass their TTL and the sweepers roll them back.
