@@ -171,6 +171,11 @@ func (c *patroniCluster) Proxy(i int) *torture.Proxy {
 // leader is the synchronous standby.
 func (c *patroniCluster) Failover(ctx context.Context, i int, kind string, length time.Duration) error {
 	db := c.dbs[i]
+	// A fault of another kind (pg-kill) may have left the standby out
+	// of sync, or made it the leader.
+	if err := c.waitSynchronous(ctx, i); err != nil {
+		return err
+	}
 	old := c.leader(ctx, i)
 	next := 1 - old
 	switch kind {

@@ -318,6 +318,10 @@ func (m *PatroniMember) Switchover(ctx context.Context, leader, candidate string
 	cmd := exec.CommandContext(ctx, "patronictl", "-c", m.configPath, "switchover", m.Scope,
 		"--leader", leader, "--candidate", candidate, "--force")
 	out, err := cmd.CombinedOutput()
+	// patronictl exits 0 when the agent refuses the switchover.
+	if err == nil && strings.Contains(string(out), "failed, details") {
+		err = errors.New("refused")
+	}
 	if err != nil {
 		return fmt.Errorf("pgserver: patronictl switchover %s → %s: %w: %s", leader, candidate, err, strings.TrimSpace(string(out)))
 	}
