@@ -238,14 +238,14 @@ func equal(a, b []int64) bool {
 func TestRequestHashIgnoresMetaWhitespace(t *testing.T) {
 	cat, _ := NewCatalog([]Currency{{ID: 1, Code: "gold"}}, time.Minute, time.Hour)
 	req := ChangeRequest{Scope: Scope{Namespace: 1, PlayerID: 1, IdempotencyKey: "k"}, Ops: []OpRequest{{Currency: "gold", Amount: 1}}, Meta: []byte(`{"a": 1}`)}
-	a, err := cat.ValidateChange(req, time.Now())
+	a, err := cat.ValidateChange(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Meta = []byte(`{"a":1}`)
-	b, _ := cat.ValidateChange(req, time.Now())
+	b, _ := cat.ValidateChange(req)
 	req.Ops[0].Amount = 2
-	c, _ := cat.ValidateChange(req, time.Now())
+	c, _ := cat.ValidateChange(req)
 	if string(a.Hash.Sum) != string(b.Hash.Sum) || string(a.Hash.Sum) == string(c.Hash.Sum) {
 		t.Fatal("hash must ignore JSON whitespace and see the amount")
 	}

@@ -145,9 +145,12 @@ func checkTime(field string, t time.Time) error {
 	return nil
 }
 
-// ValidateChange checks a change against the catalog; now is the time
-// expiries must lie after. Errors are CodeInvalid.
-func (c *Catalog) ValidateChange(req ChangeRequest, now time.Time) (ValidChange, error) {
+// ValidateChange checks a change against the catalog. It does not read
+// the clock: whether an expiry lies in the future is CheckExpiries', for
+// the store to ask once it knows the key is new (a retry of a grant that
+// succeeded gets its first answer, even after its expiry passed). Errors
+// are CodeInvalid.
+func (c *Catalog) ValidateChange(req ChangeRequest) (ValidChange, error) {
 	if err := req.Scope.Validate(); err != nil {
 		return ValidChange{}, err
 	}
@@ -185,7 +188,7 @@ func (c *Catalog) ValidateChange(req ChangeRequest, now time.Time) (ValidChange,
 	}
 	v := ValidChange{ChangeRequest: req}
 	for i, op := range req.Ops {
-		vop, err := c.validateOp(i, op, now)
+		vop, err := c.validateOp(i, op)
 		if err != nil {
 			return ValidChange{}, err
 		}
@@ -195,7 +198,7 @@ func (c *Catalog) ValidateChange(req ChangeRequest, now time.Time) (ValidChange,
 	return v, nil
 }
 
-func (c *Catalog) validateOp(i int, op OpRequest, now time.Time) (ValidOp, error) {
+func (c *Catalog) validateOp(i int, op OpRequest) (ValidOp, error) {
 	cur, ok := c.byCode[op.Currency]
 	if !ok {
 		return ValidOp{}, Errorf(CodeInvalid, "ops[%d].currency: unknown currency %q", i, op.Currency)
@@ -234,11 +237,19 @@ func (c *Catalog) validateOp(i int, op OpRequest, now time.Time) (ValidOp, error
 		if err := checkTime(fmt.Sprintf("ops[%d].expires_at", i), *op.ExpiresAt); err != nil {
 			return ValidOp{}, err
 		}
-		if !op.ExpiresAt.After(now) {
-			return ValidOp{}, Errorf(CodeInvalid, "ops[%d].expires_at: must be in the future", i)
-		}
 	}
 	return v, nil
+}
+
+// CheckExpiries checks that every grant's expiry lies after now, the
+// write's time. Errors are CodeInvalid.
+func (v ValidChange) CheckExpiries(now time.Time) error {
+	for i, op := range v.Ops {
+		if op.ExpiresAt != nil && !op.ExpiresAt.After(now) {
+			return Errorf(CodeInvalid, "ops[%d].expires_at: must be in the future", i)
+		}
+	}
+	return nil
 }
 
 func checkPurchase(i int, p *Purchase) error {

@@ -20,12 +20,10 @@ func requestCatalog(tb testing.TB) *Catalog {
 	return c
 }
 
-var hashNow = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
 func changeSum(tb testing.TB, c *Catalog, req ChangeRequest) []byte {
 	tb.Helper()
 	req.Scope = Scope{Namespace: 1, PlayerID: 42, Emitter: 7, IdempotencyKey: "k"}
-	v, err := c.ValidateChange(req, hashNow)
+	v, err := c.ValidateChange(req)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -127,12 +125,12 @@ func TestHashV1(t *testing.T) {
 	sc := Scope{Namespace: 1, PlayerID: 42, Emitter: 7, IdempotencyKey: "order-7731"}
 	change, err := c.ValidateChange(ChangeRequest{Scope: sc, Reason: "purchase", Meta: []byte(`{"b": 2.50, "a": "<x>", "c": [1e2, null, true]}`),
 		Ops: []OpRequest{{Currency: "gold", Amount: 500, Kind: "paid", Purchase: &Purchase{Store: "steam", OrderID: "7731", Price: 499, Fiat: "USD"}},
-			{Currency: "credits", Amount: 20, Kind: "free", ExpiresAt: &exp, Priority: 3}, {Currency: "silver", Amount: -20}}}, hashNow)
+			{Currency: "credits", Amount: 20, Kind: "free", ExpiresAt: &exp, Priority: 3}, {Currency: "silver", Amount: -20}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sc.IdempotencyKey = "hold-1"
-	hold, err := c.ValidateChange(ChangeRequest{Scope: sc, Hold: true, Ops: []OpRequest{{Currency: "gold", Amount: -5}, {Currency: "credits", Amount: 9}}}, hashNow)
+	hold, err := c.ValidateChange(ChangeRequest{Scope: sc, Hold: true, Ops: []OpRequest{{Currency: "gold", Amount: -5}, {Currency: "credits", Amount: 9}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +183,7 @@ func TestValidateRefusesWhatCannotBeStored(t *testing.T) {
 		"an expiry in 10000":                {Scope: sc, Ops: []OpRequest{{Currency: "gold", Amount: 1, ExpiresAt: &y10000}}},
 		"an expiry past the driver's range": {Scope: sc, Ops: []OpRequest{{Currency: "gold", Amount: 1, ExpiresAt: &wrapped}}},
 	} {
-		if _, err := c.ValidateChange(req, hashNow); ErrorCode(err) != CodeInvalid {
+		if _, err := c.ValidateChange(req); ErrorCode(err) != CodeInvalid {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -193,7 +191,7 @@ func TestValidateRefusesWhatCannotBeStored(t *testing.T) {
 		t.Errorf("an exchange's reason with NUL: %v", err)
 	}
 	last := time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
-	if _, err := c.ValidateChange(ChangeRequest{Scope: sc, Ops: []OpRequest{{Currency: "gold", Amount: 1, ExpiresAt: &last}}}, hashNow); err != nil {
+	if _, err := c.ValidateChange(ChangeRequest{Scope: sc, Ops: []OpRequest{{Currency: "gold", Amount: 1, ExpiresAt: &last}}}); err != nil {
 		t.Errorf("an expiry at the end of 9999: %v", err)
 	}
 }

@@ -55,7 +55,7 @@ func FuzzDecodeChange(f *testing.F) {
 		}
 		req := coffer.ChangeRequest{Scope: coffer.Scope{Namespace: 1, PlayerID: 1, Emitter: 1, IdempotencyKey: body.IdempotencyKey},
 			Ops: body.Ops, Reason: body.Reason, Meta: body.Meta, Hold: body.Hold, HoldTTL: time.Duration(body.HoldTTLSeconds) * time.Second}
-		if _, err := cat.ValidateChange(req, time.Now()); err != nil && coffer.ErrorCode(err) != coffer.CodeInvalid {
+		if _, err := cat.ValidateChange(req); err != nil && coffer.ErrorCode(err) != coffer.CodeInvalid {
 			t.Fatalf("validation error with code %q: %v", coffer.ErrorCode(err), err)
 		}
 	})

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"time"
 
 	"github.com/cofferhq/coffer"
 )
@@ -10,7 +9,7 @@ import (
 // PlanChange is Change without grantTrx: the service plans every change,
 // so that tests can compare what the two write.
 func (s *Store) PlanChange(ctx context.Context, req coffer.ChangeRequest) (coffer.Trx, bool, error) {
-	v, err := s.catalog.ValidateChange(req, time.Now())
+	v, err := s.catalog.ValidateChange(req)
 	if err != nil {
 		return coffer.Trx{}, false, err
 	}

@@ -202,6 +202,32 @@ func TestReplayOfSpentConsume(t *testing.T) {
 	}
 }
 
+// TestReplayAfterTheExpiryPassed retries grants whose expiry has passed
+// since they were written, through both paths of a grant: the retry gets
+// the first answer, not invalid_argument (which told a client its write
+// had not happened when it had; torture found it), while a new key with
+// that expiry is refused and writes nothing.
+func TestReplayAfterTheExpiryPassed(t *testing.T) {
+	e := newEnv(t)
+	soon := time.Now().Add(500 * time.Millisecond)
+	one := []coffer.OpRequest{{Currency: "gold", Amount: 5, ExpiresAt: &soon}}
+	two := append(one, free("silver", 1))
+	first := []coffer.Trx{e.mustChange(44, "one", one...), e.mustChange(44, "two", two...)}
+	time.Sleep(600 * time.Millisecond)
+	for i, ops := range [][]coffer.OpRequest{one, two} {
+		again, replayed, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(44, first[i].IdempotencyKey), Ops: ops, Reason: "test"})
+		if err != nil || !replayed {
+			t.Fatalf("retry of %s after its expiry: %v %v", first[i].IdempotencyKey, replayed, err)
+		}
+		sameAnswer(t, first[i], again)
+		_, err = e.change(44, first[i].IdempotencyKey+"-new", ops...)
+		wantCode(t, err, coffer.CodeInvalid)
+	}
+	if b, _ := e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: 44}); b.Version != 2 {
+		t.Fatalf("version %d after two writes and refusals", b.Version)
+	}
+}
+
 func TestInsufficientFundsWritesNothing(t *testing.T) {
 	e := newEnv(t)
 	e.mustChange(1, "a", free("gold", 100), free("silver", 5))

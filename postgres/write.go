@@ -15,7 +15,7 @@ import (
 // trip for a change of one grant (grantTrx; a replay one more), otherwise
 // two (lock and reads; writes and commit; a replay two more).
 func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Trx, bool, error) {
-	v, err := s.catalog.ValidateChange(req, time.Now())
+	v, err := s.catalog.ValidateChange(req)
 	if err != nil {
 		return coffer.Trx{}, false, err
 	}
@@ -33,6 +33,9 @@ func (s *Store) planChange(ctx context.Context, v coffer.ValidChange) (coffer.Tr
 		currencies[i] = int32(op.Currency.ID)
 	}
 	return s.writeTrx(ctx, req.Scope, v.Hash, currencies, 2+len(v.Ops), func(t *playerTx, book *coffer.Book) (coffer.Trx, []coffer.BookOp, []byte, error) {
+		if err := v.CheckExpiries(t.now); err != nil {
+			return coffer.Trx{}, nil, nil, err
+		}
 		var ops []coffer.BookOp
 		var pending []pendingGrant
 		for _, op := range v.Ops {
