@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 
@@ -18,18 +19,31 @@ var httpClient = &http.Client{Timeout: 5 * time.Second}
 type Counts struct {
 	Writes, Acked, Rejected, Unknown, Retried int
 	Holds                                     map[string]int // by how the client ended them
+	// Refused counts the definitive refusals by code.
+	Refused map[coffer.Code]int
+	// Expiring counts acknowledged grants with lots that expire, and
+	// Outliving acknowledged holds ended after a lot they took from
+	// expired.
+	Expiring, Outliving int
 }
 
 // Count sums the books.
 func Count(records []*Record) Counts {
-	c := Counts{Holds: map[string]int{}}
+	c := Counts{Holds: map[string]int{}, Refused: map[coffer.Code]int{}}
 	for _, r := range records {
 		c.Writes++
 		switch r.Outcome {
 		case Acked:
 			c.Acked++
+			if r.Expiring {
+				c.Expiring++
+			}
+			if !r.Outlives.IsZero() {
+				c.Outliving++
+			}
 		case Rejected:
 			c.Rejected++
+			c.Refused[r.Code]++
 		default:
 			c.Unknown++
 		}
@@ -47,13 +61,15 @@ func Count(records []*Record) Counts {
 // and every hold has ended: each acknowledged write is there once with the
 // status it should have, each rejected one is absent, each unknown one is
 // there at most once (and then counts as applied), and every player's
-// balances and the totals per currency equal the books. It returns the
-// violations.
+// balances and the totals per currency equal the books less what the
+// finlog says expired, only ever from lots of grants with an expiry. It
+// returns the violations.
 func (w *Workload) Verify(ctx context.Context) []string {
 	rng := rand.New(rand.NewPCG(w.Seed, 99))
 	violations := append([]string(nil), w.faults...)
 	model := map[balanceKey]coffer.Amount{}
 	perPlayer := map[playerKey]int{}
+	expiring := map[playerKey]map[int64]bool{} // lots of grants with an expiry
 	for _, r := range w.records {
 		t, err := w.retry(ctx, rng, &Record{Key: r.Key}, func(c *client.Client) (coffer.Trx, error) {
 			return c.Trx(ctx, r.NS, r.Player, r.Key)
@@ -72,7 +88,16 @@ func (w *Workload) Verify(ctx context.Context) []string {
 		if !found {
 			continue
 		}
-		perPlayer[playerKey{r.NS, r.Player}]++
+		pk := playerKey{r.NS, r.Player}
+		perPlayer[pk]++
+		if r.Expiring {
+			if expiring[pk] == nil {
+				expiring[pk] = map[int64]bool{}
+			}
+			for _, op := range t.Ops {
+				expiring[pk][op.LotID] = true
+			}
+		}
 		if msg := holdCheck(r, t); msg != "" {
 			violations = append(violations, r.Key+": "+msg)
 		}
@@ -82,31 +107,59 @@ func (w *Workload) Verify(ctx context.Context) []string {
 			}
 		}
 	}
-	return append(violations, w.compareBalances(ctx, rng, model, perPlayer)...)
+	return append(violations, w.compareBalances(ctx, rng, model, perPlayer, expiring)...)
 }
 
-// finlogSize counts a player's trx over every page of the finlog. It reads
-// at most the pages that books trx fill, and one more: a longer finlog is
-// wrong whatever its length.
-func (w *Workload) finlogSize(ctx context.Context, c *client.Client, ns coffer.Namespace, p coffer.PlayerID, books int) (int, error) {
+// finlog is what Verify reads of a player's finlog: its trx written by
+// clients, and what expired, per currency and per lot.
+type finlog struct {
+	trx     int
+	expired map[string]coffer.Amount
+	lots    map[int64]bool
+}
+
+// readFinlog reads every page of a player's finlog. It reads at most the
+// pages that (2 + OpsMax) times books trx fill, and one more: each write
+// records at most the expiries due before it and those it causes, the
+// sweeper at most one trx per expiring lot, and one grant makes at most
+// OpsMax lots. A longer finlog is wrong whatever its length.
+func (w *Workload) readFinlog(ctx context.Context, c *client.Client, ns coffer.Namespace, p coffer.PlayerID, books int) (finlog, error) {
 	limit := w.FinlogPage
 	if limit == 0 {
 		limit = coffer.FinlogLimitMax
 	}
 	q := coffer.FinlogQuery{Namespace: ns, PlayerID: p, Limit: limit}
-	n := 0
-	for pages := 0; pages <= books/limit+1; pages++ {
+	f := finlog{expired: map[string]coffer.Amount{}, lots: map[int64]bool{}}
+	for pages := 0; pages <= (2+coffer.OpsMax)*books/limit+1; pages++ {
 		page, err := c.Finlog(ctx, q)
 		if err != nil {
-			return 0, err
+			return f, err
 		}
-		n += len(page.Items)
+		for _, t := range page.Items {
+			if t.Kind != coffer.TrxExpire {
+				f.trx++
+				continue
+			}
+			for _, op := range t.Ops {
+				f.expired[op.Currency] += op.Amount
+				f.lots[op.LotID] = true
+			}
+		}
 		if page.NextCursor == "" {
 			break
 		}
 		q.Cursor = page.NextCursor
 	}
-	return n, nil
+	return f, nil
+}
+
+// totalsOf is the total of each currency of a balances answer.
+func totalsOf(b coffer.Balances) map[string]coffer.Amount {
+	out := map[string]coffer.Amount{}
+	for _, bal := range b.Balances {
+		out[bal.Currency] = bal.Total
+	}
+	return out
 }
 
 type balanceKey struct {
@@ -145,42 +198,52 @@ func holdCheck(r *Record, t coffer.Trx) string {
 	return fmt.Sprintf("hold ended by %q has status %s, want one of %v", r.HoldEnd, t.Status, want)
 }
 
-// compareBalances reads every player's balances and the finlog size and
-// compares them with the books.
-func (w *Workload) compareBalances(ctx context.Context, rng *rand.Rand, model map[balanceKey]coffer.Amount, perPlayer map[playerKey]int) []string {
+// compareBalances reads every player's balances, now and at the current
+// time, and finlog, and compares them with the books.
+func (w *Workload) compareBalances(ctx context.Context, rng *rand.Rand, model map[balanceKey]coffer.Amount, perPlayer map[playerKey]int,
+	expiring map[playerKey]map[int64]bool) []string {
 	var violations []string
 	totals := map[string][2]coffer.Amount{} // currency → {books, service}
 	for _, ns := range []coffer.Namespace{1, 2} {
-		for _, p := range w.Players {
-			var b coffer.Balances
-			var trx int
-			books := perPlayer[playerKey{ns, p}]
+		for _, p := range append(slices.Clone(w.Players), w.Collectors...) {
+			var b, at coffer.Balances
+			var f finlog
+			pk := playerKey{ns, p}
 			_, err := w.retry(ctx, rng, &Record{}, func(c *client.Client) (coffer.Trx, error) {
 				var err error
 				if b, err = c.Balances(ctx, coffer.BalanceQuery{Namespace: ns, PlayerID: p}); err != nil {
 					return coffer.Trx{}, err
 				}
-				trx, err = w.finlogSize(ctx, c, ns, p, books)
+				now := time.Now()
+				if at, err = c.Balances(ctx, coffer.BalanceQuery{Namespace: ns, PlayerID: p, At: &now}); err != nil {
+					return coffer.Trx{}, err
+				}
+				f, err = w.readFinlog(ctx, c, ns, p, perPlayer[pk])
 				return coffer.Trx{}, err
 			})
 			if err != nil {
 				violations = append(violations, fmt.Sprintf("ns %d player %d: cannot read balances: %v", ns, p, err))
 				continue
 			}
-			got := map[string]coffer.Amount{}
-			for _, bal := range b.Balances {
-				got[bal.Currency] = bal.Total
-			}
+			got, then := totalsOf(b), totalsOf(at)
 			for _, cur := range []string{"gold", "silver", "credits"} {
-				want := model[balanceKey{ns, p, cur}]
+				want := model[balanceKey{ns, p, cur}] + f.expired[cur]
 				if got[cur] != want {
-					violations = append(violations, fmt.Sprintf("ns %d player %d %s: service %d, books %d", ns, p, cur, got[cur], want))
+					violations = append(violations, fmt.Sprintf("ns %d player %d %s: service %d, books %d (of which expired %d)", ns, p, cur, got[cur], want, f.expired[cur]))
+				}
+				if then[cur] != got[cur] {
+					violations = append(violations, fmt.Sprintf("ns %d player %d %s: %d at the current time, %d now", ns, p, cur, then[cur], got[cur]))
 				}
 				t := totals[cur]
 				totals[cur] = [2]coffer.Amount{t[0] + want, t[1] + got[cur]}
 			}
-			if trx != books {
-				violations = append(violations, fmt.Sprintf("ns %d player %d: finlog has %d trx, the books %d", ns, p, trx, books))
+			if f.trx != perPlayer[pk] {
+				violations = append(violations, fmt.Sprintf("ns %d player %d: finlog has %d trx, the books %d", ns, p, f.trx, perPlayer[pk]))
+			}
+			for lot := range f.lots {
+				if !expiring[pk][lot] {
+					violations = append(violations, fmt.Sprintf("ns %d player %d: lot %d expired, but no grant with an expiry went to it", ns, p, lot))
+				}
 			}
 		}
 	}

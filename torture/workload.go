@@ -76,18 +76,29 @@ type Record struct {
 	Kind    Kind
 	Deltas  map[string]coffer.Amount // the effect on balances if applied (a hold: if committed)
 	Outcome Outcome
+	// Code is the error code of a definitive refusal.
+	Code    coffer.Code
 	Retries int
+	// Expiring tells a grant that some of its lots carry an expiry.
+	Expiring bool
 	// For holds: how the client ended it (commit, rollback, abandon) and
 	// the status the service answered at the end ("" if none).
 	HoldEnd    string
 	HoldStatus coffer.TrxStatus
+	// Outlives is, for a hold begun on a lot that expires before the
+	// client ends it, when the lot expires.
+	Outlives time.Time
 }
 
 // Workload runs clients that write and keeps their books.
 type Workload struct {
 	Instances *Instances
 	Players   []coffer.PlayerID
-	Seed      uint64
+	// Collectors are players who get many lots at once (paid grants,
+	// free ones of many priorities) and spend over many of them, up to
+	// coffer.LotsMax and coffer.TrxOpsMax.
+	Collectors []coffer.PlayerID
+	Seed       uint64
 	// Until ends new writes; GiveUpAt ends retries of unknown outcomes.
 	Until, GiveUpAt time.Time
 	// FinlogPage is how many trx a finlog page Verify reads holds; 0
@@ -123,37 +134,139 @@ func (w *Workload) one(ctx context.Context, rng *rand.Rand, key string) {
 	cur := []string{"gold", "silver", "credits"}[rng.IntN(3)]
 	amount := coffer.Amount(1 + rng.IntN(500))
 	change := client.Change{IdempotencyKey: key}
-	var send func(c *client.Client) (coffer.Trx, error)
+	if len(w.Collectors) > 0 && rng.IntN(6) == 0 {
+		// Paid gold for two writes in three, free credits for the third,
+		// in one namespace: they reach coffer.LotsMax early in a run, at
+		// any throughput.
+		r.NS, r.Player = 1, w.Collectors[rng.IntN(len(w.Collectors))]
+		w.write(ctx, rng, r, w.collect(ctx, rng, r, []string{"gold", "gold", "credits"}[rng.IntN(3)]))
+		return
+	}
 	switch p := rng.IntN(100); {
-	case p < 40:
+	case p < 35:
 		r.Kind, r.Deltas = Grant, map[string]coffer.Amount{cur: amount}
-		change.Ops = []coffer.OpRequest{{Currency: cur, Amount: amount}}
-	case p < 65:
+		change.Ops = []coffer.OpRequest{{Currency: cur, Amount: amount, ExpiresAt: w.expiry(rng)}}
+		r.Expiring = change.Ops[0].ExpiresAt != nil
+	case p < 58:
 		r.Kind, r.Deltas = Consume, map[string]coffer.Amount{cur: -amount}
 		change.Ops = []coffer.OpRequest{{Currency: cur, Amount: -amount}}
-	case p < 85:
+	case p < 76:
 		r.Kind, r.Deltas = Hold, map[string]coffer.Amount{"gold": -amount / 10, "credits": amount}
 		change.Hold, change.Ops = true, []coffer.OpRequest{{Currency: "credits", Amount: amount}}
 		if amount >= 10 {
 			change.Ops = append(change.Ops, coffer.OpRequest{Currency: "gold", Amount: -amount / 10})
 		}
+	case p < 85:
+		w.holdOutlivingItsLot(ctx, rng, r, cur, amount)
+		return
 	default:
 		n := amount/50 + 1
 		r.Kind, r.Deltas = Exchange, map[string]coffer.Amount{"gold": -n, "silver": 100 * n}
 		ex := client.Exchange{IdempotencyKey: key, From: "gold", To: "silver", Amount: n}
-		send = func(c *client.Client) (coffer.Trx, error) { return answer(c.Exchange(ctx, r.NS, r.Player, ex)) }
+		w.write(ctx, rng, r, func(c *client.Client) (coffer.Trx, error) { return answer(c.Exchange(ctx, r.NS, r.Player, ex)) })
+		return
 	}
-	if send == nil {
-		send = func(c *client.Client) (coffer.Trx, error) { return answer(c.Change(ctx, r.NS, r.Player, change)) }
-	}
+	w.write(ctx, rng, r, w.changer(ctx, r, change))
+}
+
+// write books r, sends it until the answer is definitive, and ends an
+// acknowledged hold (one that outlives its lot once the lot expired).
+func (w *Workload) write(ctx context.Context, rng *rand.Rand, r *Record, send func(c *client.Client) (coffer.Trx, error)) {
 	w.mu.Lock()
 	w.records = append(w.records, r)
 	w.mu.Unlock()
 	_, err := w.retry(ctx, rng, r, send)
-	r.Outcome = outcomeOf(err)
-	if r.Kind == Hold && r.Outcome == Acked {
-		w.endHold(ctx, rng, r)
+	r.Outcome, r.Code = outcomeOf(err), coffer.ErrorCode(err)
+	if r.Kind != Hold || r.Outcome != Acked {
+		return
 	}
+	if wait := time.Until(r.Outlives); wait > 0 {
+		time.Sleep(wait + 100*time.Millisecond)
+	}
+	w.endHold(ctx, rng, r)
+}
+
+// changer sends change for r's player.
+func (w *Workload) changer(ctx context.Context, r *Record, change client.Change) func(c *client.Client) (coffer.Trx, error) {
+	return func(c *client.Client) (coffer.Trx, error) { return answer(c.Change(ctx, r.NS, r.Player, change)) }
+}
+
+// expiryLeadMin is how long before the end of the workload a lot that
+// expires during it does: the lot sweeper records it (every 500 ms in a
+// torture run) before the checks read the finlog.
+const expiryLeadMin = 3 * time.Second
+
+// expiry is a grant's expiry: none for most, within the run for a
+// quarter (at least expiryLeadMin before Until), long after it for a
+// tenth (each its own lot: no two grants share the microsecond).
+func (w *Workload) expiry(rng *rand.Rand) *time.Time {
+	switch p := rng.IntN(20); {
+	case p < 5:
+		at := time.Now().Add(time.Duration(500+rng.IntN(15000)) * time.Millisecond)
+		if at.After(w.Until.Add(-expiryLeadMin)) {
+			return nil
+		}
+		return &at
+	case p < 7:
+		at := time.Now().Add(time.Hour + time.Duration(rng.IntN(3600_000))*time.Millisecond)
+		return &at
+	}
+	return nil
+}
+
+// holdOutlivingItsLot grants a lot that expires in about a second, begins
+// a hold that reserves from it (the soonest-expiring lot is spent first),
+// and ends the hold after the lot expired: a rollback or the hold's
+// expiry returns the reservation to an expired lot, which expires at
+// once. Two records: the grant and the hold.
+func (w *Workload) holdOutlivingItsLot(ctx context.Context, rng *rand.Rand, r *Record, cur string, amount coffer.Amount) {
+	at := time.Now().Add(time.Duration(800+rng.IntN(700)) * time.Millisecond)
+	if at.After(w.Until.Add(-expiryLeadMin)) {
+		at = time.Now().Add(2 * time.Hour) // too late in the run: a plain hold
+	}
+	grant := &Record{Key: r.Key + "-lot", NS: r.NS, Player: r.Player, Kind: Grant, Deltas: map[string]coffer.Amount{cur: amount}, Expiring: true}
+	w.write(ctx, rng, grant, w.changer(ctx, grant, client.Change{IdempotencyKey: grant.Key,
+		Ops: []coffer.OpRequest{{Currency: cur, Amount: amount, ExpiresAt: &at}}}))
+	if grant.Outcome != Acked {
+		return
+	}
+	take := 1 + amount/2
+	r.Kind, r.Deltas = Hold, map[string]coffer.Amount{cur: -take}
+	if at.Before(w.Until) {
+		r.Outlives = at
+	}
+	w.write(ctx, rng, r, w.changer(ctx, r, client.Change{IdempotencyKey: r.Key, Hold: true,
+		Ops: []coffer.OpRequest{{Currency: cur, Amount: -take}}}))
+}
+
+// collect is a write of a collector: many lots at once (paid grants, or
+// free credits of as many priorities), or a consume or a hold over many of
+// them.
+func (w *Workload) collect(ctx context.Context, rng *rand.Rand, r *Record, cur string) func(c *client.Client) (coffer.Trx, error) {
+	change := client.Change{IdempotencyKey: r.Key}
+	switch p := rng.IntN(10); {
+	case p < 8:
+		r.Kind, r.Deltas = Grant, map[string]coffer.Amount{}
+		for i := range coffer.OpsMax/2 + rng.IntN(coffer.OpsMax/2+1) {
+			op := coffer.OpRequest{Currency: cur, Amount: coffer.Amount(1 + rng.IntN(20)), ExpiresAt: w.expiry(rng)}
+			r.Expiring = r.Expiring || op.ExpiresAt != nil
+			if cur == "credits" {
+				op.Priority = int32(rng.IntN(1000))
+			} else {
+				op.Kind, op.Purchase = "paid", &coffer.Purchase{Store: "torture", OrderID: fmt.Sprint(r.Key, "-", i), Price: 99, Fiat: "EUR"}
+			}
+			change.Ops = append(change.Ops, op)
+			r.Deltas[cur] += op.Amount
+		}
+	default:
+		amount := coffer.Amount(20 + rng.IntN(200))
+		r.Kind, r.Deltas = Consume, map[string]coffer.Amount{cur: -amount}
+		change.Ops = []coffer.OpRequest{{Currency: cur, Amount: -amount}}
+		if p == 9 {
+			r.Kind, change.Hold = Hold, true
+		}
+	}
+	return w.changer(ctx, r, change)
 }
 
 // answer drops the replay flag of a client call: the books only need the

@@ -164,6 +164,7 @@ func (t *tortureRun) run(ctx context.Context) ([]string, error) {
 	for p := coffer.PlayerID(1); p <= 64; p++ {
 		w.Players = append(w.Players, p)
 	}
+	w.Collectors = []coffer.PlayerID{65, 66}
 	plan := torture.Plan(t.seed, t.kinds, t.duration, len(t.probes), t.Instances())
 	fmt.Fprintf(t.out, "coffer torture: %d clients for %s, seed %d, %d faults planned\n", t.clients, t.duration, t.seed, len(plan))
 	var injected *torture.Injected
@@ -200,7 +201,10 @@ func (t *tortureRun) check(ctx context.Context, w *torture.Workload, injected *t
 	violations = append(violations, injected.Errors...)
 	c := torture.Count(w.Records())
 	fmt.Fprintf(t.out, "\nwrites %d: acknowledged %d, rejected %d, unknown %d; %d needed retries\n", c.Writes, c.Acked, c.Rejected, c.Unknown, c.Retried)
-	fmt.Fprintf(t.out, "holds acknowledged: %d committed by the client, %d rolled back, %d abandoned\n", c.Holds["commit"], c.Holds["rollback"], c.Holds["abandon"])
+	fmt.Fprintf(t.out, "holds acknowledged: %d committed by the client, %d rolled back, %d abandoned; %d ended after a lot they took from expired\n",
+		c.Holds["commit"], c.Holds["rollback"], c.Holds["abandon"], c.Outliving)
+	fmt.Fprintf(t.out, "grants acknowledged with lots that expire: %d; refused: %d insufficient_funds, %d too_many_lots\n",
+		c.Expiring, c.Refused[coffer.CodeInsufficientFunds], c.Refused[coffer.CodeTooManyLots])
 	fmt.Fprintf(t.out, "faults injected:\n%s", injected.Summary())
 	for i, db := range t.direct.Databases() {
 		fmt.Fprintf(t.out, "  database %d (shards %d–%d): %s without full service\n", i, db.Shards[0], db.Shards[len(db.Shards)-1], injected.Outage[i].Round(time.Millisecond))

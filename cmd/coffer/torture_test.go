@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,7 +20,15 @@ import (
 // the failovers to a standby and back included, at least once under load,
 // then every check must pass.
 func TestTortureShort(t *testing.T) {
-	passes(t, &tortureRun{duration: 75 * time.Second, seed: 1, clients: 6, standbys: true, kinds: torture.StandbyFaultKinds, finlogPage: 25})
+	report := passes(t, &tortureRun{duration: 75 * time.Second, seed: 1, clients: 6, standbys: true, kinds: torture.StandbyFaultKinds, finlogPage: 25})
+	// The workload reached what it is there for: lots that expire, holds
+	// that outlive their lots, collectors at the lot bound.
+	for _, re := range []string{`; [1-9][0-9]* ended after a lot they took from expired`,
+		`grants acknowledged with lots that expire: [1-9]`, `[1-9][0-9]* too_many_lots`} {
+		if !regexp.MustCompile(re).MatchString(report) {
+			t.Errorf("the report does not match %q", re)
+		}
+	}
 }
 
 // TestTorturePatroni is the short Patroni run of make test: a leader's
@@ -34,8 +43,8 @@ func TestTorturePatroni(t *testing.T) {
 }
 
 // passes runs a torture run, which must pass with every kind of its
-// faults injected.
-func passes(t *testing.T, run *tortureRun) {
+// faults injected, and returns its report.
+func passes(t *testing.T, run *tortureRun) string {
 	t.Helper()
 	var out bytes.Buffer
 	run.out = &out
@@ -52,6 +61,7 @@ func passes(t *testing.T, run *tortureRun) {
 			t.Errorf("fault %s was not injected", k)
 		}
 	}
+	return out.String()
 }
 
 // TestTortureCatchesDamage damages the ledger behind coffer's back before
