@@ -250,3 +250,13 @@ func TestRequestHashIgnoresMetaWhitespace(t *testing.T) {
 		t.Fatal("hash must ignore JSON whitespace and see the amount")
 	}
 }
+
+func TestRevenueLineAddNeverWraps(t *testing.T) {
+	l := RevenueLine{Currency: "gold", Deposited: 5, Deferred: math.MaxInt64 - 1}
+	if err := l.Add(RevenueLine{Deposited: 7, Deferred: 1}); err != nil || l.Deposited != 12 || l.Deferred != math.MaxInt64 {
+		t.Fatalf("add: %+v %v", l, err)
+	}
+	if err := l.Add(RevenueLine{Deposited: 1, Deferred: 1}); ErrorCode(err) != CodeInternal || l.Deposited != 12 {
+		t.Fatalf("add past int64: %+v %v; want internal, the line unchanged", l, err)
+	}
+}

@@ -69,6 +69,26 @@ type RevenueLine struct {
 	Deferred Amount `json:"deferred"`
 }
 
+// Add adds r's figures to l's (the lines of one currency from two
+// shards). Errors: internal, when a figure would pass int64, with l
+// unchanged: a report never answers a wrapped sum.
+func (l *RevenueLine) Add(r RevenueLine) error {
+	sum := *l
+	for _, f := range []struct {
+		to *Amount
+		v  Amount
+	}{{&sum.Deposited, r.Deposited}, {&sum.Recognised, r.Recognised},
+		{&sum.ConvertedIn, r.ConvertedIn}, {&sum.ConvertedOut, r.ConvertedOut}, {&sum.Expired, r.Expired}, {&sum.Deferred, r.Deferred}} {
+		v, ok := f.to.Add(f.v)
+		if !ok {
+			return Errorf(CodeInternal, "revenue of %s: a figure passes int64 minor units", l.Currency)
+		}
+		*f.to = v
+	}
+	*l = sum
+	return nil
+}
+
 // Validate checks a balance query's ids and time. Errors:
 // invalid_argument.
 func (q BalanceQuery) Validate() error {

@@ -143,3 +143,25 @@ func TestBalanceReadNeverWraps(t *testing.T) {
 	_, err = e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: p})
 	wantCode(t, err, coffer.CodeInternal)
 }
+
+// TestRevenueNeverWraps: paid figures of two shards that sum past int64
+// (damaged: no write allows them) make the report fail, not answer a
+// wrapped sum.
+func TestRevenueNeverWraps(t *testing.T) {
+	e := newEnv(t)
+	players := []coffer.PlayerID{63}
+	for p := coffer.PlayerID(64); len(players) < 2; p++ {
+		if e.router.Map().ShardOf(p) != e.router.Map().ShardOf(players[0]) {
+			players = append(players, p)
+		}
+	}
+	for _, p := range players {
+		e.mustChange(p, "buy", paid("gold", 1, fmt.Sprint("o", p)))
+		id := e.router.Map().ShardOf(p)
+		_, err := e.router.Shard(id).Exec(ctx, fmt.Sprintf(`UPDATE op_%d SET amount = 5000000000000000000 WHERE player_id = %d`, id, p))
+		must(t, err)
+	}
+	e.damaged = true
+	_, err := e.store.Revenue(ctx, coffer.RevenueQuery{Namespace: 1, From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)})
+	wantCode(t, err, coffer.CodeInternal)
+}

@@ -329,12 +329,10 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 				l = &coffer.RevenueLine{Currency: s.code(cur)}
 				lines[cur] = l
 			}
-			l.Deposited += r.Deposited
-			l.Recognised += r.Recognised
-			l.ConvertedIn += r.ConvertedIn
-			l.ConvertedOut += r.ConvertedOut
-			l.Expired += r.Expired
-			l.Deferred += r.Deferred
+			if err := l.Add(r); err != nil {
+				rows.Close()
+				return nil, err
+			}
 		}
 		if err := rows.Err(); err != nil {
 			return nil, s.fail(id, fmt.Errorf("revenue: %w", err))
