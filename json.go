@@ -2,6 +2,7 @@ package coffer
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -58,6 +59,23 @@ type jsonParser struct {
 	b        []byte
 	i        int
 	depthMax int
+	// nodes are handed out by node, a block at a time; names and elems
+	// hold the members of the objects and arrays being read, each copied
+	// out at its end: a few allocations per text, not several per value.
+	nodes []JSONValue
+	names []string
+	elems []*JSONValue
+}
+
+// node is a new value of kind with text.
+func (p *jsonParser) node(kind JSONKind, text string) *JSONValue {
+	if len(p.nodes) == 0 {
+		p.nodes = make([]JSONValue, 32)
+	}
+	v := &p.nodes[0]
+	p.nodes = p.nodes[1:]
+	v.Kind, v.Text = kind, text
+	return v
 }
 
 func (p *jsonParser) fail(format string, args ...any) error {
@@ -90,7 +108,7 @@ func (p *jsonParser) value(depth int) (*JSONValue, error) {
 		return p.array(depth + 1)
 	case c == '"':
 		s, err := p.str()
-		return &JSONValue{Kind: JSONString, Text: s}, err
+		return p.node(JSONString, s), err
 	case c == '-' || (c >= '0' && c <= '9'):
 		return p.number()
 	case c == 't':
@@ -108,18 +126,19 @@ func (p *jsonParser) literal(word string, kind JSONKind) (*JSONValue, error) {
 		return nil, p.fail("unexpected %q", p.b[p.i])
 	}
 	p.i += len(word)
-	return &JSONValue{Kind: kind, Text: word}, nil
+	return p.node(kind, word), nil
 }
 
 func (p *jsonParser) object(depth int) (*JSONValue, error) {
-	v := &JSONValue{Kind: JSONObject}
+	v := p.node(JSONObject, "")
 	p.i++ // {
 	p.space()
 	if p.i < len(p.b) && p.b[p.i] == '}' {
 		p.i++
 		return v, nil
 	}
-	seen := map[string]bool{}
+	names, elems := len(p.names), len(p.elems)
+	var seen map[string]bool // past a few names; a scan of them before
 	for {
 		p.space()
 		if p.i >= len(p.b) || p.b[p.i] != '"' {
@@ -130,11 +149,10 @@ func (p *jsonParser) object(depth int) (*JSONValue, error) {
 		if err != nil {
 			return nil, err
 		}
-		if seen[name] {
+		if p.seen(p.names[names:], &seen, name) {
 			p.i = at
 			return nil, p.fail("name %q given twice", name)
 		}
-		seen[name] = true
 		p.space()
 		if p.i >= len(p.b) || p.b[p.i] != ':' {
 			return nil, p.fail("':' expected")
@@ -145,7 +163,7 @@ func (p *jsonParser) object(depth int) (*JSONValue, error) {
 		if err != nil {
 			return nil, err
 		}
-		v.Names, v.Elems = append(v.Names, name), append(v.Elems, elem)
+		p.names, p.elems = append(p.names, name), append(p.elems, elem)
 		p.space()
 		if p.i < len(p.b) && p.b[p.i] == ',' {
 			p.i++
@@ -153,27 +171,56 @@ func (p *jsonParser) object(depth int) (*JSONValue, error) {
 		}
 		if p.i < len(p.b) && p.b[p.i] == '}' {
 			p.i++
+			v.Names, v.Elems = slices.Clone(p.names[names:]), slices.Clone(p.elems[elems:])
+			p.names, p.elems = p.names[:names], p.elems[:elems]
 			return v, nil
 		}
 		return nil, p.fail("',' or '}' expected")
 	}
 }
 
+// seen tells whether name is among names, and adds it to the set. A few
+// names are scanned; past them a set is kept, so that an object of many
+// names costs no more than linear time.
+func (p *jsonParser) seen(names []string, set *map[string]bool, name string) bool {
+	const scanMax = 8
+	if len(names) < scanMax {
+		for _, n := range names {
+			if n == name {
+				return true
+			}
+		}
+		return false
+	}
+	if *set == nil {
+		*set = make(map[string]bool, 2*len(names))
+		for _, n := range names {
+			(*set)[n] = true
+		}
+	}
+	if (*set)[name] {
+		return true
+	}
+	(*set)[name] = true
+	return false
+}
+
 func (p *jsonParser) array(depth int) (*JSONValue, error) {
-	v := &JSONValue{Kind: JSONArray}
+	v := p.node(JSONArray, "")
 	p.i++ // [
 	p.space()
 	if p.i < len(p.b) && p.b[p.i] == ']' {
 		p.i++
 		return v, nil
 	}
+	elems := len(p.elems)
 	for {
 		p.space()
 		elem, err := p.value(depth)
 		if err != nil {
 			return nil, err
 		}
-		v.Elems = append(v.Elems, elem)
+		p.elems = append(p.elems, elem)
 		p.space()
 		if p.i < len(p.b) && p.b[p.i] == ',' {
 			p.i++
@@ -181,6 +228,8 @@ func (p *jsonParser) array(depth int) (*JSONValue, error) {
 		}
 		if p.i < len(p.b) && p.b[p.i] == ']' {
 			p.i++
+			v.Elems = slices.Clone(p.elems[elems:])
+			p.elems = p.elems[:elems]
 			return v, nil
 		}
 		return nil, p.fail("',' or ']' expected")
@@ -214,7 +263,7 @@ func (p *jsonParser) number() (*JSONValue, error) {
 			return nil, p.fail("a digit expected")
 		}
 	}
-	return &JSONValue{Kind: JSONNumber, Text: string(p.b[start:p.i])}, nil
+	return p.node(JSONNumber, string(p.b[start:p.i])), nil
 }
 
 func (p *jsonParser) digits() int {
@@ -230,7 +279,15 @@ func (p *jsonParser) digits() int {
 // well formed and surrogates in pairs.
 func (p *jsonParser) str() (string, error) {
 	p.i++ // "
-	var out []byte
+	start := p.i
+	for p.i < len(p.b) && p.b[p.i] >= 0x20 && p.b[p.i] < utf8.RuneSelf && p.b[p.i] != '"' && p.b[p.i] != '\\' {
+		p.i++
+	}
+	if p.i < len(p.b) && p.b[p.i] == '"' {
+		p.i++
+		return string(p.b[start : p.i-1]), nil
+	}
+	out := append([]byte(nil), p.b[start:p.i]...)
 	for {
 		if p.i >= len(p.b) {
 			return "", p.fail("unterminated string")

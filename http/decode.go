@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -113,7 +115,7 @@ func decodeJSON(body io.Reader, v any, required bool) error {
 	if tree.Kind != coffer.JSONObject {
 		return coffer.Errorf(coffer.CodeInvalid, "body: a JSON object is required")
 	}
-	if err := checkNames(tree, reflect.TypeOf(v), ""); err != nil {
+	if err := checkNames(tree, reflect.TypeOf(v)); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -140,7 +142,25 @@ var (
 // an object read into a struct must be one of its fields' json names,
 // exactly. Types are left to the decoder, and meta (json.RawMessage) to
 // the domain.
-func checkNames(v *coffer.JSONValue, t reflect.Type, path string) error {
+func checkNames(v *coffer.JSONValue, t reflect.Type) error {
+	path := unknownName(v, t)
+	if path == nil {
+		return nil
+	}
+	var at strings.Builder
+	for i, step := range slices.Backward(path) {
+		if i < len(path)-1 && !strings.HasPrefix(step, "[") {
+			at.WriteByte('.')
+		}
+		at.WriteString(step)
+	}
+	return coffer.Errorf(coffer.CodeInvalid, "body: unknown field %q (names are case-sensitive)", at.String())
+}
+
+// unknownName is the path to the first name in v that is not a field of
+// t, last step first (built only on the way out, so a good body costs no
+// allocation), or nil.
+func unknownName(v *coffer.JSONValue, t reflect.Type) []string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -149,31 +169,33 @@ func checkNames(v *coffer.JSONValue, t reflect.Type, path string) error {
 	case t.Kind() == reflect.Struct && v.Kind == coffer.JSONObject:
 		fields := jsonFields(t)
 		for i, name := range v.Names {
-			at := name
-			if path != "" {
-				at = path + "." + name
-			}
 			ft, ok := fields[name]
 			if !ok {
-				return coffer.Errorf(coffer.CodeInvalid, "body: unknown field %q (names are case-sensitive)", at)
+				return []string{name}
 			}
-			if err := checkNames(v.Elems[i], ft, at); err != nil {
-				return err
+			if path := unknownName(v.Elems[i], ft); path != nil {
+				return append(path, name)
 			}
 		}
 	case t.Kind() == reflect.Slice && v.Kind == coffer.JSONArray:
 		for i, e := range v.Elems {
-			if err := checkNames(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
+			if path := unknownName(e, t.Elem()); path != nil {
+				return append(path, fmt.Sprintf("[%d]", i))
 			}
 		}
 	}
 	return nil
 }
 
+// fieldsOf caches jsonFields: a reflect.Type's map.
+var fieldsOf sync.Map
+
 // jsonFields maps the json names of struct t's fields, as encoding/json
 // names them, to their types.
 func jsonFields(t reflect.Type) map[string]reflect.Type {
+	if f, ok := fieldsOf.Load(t); ok {
+		return f.(map[string]reflect.Type)
+	}
 	out := map[string]reflect.Type{}
 	for _, f := range reflect.VisibleFields(t) {
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
@@ -185,6 +207,7 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 		}
 		out[name] = f.Type
 	}
+	fieldsOf.Store(t, out)
 	return out
 }
 

@@ -168,3 +168,15 @@ func TestPathIDsHaveOneSpelling(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDecodeChange is the strict decoder on a typical change: the
+// strict reader, the names' check and encoding/json.
+func BenchmarkDecodeChange(b *testing.B) {
+	raw := []byte(`{"idempotency_key": "order-7731", "ops": [{"currency": "gold", "amount": 500, "kind": "paid", "purchase": {"store": "steam", "order_id": "7731", "price": 499, "fiat": "USD"}}, {"currency": "credits", "amount": -20}], "reason": "purchase", "meta": {"any": "json", "n": 12}}`)
+	for b.Loop() {
+		var body coffer.ChangeBody
+		if err := decodeJSON(bytes.NewReader(raw), &body, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
