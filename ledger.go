@@ -156,9 +156,11 @@ type Ledger interface {
 	// Balances reads a player's balances. Errors: invalid_argument,
 	// shard_unavailable, internal.
 	Balances(ctx context.Context, q BalanceQuery) (Balances, error)
-	// Change applies ops atomically, or with Hold begins a hold. Errors:
-	// invalid_argument (also a balance past BalanceMax),
-	// insufficient_funds, too_many_lots, idempotency_conflict,
+	// Change applies ops atomically, or with Hold begins a hold. A paid
+	// grant's order is credited at most once, whoever presents it
+	// (PurchaseKey.Credit). Errors: invalid_argument (also a balance past
+	// BalanceMax), insufficient_funds, too_many_lots,
+	// idempotency_conflict, purchase_already_credited,
 	// shard_unavailable, internal.
 	Change(ctx context.Context, req ChangeRequest) (trx Trx, replay bool, err error)
 	// BatchChange applies each change as Change would, atomically per

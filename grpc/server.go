@@ -101,19 +101,20 @@ func recoverPanic(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler
 
 // codeOf maps each error code to its gRPC status code: the one table.
 var codeOf = map[coffer.Code]codes.Code{
-	coffer.CodeInvalid:             codes.InvalidArgument,
-	coffer.CodeUnauthenticated:     codes.Unauthenticated,
-	coffer.CodePermissionDenied:    codes.PermissionDenied,
-	coffer.CodeNotFound:            codes.NotFound,
-	coffer.CodeInsufficientFunds:   codes.FailedPrecondition,
-	coffer.CodeTooManyLots:         codes.FailedPrecondition,
-	coffer.CodeIdempotencyConflict: codes.AlreadyExists,
-	coffer.CodeHoldNotPending:      codes.FailedPrecondition,
-	coffer.CodeHoldExpired:         codes.FailedPrecondition,
-	coffer.CodePayloadTooLarge:     codes.ResourceExhausted,
-	coffer.CodeUnavailable:         codes.Unavailable,
-	coffer.CodeOverloaded:          codes.Unavailable,
-	coffer.CodeInternal:            codes.Internal,
+	coffer.CodeInvalid:                 codes.InvalidArgument,
+	coffer.CodeUnauthenticated:         codes.Unauthenticated,
+	coffer.CodePermissionDenied:        codes.PermissionDenied,
+	coffer.CodeNotFound:                codes.NotFound,
+	coffer.CodeInsufficientFunds:       codes.FailedPrecondition,
+	coffer.CodeTooManyLots:             codes.FailedPrecondition,
+	coffer.CodeIdempotencyConflict:     codes.AlreadyExists,
+	coffer.CodeHoldNotPending:          codes.FailedPrecondition,
+	coffer.CodeHoldExpired:             codes.FailedPrecondition,
+	coffer.CodePurchaseAlreadyCredited: codes.AlreadyExists,
+	coffer.CodePayloadTooLarge:         codes.ResourceExhausted,
+	coffer.CodeUnavailable:             codes.Unavailable,
+	coffer.CodeOverloaded:              codes.Unavailable,
+	coffer.CodeInternal:                codes.Internal,
 }
 
 type clientKey struct{}

@@ -13,19 +13,20 @@ import (
 // statusOf maps each error code to its HTTP status: the one table of
 // DESIGN.md §8.
 var statusOf = map[coffer.Code]int{
-	coffer.CodeInvalid:             http.StatusBadRequest,
-	coffer.CodeUnauthenticated:     http.StatusUnauthorized,
-	coffer.CodePermissionDenied:    http.StatusForbidden,
-	coffer.CodeNotFound:            http.StatusNotFound,
-	coffer.CodeInsufficientFunds:   http.StatusConflict,
-	coffer.CodeTooManyLots:         http.StatusConflict,
-	coffer.CodeIdempotencyConflict: http.StatusConflict,
-	coffer.CodeHoldNotPending:      http.StatusConflict,
-	coffer.CodeHoldExpired:         http.StatusConflict,
-	coffer.CodePayloadTooLarge:     http.StatusRequestEntityTooLarge,
-	coffer.CodeUnavailable:         http.StatusServiceUnavailable,
-	coffer.CodeOverloaded:          http.StatusServiceUnavailable,
-	coffer.CodeInternal:            http.StatusInternalServerError,
+	coffer.CodeInvalid:                 http.StatusBadRequest,
+	coffer.CodeUnauthenticated:         http.StatusUnauthorized,
+	coffer.CodePermissionDenied:        http.StatusForbidden,
+	coffer.CodeNotFound:                http.StatusNotFound,
+	coffer.CodeInsufficientFunds:       http.StatusConflict,
+	coffer.CodeTooManyLots:             http.StatusConflict,
+	coffer.CodeIdempotencyConflict:     http.StatusConflict,
+	coffer.CodeHoldNotPending:          http.StatusConflict,
+	coffer.CodeHoldExpired:             http.StatusConflict,
+	coffer.CodePurchaseAlreadyCredited: http.StatusConflict,
+	coffer.CodePayloadTooLarge:         http.StatusRequestEntityTooLarge,
+	coffer.CodeUnavailable:             http.StatusServiceUnavailable,
+	coffer.CodeOverloaded:              http.StatusServiceUnavailable,
+	coffer.CodeInternal:                http.StatusInternalServerError,
 }
 
 // Problem is an RFC 9457 problem details body with coffer's stable code.

@@ -13,6 +13,9 @@ func (s *Store) PlanChange(ctx context.Context, req coffer.ChangeRequest) (coffe
 	if err != nil {
 		return coffer.Trx{}, false, err
 	}
+	if err := s.claimPurchases(ctx, v); err != nil {
+		return coffer.Trx{}, false, err
+	}
 	return s.planChange(ctx, v)
 }
 

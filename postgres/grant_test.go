@@ -56,7 +56,7 @@ func TestOneGrantIsOneRoundTrip(t *testing.T) {
 	}{
 		{"a grant into a new lot", "a", []coffer.OpRequest{free("gold", 100)}, 1},
 		{"a grant joining the free lot", "b", []coffer.OpRequest{free("gold", 50)}, 1},
-		{"a paid grant", "c", []coffer.OpRequest{paid("gold", 30, "o-1")}, 1},
+		{"a paid grant: its order's claim, then the statement", "c", []coffer.OpRequest{paid("gold", 30, "o-1")}, 2},
 		{"a replay: the key fails the statement, then the stored trx answers", "a", []coffer.OpRequest{free("gold", 100)}, 2},
 		{"a consume", "d", []coffer.OpRequest{free("gold", -20)}, 2},
 		{"two grants", "e", []coffer.OpRequest{free("gold", 1), free("silver", 1)}, 2},
@@ -92,10 +92,11 @@ func TestOneGrantIsOneRoundTrip(t *testing.T) {
 }
 
 // TestGrantTrxWritesWhatThePlanWrites: the same changes, written by
-// grant_trx_N for one player and by the service's plan for another, leave
-// the same rows, ids and times compared by their order and their links.
+// grant_trx_N for a player and by the service's plan for the same player
+// in another ledger (an order is credited once per ledger), leave the
+// same rows, ids and times compared by their order and their links.
 func TestGrantTrxWritesWhatThePlanWrites(t *testing.T) {
-	e := newEnv(t)
+	e, planned := newEnv(t), newEnv(t)
 	later := time.Now().Add(time.Hour)
 	meta := []byte(`{"quest":7}`)
 	changes := []coffer.ChangeRequest{
@@ -111,17 +112,14 @@ func TestGrantTrxWritesWhatThePlanWrites(t *testing.T) {
 		{Ops: []coffer.OpRequest{paid("silver", 3, "o-2")}},
 	}
 	for i, req := range changes {
-		for _, w := range []struct {
-			player coffer.PlayerID
-			change func(context.Context, coffer.ChangeRequest) (coffer.Trx, bool, error)
-		}{{42, e.store.Change}, {43, e.store.PlanChange}} {
-			req.Scope = scope(w.player, fmt.Sprint("k", i))
-			if _, _, err := w.change(ctx, req); err != nil {
-				t.Fatalf("change %d of player %d: %v", i, w.player, err)
+		req.Scope = scope(42, fmt.Sprint("k", i))
+		for _, change := range []func(context.Context, coffer.ChangeRequest) (coffer.Trx, bool, error){e.store.Change, planned.store.PlanChange} {
+			if _, _, err := change(ctx, req); err != nil {
+				t.Fatalf("change %d: %v", i, err)
 			}
 		}
 	}
-	if got, want := e.ledgerRows(42), e.ledgerRows(43); got != want {
+	if got, want := e.ledgerRows(42), planned.ledgerRows(42); got != want {
 		t.Fatalf("grant_trx wrote\n%s\nthe plan wrote\n%s", got, want)
 	}
 }

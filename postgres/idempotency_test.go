@@ -178,7 +178,9 @@ func TestEveryReplayIsTheFirstAnswer(t *testing.T) {
 	same("hold", func() (coffer.Trx, bool, error) { return e.store.Change(ctx, hold) })
 	same("commit", func() (coffer.Trx, bool, error) { return e.store.Commit(ctx, scope(p, "hold")) })
 	same("exchange", func() (coffer.Trx, bool, error) { return e.store.Exchange(ctx, exchange) })
+	// Another hold, and another store order: an order is credited once.
 	hold.IdempotencyKey = "hold-2"
+	hold.Ops[1].Purchase = &coffer.Purchase{Store: "s", OrderID: "o-2", Price: 99, Fiat: "EUR"}
 	same("hold 2", func() (coffer.Trx, bool, error) { return e.store.Change(ctx, hold) })
 	same("rollback", func() (coffer.Trx, bool, error) { return e.store.Rollback(ctx, scope(p, "hold-2")) })
 }

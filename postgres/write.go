@@ -13,10 +13,18 @@ import (
 
 // Change applies a one-phase change or begins a hold. Cost: one round
 // trip for a change of one grant (grantTrx; a replay one more), otherwise
-// two (lock and reads; writes and commit; a replay two more).
+// two (lock and reads; writes and commit; a replay two more); a change
+// that credits a purchase first claims its order (claimPurchases: one
+// more per database holding a claim).
 func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Trx, bool, error) {
 	v, err := s.catalog.ValidateChange(req)
 	if err != nil {
+		return coffer.Trx{}, false, err
+	}
+	// One Timeout bounds the claims and the write together.
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	if err := s.claimPurchases(ctx, v); err != nil {
 		return coffer.Trx{}, false, err
 	}
 	if !req.Hold && len(v.Ops) == 1 && v.Ops[0].Amount > 0 {

@@ -166,6 +166,14 @@ func (m *Map) ShardOf(p coffer.PlayerID) coffer.ShardID {
 	return coffer.ShardID(Jump(uint64(p), int64(m.count)))
 }
 
+// ShardOfPurchase is the shard that holds the claim of store order k
+// (coffer.PurchaseKey.Hash), whoever's player presents it. Shards, not
+// databases, place claims: a shard keeps its claims when it moves to
+// another database, as it keeps its players.
+func (m *Map) ShardOfPurchase(k coffer.PurchaseKey) coffer.ShardID {
+	return coffer.ShardID(Jump(k.Hash(), int64(m.count)))
+}
+
 // DatabaseOf is the database that holds shard s.
 func (m *Map) DatabaseOf(s coffer.ShardID) Database { return m.databases[m.dbOfShard[s]] }
 

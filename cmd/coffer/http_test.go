@@ -16,6 +16,7 @@ import (
 	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/internal/pgtest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -414,5 +415,53 @@ func TestHTTPBadInput(t *testing.T) {
 	must(t, err)
 	if len(page.Items) != 0 {
 		t.Fatalf("bad input wrote %d trx", len(page.Items))
+	}
+}
+
+// TestHTTPOrderCreditedOnce: a store order presented by a second request —
+// another player on the other database, another key, another client, in
+// a batch — is 409 purchase_already_credited with nothing in the body
+// about the first buyer, and writes nothing; the first request's retry
+// is a replay.
+func TestHTTPOrderCreditedOnce(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	players := map[int]coffer.PlayerID{}
+	for p := coffer.PlayerID(777001); len(players) < 2; p++ {
+		players[s.m.DatabaseOf(s.m.ShardOf(p)).Index] = p
+	}
+	buyer, other := players[0], players[1]
+	ops := `"ops": [{"currency": "gold", "amount": 500, "kind": "paid",
+	  "purchase": {"store": "apple", "order_id": "one-receipt", "price": 499, "fiat": "USD"}}]`
+	path := func(p coffer.PlayerID) string { return fmt.Sprintf("/v1/namespaces/1/players/%d/transactions", p) }
+	first := s.call("POST", path(buyer), devKey, `{"idempotency_key": "first-buyer-key", `+ops+`}`)
+	wantStatus(t, first, http.StatusCreated, "")
+	for _, r := range []response{
+		s.call("POST", path(other), devKey, `{"idempotency_key": "first-buyer-key", `+ops+`}`),
+		s.call("POST", path(buyer), devKey, `{"idempotency_key": "second-key", `+ops+`}`),
+		s.call("POST", path(buyer), game2Key, `{"idempotency_key": "first-buyer-key", `+ops+`}`),
+	} {
+		wantStatus(t, r, http.StatusConflict, coffer.CodePurchaseAlreadyCredited)
+		if body := string(r.body); strings.Contains(body, fmt.Sprint(buyer)) || strings.Contains(body, "first-buyer-key") {
+			t.Fatalf("the refusal names the first buyer: %s", body)
+		}
+	}
+	a := s.batch(devKey, fmt.Sprintf(`{"changes": [{"player_id": %d, "idempotency_key": "in-a-batch", %s}]}`, other, ops))
+	if r := a.Results[0]; r.Status != http.StatusConflict || r.Error == nil || r.Error.Code != coffer.CodePurchaseAlreadyCredited {
+		t.Fatalf("in a batch: %+v", r)
+	}
+	_, err := s.grpc.Change(grpcCtx(devKey), &cofferv1.ChangeRequest{Namespace: 1, PlayerId: int64(other), IdempotencyKey: "over-grpc",
+		Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 500, Kind: "paid",
+			Purchase: &cofferv1.Purchase{Store: "apple", OrderId: "one-receipt", Price: 499, Fiat: "USD"}}}})
+	wantGRPC(t, err, codes.AlreadyExists, coffer.CodePurchaseAlreadyCredited)
+	again := s.call("POST", path(buyer), devKey, `{"idempotency_key": "first-buyer-key", `+ops+`}`)
+	wantStatus(t, again, http.StatusOK, "")
+	if !bytes.Equal(again.body, first.body) {
+		t.Fatalf("replay body differs:\n%s\n%s", first.body, again.body)
+	}
+	if b := balanceOf(t, s.dev, buyer, "gold"); b.Paid != 500 {
+		t.Fatalf("buyer gold %+v", b)
+	}
+	if b := balanceOf(t, s.dev, other, "gold"); b.Total != 0 {
+		t.Fatalf("other player gold %+v", b)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"os/signal"
 
 	"github.com/cofferhq/coffer/migrate"
+	"github.com/cofferhq/coffer/postgres"
+	"github.com/cofferhq/coffer/shard"
 )
 
 // migrateFlags are sdbmigrate's flags, with its short and long names.
@@ -81,7 +83,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	if f.config == "" {
 		return fail(fmt.Errorf("-c CONFIG is required"))
 	}
-	engine, err := newEngine(f)
+	engine, cfg, err := newEngine(f)
 	if err != nil {
 		return fail(err)
 	}
@@ -107,13 +109,41 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	if err := engine.Apply(ctx, migrate.Options{DryRun: f.dryRun, TargetVersion: f.target, ForceUpdateEnv: f.forceUpdateEnv}); err != nil {
 		return fail(err)
 	}
+	if f.dir == "" && !f.dryRun && f.target < 0 {
+		if err := claimCredited(ctx, engine.Map, cfg.Pool, stdout); err != nil {
+			return fail(err)
+		}
+	}
 	return 0
 }
 
-func newEngine(f *migrateFlags) (*migrate.Engine, error) {
+// claimCredited claims the store orders credited before claims existed
+// (postgres.ClaimCredited) and says what it did. It runs once coffer's
+// schema is applied in full, so that an upgrade leaves no credited order
+// without its claim; run again, it claims nothing.
+func claimCredited(ctx context.Context, m *shard.Map, pool shard.PoolConfig, out io.Writer) error {
+	router, err := shard.Open(m, pool)
+	if err != nil {
+		return err
+	}
+	defer router.Close()
+	claimed, contested, err := postgres.ClaimCredited(ctx, router)
+	if err != nil {
+		return fmt.Errorf("claiming the store orders credited before claims: %w", err)
+	}
+	if claimed > 0 {
+		fmt.Fprintf(out, "claimed %d store orders credited before claims existed\n", claimed)
+	}
+	if contested > 0 {
+		fmt.Fprintf(out, "%d credits of store orders whose claim names another trx (credited twice before claims): coffer audit lists them\n", contested)
+	}
+	return nil
+}
+
+func newEngine(f *migrateFlags) (*migrate.Engine, *Config, error) {
 	cfg, m, err := loadConfig(f.config)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	env := cfg.Env
 	var ms []migrate.Migration
@@ -122,12 +152,12 @@ func newEngine(f *migrateFlags) (*migrate.Engine, error) {
 		ms, err = migrate.Load(migrate.Schema(), "(coffer's schema)")
 	} else {
 		if _, statErr := os.Stat(f.dir); statErr != nil {
-			return nil, fmt.Errorf("migrations dir: %w", statErr)
+			return nil, nil, fmt.Errorf("migrations dir: %w", statErr)
 		}
 		ms, err = migrate.Load(os.DirFS(f.dir), f.dir)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &migrate.Engine{Map: m, Env: env, Migrations: ms, StateSchema: f.stateSchema}, nil
+	return &migrate.Engine{Map: m, Env: env, Migrations: ms, StateSchema: f.stateSchema}, cfg, nil
 }

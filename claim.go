@@ -1,0 +1,80 @@
+package coffer
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/binary"
+	"slices"
+)
+
+// A store order is credited at most once per namespace, whoever presents
+// it: before a change that credits a purchase reaches the player's write,
+// the order is claimed for the request's Scope, in a transaction of its
+// own on the shard the order's key hashes to, and only the claimant may
+// credit it (docs/adr/0011-purchase-claims.md). This file holds the
+// rule; postgres/claim.go stores the claims.
+
+// PurchaseKey identifies a store order in a namespace: what is credited
+// at most once.
+type PurchaseKey struct {
+	Namespace Namespace
+	Store     string
+	OrderID   string
+}
+
+// Hash is the 64-bit key that places the order's claim on a shard (the
+// jump hash of shard.Map.ShardOfPurchase): the first 8 bytes, big-endian,
+// of the SHA-256 of the namespace (4 bytes, big-endian), the store's
+// length (1 byte; a store is at most 64 bytes) and the store and the
+// order id. It is part of the stored data's layout, like the players'
+// jump hash: changed, it would send every request to a shard that does
+// not hold the order's claim, so TestPurchaseKeyHash freezes it.
+func (k PurchaseKey) Hash() uint64 {
+	h := sha256.New()
+	var head [5]byte
+	binary.BigEndian.PutUint32(head[:4], uint32(k.Namespace))
+	head[4] = byte(len(k.Store))
+	h.Write(head[:])
+	h.Write([]byte(k.Store))
+	h.Write([]byte(k.OrderID))
+	return binary.BigEndian.Uint64(h.Sum(nil)[:8])
+}
+
+// Purchases lists the distinct store orders a validated change's paid
+// grants credit, ordered by store and order id. Several paid grants of one
+// order in one change (a bundle: gold and gems for one payment) are one
+// order, claimed once. Every request claims its orders in this order, so
+// that two requests claiming the same orders on one database never wait
+// on each other's claims in a cycle.
+func (v ValidChange) Purchases() []PurchaseKey {
+	var keys []PurchaseKey
+	for _, op := range v.Ops {
+		if op.Purchase == nil {
+			continue
+		}
+		k := PurchaseKey{Namespace: v.Namespace, Store: op.Purchase.Store, OrderID: op.Purchase.OrderID}
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b PurchaseKey) int {
+		return cmp.Or(cmp.Compare(a.Store, b.Store), cmp.Compare(a.OrderID, b.OrderID))
+	})
+	return keys
+}
+
+// Credit decides whether the request of claimant may credit order k,
+// whose claim names owner: only the claimant's own requests may. The
+// claimant is the request's Scope, not its payload: a scope has at most
+// one trx, so the order is credited at most once whatever payload its
+// claimant sends, and the player's write decides, as for any key, whether
+// a request is a replay, an idempotency_conflict or (its first attempt
+// having failed) a new write. A claim is never released, not even by a
+// request that failed after it claimed (ADR 0011 says why). Errors:
+// purchase_already_credited, whose message names nothing of the owner.
+func (k PurchaseKey) Credit(claimant, owner Scope) error {
+	if claimant == owner {
+		return nil
+	}
+	return Errorf(CodePurchaseAlreadyCredited, "store %q order %q was presented by another request; an order is credited at most once", k.Store, k.OrderID)
+}
