@@ -30,6 +30,8 @@ type BookLot struct {
 	ExpiresAt *time.Time
 	Priority  int32
 	CreatedAt time.Time
+	// TrxID is the trx whose grant created the lot.
+	TrxID int64
 	// New lots are inserted; Changed ones updated.
 	New, Changed bool
 }
@@ -61,6 +63,8 @@ type BookOp struct {
 type Book struct {
 	Now   time.Time
 	NewID func() int64
+	// TrxID is the trx being planned: the lots its grants create are its.
+	TrxID int64
 
 	lots []*BookLot
 	byID map[int64]*BookLot
@@ -104,6 +108,23 @@ func (b *Book) keep(l *BookLot) {
 // Lots lists the lots the Book holds, in the order they were added or
 // created. The slice is the Book's own: read it, do not change it.
 func (b *Book) Lots() []*BookLot { return b.lots }
+
+// clone is a copy of the Book that shares nothing with it, with no ops
+// planned: a trx is planned on a clone, which replaces the Book only if
+// the whole trx is accepted, so that a refused trx changes nothing.
+func (b *Book) clone() *Book {
+	c := &Book{Now: b.Now, NewID: b.NewID, TrxID: b.TrxID, lots: make([]*BookLot, 0, len(b.lots)),
+		byID: make(map[int64]*BookLot, len(b.lots)), cur: make(map[CurrencyID]*bookCurrency, len(b.cur))}
+	for _, l := range b.lots {
+		copied := *l
+		c.keep(&copied)
+	}
+	for id, bc := range b.cur {
+		cc := c.currency(id)
+		cc.total, cc.paid, cc.reserved, cc.held = bc.total, bc.paid, bc.reserved, bc.held
+	}
+	return c
+}
 
 func (b *Book) currency(id CurrencyID) *bookCurrency {
 	if b.cur == nil {
@@ -168,14 +189,18 @@ func (b *Book) op(l *BookLot, kind OpKind, cause OpCause, amount Amount) BookOp 
 		Paid: l.Paid, BalanceAfter: c.total, PaidAfter: c.paid}
 }
 
-// Expire empties every expired lot that still has an amount, in expiry
-// order, and returns the expire ops. Writes call it first, so that the
-// balance_after chain of each currency includes every expiry before the
-// ops that follow it. A reservation stays on its lot: a rollback returns
-// it, and it expires then.
-func (b *Book) Expire() []BookOp {
+// Expire empties every expired lot that still has an amount, in the
+// currencies only (all of them if only is nil), in expiry order, and
+// returns the expire ops. Writes call it first, so that the balance_after
+// chain of each currency includes every expiry before the ops that follow
+// it. A reservation stays on its lot: a rollback returns it, and it
+// expires then.
+func (b *Book) Expire(only []CurrencyID) []BookOp {
 	var expired []*BookLot
 	for _, l := range b.lots {
+		if only != nil && !slices.Contains(only, l.Currency) {
+			continue
+		}
 		if l.Amount > 0 && l.ExpiresAt != nil && !l.ExpiresAt.After(b.Now) {
 			expired = append(expired, l)
 		}
@@ -222,7 +247,8 @@ func (b *Book) Grant(cur *Currency, amount Amount, paid bool, expiresAt *time.Ti
 			return BookOp{}, Errorf(CodeTooManyLots, "%s: the player holds %d lots, the most allowed; a grant that needs a lot of its own (paid, or with an expiry or priority no lot has) waits until some are spent or expire",
 				cur.Code, c.held)
 		}
-		lot = &BookLot{ID: b.NewID(), Currency: cur.ID, Paid: paid, ExpiresAt: expiresAt, Priority: priority, CreatedAt: b.Now, New: true}
+		lot = &BookLot{ID: b.NewID(), Currency: cur.ID, Paid: paid, ExpiresAt: expiresAt, Priority: priority, CreatedAt: b.Now,
+			TrxID: b.TrxID, New: true}
 		b.keep(lot)
 	}
 	if err := b.set(lot, lot.Amount+amount, lot.Reserved); err != nil {

@@ -184,7 +184,7 @@ func TestBookConsumeAllOrNothing(t *testing.T) {
 func TestBookExpireFirst(t *testing.T) {
 	past := time.Now().Add(-time.Second)
 	b := newBook(t, &BookLot{ID: 1, Currency: 1, Amount: 3, ExpiresAt: &past}, &BookLot{ID: 2, Currency: 1, Amount: 4})
-	ops := b.Expire()
+	ops := b.Expire(nil)
 	if len(ops) != 1 || ops[0].Amount != -3 || ops[0].BalanceAfter != 4 {
 		t.Fatalf("expire = %+v", ops)
 	}

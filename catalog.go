@@ -113,6 +113,45 @@ func (c *Catalog) CurrencyByID(id CurrencyID) (*Currency, bool) {
 	return cur, ok
 }
 
+// CurrencyOf is the configured currency of id, or one named "unknown" for
+// a currency the configuration no longer lists: rows in it stay readable,
+// and a pending hold in it can still finish.
+func (c *Catalog) CurrencyOf(id CurrencyID) *Currency {
+	if cur, ok := c.byID[id]; ok {
+		return cur
+	}
+	return &Currency{ID: id, Code: "unknown", SpendOrder: DefaultSpendOrder}
+}
+
+// Ops are planned (or stored) ops as a trx answers them.
+func (c *Catalog) Ops(ops []BookOp) []Op {
+	out := make([]Op, 0, len(ops))
+	for _, o := range ops {
+		out = append(out, Op{Currency: c.CurrencyOf(o.Currency).Code, Amount: o.Amount, Kind: o.Kind, Paid: o.Paid,
+			LotID: o.LotID, BalanceAfter: o.BalanceAfter, Purchase: o.Purchase})
+	}
+	return out
+}
+
+// BalancesAfter are the player's balances right after a trx, as its ops
+// leave them: in each currency the ops touch, in order of first touch, the
+// last op's balance_after. A replay rebuilds them from the stored ops the
+// same way, so the answer is the same.
+func (c *Catalog) BalancesAfter(ops []BookOp) []Balance {
+	var out []Balance
+	at := map[CurrencyID]int{}
+	for _, op := range ops {
+		i, ok := at[op.Currency]
+		if !ok {
+			i = len(out)
+			at[op.Currency] = i
+			out = append(out, Balance{Currency: c.CurrencyOf(op.Currency).Code})
+		}
+		out[i].Total, out[i].Paid, out[i].Free = op.BalanceAfter, op.PaidAfter, op.BalanceAfter-op.PaidAfter
+	}
+	return out
+}
+
 // Currencies lists all currencies by id. The slice is the catalog's own:
 // read it, do not change it.
 func (c *Catalog) Currencies() []*Currency { return c.sorted }

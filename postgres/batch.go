@@ -7,13 +7,15 @@ import (
 	"github.com/cofferhq/coffer"
 )
 
-// BatchChange applies a batch's changes through Change, each in its own
-// transaction. The players of each database are shared among a bounded set
-// of goroutines (batchWorkers); each player's changes run one after the
-// other in request order (coffer.BatchPlayers). The batch is one call:
-// the store's Timeout bounds all of it, and a change still waiting at
-// the end answers shard_unavailable, as a single call would. Cost: what
-// the changes cost alone; only the waits overlap.
+// BatchChange applies a batch's changes as one job per database, in
+// request order: each database's changes go into its next batch (settle),
+// planned one after the other as if sent so, one transaction for all of
+// them. The batch is one call: the store's Timeout bounds all of it, and a
+// change still waiting at the end answers shard_unavailable, as a single
+// call would. A change that credits a purchase claims its order first,
+// in request order (claimPurchases). Cost: two round trips and one commit
+// per database (more when a batch is split), and a round trip per change
+// that claims.
 func (s *Store) BatchChange(ctx context.Context, reqs []coffer.ChangeRequest) ([]coffer.ChangeResult, error) {
 	if err := coffer.ValidateBatchSize(len(reqs)); err != nil {
 		return nil, err
@@ -21,36 +23,35 @@ func (s *Store) BatchChange(ctx context.Context, reqs []coffer.ChangeRequest) ([
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	out := make([]coffer.ChangeResult, len(reqs))
-	byDatabase := map[int][][]int{}
-	for _, player := range coffer.BatchPlayers(reqs) {
-		db := s.router.DatabaseIndex(s.router.Map().ShardOf(reqs[player[0]].PlayerID))
-		byDatabase[db] = append(byDatabase[db], player)
+	byDatabase := map[int][]*request{}
+	at := map[*request]int{}
+	for i, req := range reqs {
+		v, err := s.catalog.ValidateChange(req)
+		if err == nil {
+			err = s.claimPurchases(ctx, v)
+		}
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		r := &request{kind: writeChange, scope: req.Scope, change: v}
+		db := s.database(req.PlayerID)
+		byDatabase[db], at[r] = append(byDatabase[db], r), i
 	}
 	var wg sync.WaitGroup
-	for db, players := range byDatabase {
-		next := make(chan []int, len(players))
-		for _, p := range players {
-			next <- p
-		}
-		close(next)
-		for range min(len(players), s.batchWorkers(db)) {
-			wg.Go(func() {
-				for player := range next {
-					for _, i := range player {
-						r := &out[i]
-						r.Trx, r.Replay, r.Err = s.Change(ctx, reqs[i])
-					}
+	for _, writes := range byDatabase {
+		wg.Go(func() {
+			err := s.write(ctx, writes)
+			for _, r := range writes {
+				res := &out[at[r]]
+				if err != nil {
+					res.Err = err
+					continue
 				}
-			})
-		}
+				res.Trx, res.Replay, res.Err = r.answer()
+			}
+		})
 	}
 	wg.Wait()
 	return out, nil
-}
-
-// batchWorkers bounds the goroutines, and so the connections, one batch
-// uses on database db: half its pool, so that single calls keep the other
-// half while a batch runs.
-func (s *Store) batchWorkers(db int) int {
-	return max(1, int(s.router.Database(db).Config().MaxConns)/2)
 }

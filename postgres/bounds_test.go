@@ -35,8 +35,7 @@ func TestRollbacksCannotOverflow(t *testing.T) {
 	e := newEnv(t)
 	const p = 60
 	many := ops(coffer.OpsMax, free("gold", coffer.OpAmountMax))
-	// Filled in big steps, then in single grants (grant_trx_N's path),
-	// until each is refused.
+	// Filled in big steps, then in single grants, until each is refused.
 	for _, step := range [][]coffer.OpRequest{many, many[:1]} {
 		var err error
 		for i := 0; err == nil; i++ {

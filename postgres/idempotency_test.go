@@ -45,10 +45,10 @@ func TestRetryOfATrxStoredBeforeHashesHadAVersion(t *testing.T) {
 	}
 }
 
-// TestEqualRequestsReplayOnBothPaths: a single grant (one statement,
-// grant_trx) and a planned change both take a retry that means the same
-// write for a replay, and another write for a conflict.
-func TestEqualRequestsReplayOnBothPaths(t *testing.T) {
+// TestEqualRequestsReplay: a single grant and a change of two ops both
+// take a retry that means the same write for a replay, and another write
+// for a conflict.
+func TestEqualRequestsReplay(t *testing.T) {
 	e := newEnv(t)
 	exp := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 	expParis := exp.In(time.FixedZone("Paris", 3600)).Add(300 * time.Nanosecond)

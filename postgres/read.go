@@ -16,9 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Balances reads current balances in one statement (one round trip, one
-// snapshot), or with At the balances of that time, one index lookup per
-// currency.
+// Balances reads current balances with the other reads of the database
+// gathered with it (runReads: one round trip, a statement per shard, one
+// snapshot per player), or with At the balances of that time, one index
+// lookup per currency.
 func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Balances, error) {
 	if err := q.Validate(); err != nil {
 		return coffer.Balances{}, err
@@ -48,32 +49,25 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 		out.Balances = held(q, out.Balances)
 		return out, s.fail(id, err)
 	}
-	rows, err := pool.Query(ctx, s.q(id).balancesNow, q.Namespace, q.PlayerID)
-	if err != nil {
-		return out, s.fail(id, err)
+	r := &readRequest{ctx: ctx, shard: id, ns: q.Namespace, player: q.PlayerID}
+	if err := s.readers[s.router.DatabaseIndex(id)].submit(ctx, []*readRequest{r}); err != nil {
+		return out, err
 	}
+	if r.err != nil {
+		return out, r.err
+	}
+	out.Version = r.version
 	// A player holds a few of the configured currencies: only those the
 	// lots name get a balance, kept in currency id order.
 	var ids []coffer.CurrencyID
 	if only != nil {
 		out.Balances, ids = append(out.Balances, coffer.Balance{Currency: only.Code}), append(ids, only.ID)
 	}
-	for rows.Next() {
-		var l coffer.Lot
-		var lotID *int64
-		var cur *coffer.CurrencyID
-		var paid *bool
-		var amount *coffer.Amount
-		var prio *int32
-		var created *time.Time
-		if err := rows.Scan(&out.Version, &lotID, &cur, &paid, &amount, &l.ExpiresAt, &prio, &created); err != nil {
-			rows.Close()
-			return out, s.fail(id, err)
-		}
-		if lotID == nil || (only != nil && *cur != only.ID) {
+	for _, l := range r.lots {
+		if only != nil && l.Currency != only.ID {
 			continue
 		}
-		c, ok := s.catalog.CurrencyByID(*cur)
+		c, ok := s.catalog.CurrencyByID(l.Currency)
 		if !ok {
 			continue
 		}
@@ -84,7 +78,6 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 			out.Balances = append(out.Balances, coffer.Balance{Currency: c.Code})
 		}
 		bal := &out.Balances[i]
-		l.ID, l.Currency, l.Paid, l.Amount, l.Priority, l.CreatedAt = *lotID, bal.Currency, *paid, *amount, *prio, created.UTC()
 		part := &bal.Free
 		if l.Paid {
 			part = &bal.Paid
@@ -92,16 +85,13 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 		total, ok1 := bal.Total.Add(l.Amount)
 		sum, ok2 := part.Add(l.Amount)
 		if !ok1 || !ok2 {
-			rows.Close()
 			return out, coffer.Errorf(coffer.CodeInternal, "%s: the balance passes int64, which no write allows: coffer audit says where the ledger is damaged", c.Code)
 		}
 		bal.Total, *part = total, sum
 		if q.Lots {
-			bal.Lots = append(bal.Lots, l)
+			bal.Lots = append(bal.Lots, coffer.Lot{ID: l.ID, Currency: c.Code, Paid: l.Paid, Amount: l.Amount,
+				ExpiresAt: l.ExpiresAt, Priority: l.Priority, CreatedAt: l.CreatedAt.UTC()})
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return out, s.fail(id, err)
 	}
 	sort.Sort(byCurrency{out.Balances, ids})
 	return out, nil
@@ -155,7 +145,7 @@ func (s *Store) balancesAt(ctx context.Context, pool *pgxpool.Pool, qs *queries,
 		if err := rows.Scan(&cur, &b.Total, &b.Paid, &version); err != nil {
 			return err
 		}
-		b.Currency, b.Free = s.code(cur), b.Total-b.Paid
+		b.Currency, b.Free = s.catalog.CurrencyOf(cur).Code, b.Total-b.Paid
 		if version != nil {
 			out.Version = *version
 		}
@@ -326,7 +316,7 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 			}
 			l := lines[cur]
 			if l == nil {
-				l = &coffer.RevenueLine{Currency: s.code(cur)}
+				l = &coffer.RevenueLine{Currency: s.catalog.CurrencyOf(cur).Code}
 				lines[cur] = l
 			}
 			if err := l.Add(r); err != nil {
@@ -345,4 +335,73 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 		}
 	}
 	return out, nil
+}
+
+// readRequest is one read of current balances waiting for its batch; the
+// batch sets the player's version and live lots, or err.
+type readRequest struct {
+	ctx     context.Context
+	shard   coffer.ShardID
+	ns      coffer.Namespace
+	player  coffer.PlayerID
+	version int64
+	lots    []coffer.BookLot
+	err     error
+}
+
+func failReads(reqs []*readRequest, err error) {
+	for _, r := range reqs {
+		r.err = err
+	}
+}
+
+// runReads answers the balance reads of one database in one round trip:
+// a statement per shard they touch (batchSQL.balances), each read getting
+// its player's version and live lots from one snapshot.
+func (s *Store) runReads(db int, reqs []*readRequest) {
+	byShard := perShard{}
+	for i, r := range reqs {
+		byShard.add(r.shard, int32(r.ns), int64(r.player), int32(i+1))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	defer cancel()
+	b := &pgx.Batch{}
+	for _, id := range byShard.shards() {
+		b.Queue(s.q(id).batch.balances, byShard[id].args()...).Query(func(rows pgx.Rows) error { return scanBalances(rows, reqs) })
+	}
+	err := s.router.Database(db).SendBatch(ctx, b).Close()
+	if err == nil {
+		return
+	}
+	s.failed(db, err)
+	for _, r := range reqs {
+		r.err, _ = classify(r.shard, err)
+	}
+}
+
+func scanBalances(rows pgx.Rows, reqs []*readRequest) error {
+	defer rows.Close()
+	for rows.Next() {
+		var i, version int64
+		var lotID *int64
+		var cur *coffer.CurrencyID
+		var paid *bool
+		var amount *coffer.Amount
+		var prio *int32
+		var created *time.Time
+		var l coffer.BookLot
+		if err := rows.Scan(&i, &version, &lotID, &cur, &paid, &amount, &l.ExpiresAt, &prio, &created); err != nil {
+			return err
+		}
+		if i < 1 || int(i) > len(reqs) {
+			return fmt.Errorf("balances: read %d of %d", i, len(reqs))
+		}
+		r := reqs[i-1]
+		r.version = version
+		if lotID != nil {
+			l.ID, l.Currency, l.Paid, l.Amount, l.Priority, l.CreatedAt = *lotID, *cur, *paid, *amount, *prio, *created
+			r.lots = append(r.lots, l)
+		}
+	}
+	return rows.Err()
 }

@@ -9,13 +9,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
 	"github.com/cofferhq/coffer/shed"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -24,8 +24,26 @@ import (
 type Options struct {
 	// Timeout bounds each call's database work; zero means 5 seconds.
 	Timeout time.Duration
-	// RetriesMax bounds retries after a serialization failure or deadlock.
+	// LockTimeout bounds a batch's wait for its players' locks; zero
+	// means a quarter of Timeout. A batch that waits longer (a player
+	// locked elsewhere) is split by player, so that only that player's
+	// writes fail, and within Timeout.
+	LockTimeout time.Duration
+	// RetriesMax bounds the retries of a batch that lost a race
+	// (deadlock, serialization, an idempotency key written by another
+	// instance) or its connection; zero means 3.
 	RetriesMax int
+	// BatchSizeMax bounds the writes of one batch; zero means 100. A
+	// committer takes one job and adds those queued while they fit.
+	BatchSizeMax int
+	// Committers is the number of batches of writes (and of balance
+	// reads) in flight per database, each on a connection of its pool;
+	// zero means 4.
+	Committers int
+	// QueueMax bounds the jobs (a call's writes, or its read) waiting per
+	// database; zero means 1024. A call that finds the queue full is
+	// refused at once: overloaded.
+	QueueMax int
 	// ReportsMax bounds the revenue reports computed at once; zero means
 	// 2. Each reads every shard, so a burst of them would take a pool
 	// connection on every database for each.
@@ -40,6 +58,9 @@ type Store struct {
 	opts    Options
 	reports *shed.Gate
 	queries sync.Map // coffer.ShardID → *queries
+	// writers and readers are the batches of each database (by index).
+	writers []*committer[*request]
+	readers []*committer[*readRequest]
 	// lotsSwept is, per shard, the expiry time up to which the lot sweeper
 	// has recorded every expired lot (coffer.ShardID → time.Time).
 	lotsSwept sync.Map
@@ -53,13 +74,42 @@ func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
 	if opts.Timeout == 0 {
 		opts.Timeout = 5 * time.Second
 	}
+	if opts.LockTimeout == 0 {
+		opts.LockTimeout = opts.Timeout / 4
+	}
 	if opts.RetriesMax == 0 {
 		opts.RetriesMax = 3
 	}
 	if opts.ReportsMax == 0 {
 		opts.ReportsMax = 2
 	}
-	return &Store{router: router, catalog: catalog, opts: opts, reports: shed.NewGate("revenue reports in flight", opts.ReportsMax)}
+	if opts.BatchSizeMax == 0 {
+		opts.BatchSizeMax = 100
+	}
+	if opts.Committers == 0 {
+		opts.Committers = 4
+	}
+	if opts.QueueMax == 0 {
+		opts.QueueMax = 1024
+	}
+	s := &Store{router: router, catalog: catalog, opts: opts, reports: shed.NewGate("revenue reports in flight", opts.ReportsMax)}
+	for i := range router.Map().Databases() {
+		s.writers = append(s.writers, newCommitter(s, i, "writes", s.settle, failWrites))
+		s.readers = append(s.readers, newCommitter(s, i, "balance reads", s.runReads, failReads))
+	}
+	return s
+}
+
+// Close stops the store's committers once the batches in flight are
+// answered; a write or read still queued, or sent after, answers
+// shard_unavailable. The router stays open: its owner closes it.
+func (s *Store) Close() {
+	for _, c := range s.writers {
+		c.close()
+	}
+	for _, c := range s.readers {
+		c.close()
+	}
 }
 
 // q returns the statements of a shard, built once.
@@ -71,29 +121,57 @@ func (s *Store) q(id coffer.ShardID) *queries {
 	return q.(*queries)
 }
 
-// retryable tells whether a transaction failed only because it lost a race
-// with another one, so that running it again is correct.
+// retryable tells whether a batch failed only because it lost a race with
+// another transaction, so that running it again is correct and nothing
+// was written: a serialization failure, a deadlock, or a trx insert that
+// found its idempotency key written meanwhile (by an instance that does
+// not lock the player first); run again, the batch reads that trx.
 func retryable(err error) bool {
 	var pg *pgconn.PgError
-	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01")
+	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01" ||
+		(pg.Code == "23505" && strings.HasSuffix(pg.ConstraintName, "_idempotency")))
 }
 
-// fail maps err and, when it shows the connection or server failed, marks
-// the shard's database down so that its next requests fail fast.
+// isolable tells whether a batch's failure may come from some of its
+// writes only, so that running its players (or one player's writes)
+// apart gives the others their answers: a player locked elsewhere past
+// LockTimeout, or a value the database refuses.
+func isolable(err error) bool {
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) {
+		return false
+	}
+	class := pg.Code[:2]
+	return lockTimedOut(err) || class == "22" || class == "23" || class == "54"
+}
+
+// lockTimedOut tells whether err is a lock wait cut by LockTimeout.
+func lockTimedOut(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "55P03"
+}
+
+// fail maps err and reports it to the shard's database (failed).
+func (s *Store) fail(id coffer.ShardID, err error) error {
+	mapped, _ := classify(id, err)
+	s.failed(s.router.DatabaseIndex(id), err)
+	return mapped
+}
+
+// failed tells the router what err shows of database db. A connection or
+// server that failed marks it down, so that its next requests fail fast.
 // A connection that reached a server that has become a standby (or is
 // read-only) makes the pool reconnect at once, to whichever server
 // accepts writes now, instead of failing every request until the next
 // probe finds it.
-func (s *Store) fail(id coffer.ShardID, err error) error {
-	mapped, connFailed := classify(id, err)
-	if connFailed {
-		s.router.MarkDown(s.router.DatabaseIndex(id))
+func (s *Store) failed(db int, err error) {
+	if _, connFailed := classify(0, err); connFailed {
+		s.router.MarkDown(db)
 	}
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) && pg.Code == sqlstateReadOnlyTransaction {
-		s.router.Reconnect(s.router.DatabaseIndex(id))
+		s.router.Reconnect(db)
 	}
-	return mapped
 }
 
 // sqlstateReadOnlyTransaction is what a write gets on a standby or a
@@ -143,6 +221,8 @@ func classify(id coffer.ShardID, err error) (mapped error, connFailed bool) {
 			return unavailable("is unavailable"), true
 		case pg.Code == "53300", pg.Code == sqlstateReadOnlyTransaction:
 			return unavailable("is unavailable"), false
+		case pg.Code == "55P03":
+			return unavailable("has the player locked by another transaction"), false
 		case pg.Code[:2] == "22":
 			return &coffer.Error{Code: coffer.CodeInvalid, Message: pg.Message, Err: err}, false
 		}
@@ -163,125 +243,4 @@ func classify(id coffer.ShardID, err error) (mapped error, connFailed bool) {
 	// Anything else (a row that does not decode, say) is our bug, not the
 	// database's: retrying would not help.
 	return &coffer.Error{Code: coffer.CodeInternal, Message: fmt.Sprintf("shard %d: internal error", id), Err: err}, false
-}
-
-// playerTx is an open transaction on a player's shard, begun inside the
-// first batch (saving a round trip), holding the player's balance lock.
-type playerTx struct {
-	conn    pgxConn
-	shard   coffer.ShardID
-	q       *queries
-	ns      coffer.Namespace
-	player  coffer.PlayerID
-	emitter coffer.Emitter
-	version int64
-	now     time.Time
-	// pos is the last position handed out in the player's order of trx
-	// and ops; posLocked is what the lock read, so that finish knows
-	// whether to store it.
-	pos, posLocked int64
-	ids            []int64
-	idErr          error
-	open           bool
-	// ctx bounds every statement of the transaction: the request's, cut
-	// to the store's Timeout.
-	ctx context.Context
-}
-
-// pgxConn is what playerTx needs of a pooled connection.
-type pgxConn interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// rollback ends the transaction if it is open. It runs on its own short
-// deadline, so that a canceled request still releases its lock.
-func (t *playerTx) rollback() error {
-	if !t.open {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_, err := t.conn.Exec(ctx, "ROLLBACK")
-	if err == nil {
-		t.open = false
-	}
-	return err
-}
-
-// withPlayer runs fn in a transaction on the player's shard, retrying lost
-// races up to RetriesMax times. fn gets the batch that begins the
-// transaction and locks the player; it queues its own reads on it, runs it
-// with t.start and queues writes with t.finish.
-func (s *Store) withPlayer(ctx context.Context, ns coffer.Namespace, player coffer.PlayerID, fn func(t *playerTx) error) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	id := s.router.Map().ShardOf(player)
-	pool, err := s.writePool(id)
-	if err != nil {
-		return err
-	}
-	for attempt := 0; attempt <= s.opts.RetriesMax; attempt++ {
-		err = func() error {
-			conn, err := pool.Acquire(ctx)
-			if err != nil {
-				return err
-			}
-			t := &playerTx{conn: conn, shard: id, q: s.q(id), ns: ns, player: player, ctx: ctx}
-			defer func() {
-				if t.rollback() != nil {
-					// The connection is in an unknown state: drop it
-					// rather than hand it to the next request.
-					_ = conn.Conn().Close(context.Background())
-				}
-				conn.Release()
-			}()
-			return fn(t)
-		}()
-		if !retryable(err) {
-			break
-		}
-	}
-	return s.fail(id, err)
-}
-
-// start queues BEGIN, the player lock and nIDs fresh ids in front of b and
-// runs it: one round trip for the transaction's reads.
-func (t *playerTx) start(b *pgx.Batch, nIDs int) error {
-	head := &pgx.Batch{}
-	head.Queue("BEGIN")
-	head.Queue(t.q.lockPlayer, t.ns, t.player, nIDs).QueryRow(func(row pgx.Row) error {
-		if err := row.Scan(&t.version, &t.now, &t.pos, &t.ids); err != nil {
-			return err
-		}
-		t.posLocked = t.pos
-		return nil
-	})
-	head.QueuedQueries = append(head.QueuedQueries, b.QueuedQueries...)
-	t.open = true
-	return t.conn.SendBatch(t.ctx, head).Close()
-}
-
-// nextPos hands out the next position in the player's order: every trx
-// and op row takes one as it is queued, so the order is the order the
-// write queues them in.
-func (t *playerTx) nextPos() int64 {
-	t.pos++
-	return t.pos
-}
-
-// finish runs the writes in b, stores the last position handed out, and
-// commits: the second round trip.
-func (t *playerTx) finish(b *pgx.Batch) error {
-	if t.pos != t.posLocked {
-		b.Queue(t.q.setPos, t.ns, t.player, t.pos)
-	}
-	b.Queue("COMMIT")
-	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
-		return err
-	}
-	t.open = false
-	return nil
 }

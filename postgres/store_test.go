@@ -31,6 +31,8 @@ type env struct {
 	damaged bool
 	// sent counts the statements and batches the router's pools send.
 	sent *sentCounter
+	// cfg is the shard config the router was opened with.
+	cfg shard.Config
 }
 
 var ctx = context.Background()
@@ -78,11 +80,12 @@ func newEnvAt(t *testing.T, version int64, servers ...*pgserver.Server) *env {
 	}
 	must(t, cat.AddRate(1, "gold", "silver", coffer.Rate{Num: 100, Den: 1}))
 	must(t, cat.AddRate(1, "silver", "credits", coffer.Rate{Num: 1, Den: 10}))
-	e := &env{store: postgres.New(router, cat, postgres.Options{}), router: router, catalog: cat, t: t, sent: sent}
+	e := &env{store: postgres.New(router, cat, postgres.Options{}), router: router, catalog: cat, t: t, sent: sent, cfg: cfg}
 	t.Cleanup(func() {
 		if !t.Failed() && !e.damaged {
 			e.auditClean()
 		}
+		e.store.Close()
 		router.Close()
 	})
 	return e

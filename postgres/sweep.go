@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -16,15 +17,12 @@ import (
 // left alone.
 func (s *Store) SweepHolds(ctx context.Context, limit int) (int, error) {
 	return s.sweep(ctx, limit,
-		func(id coffer.ShardID) (string, []any) { return s.q(id).pendingHolds, []any{limit} },
+		func(id coffer.ShardID) (string, []any) { return s.q(id).pending, []any{limit} },
 		func(r pgx.CollectableRow) (coffer.Scope, error) {
 			var sc coffer.Scope
 			return sc, r.Scan(&sc.Namespace, &sc.PlayerID, &sc.Emitter, &sc.IdempotencyKey)
 		},
-		func(sc coffer.Scope) (bool, error) {
-			trx, replayed, err := s.finishHold(ctx, sc, false, true)
-			return err == nil && !replayed && trx.Status == coffer.StatusExpired, err
-		}, nil)
+		func(due []coffer.Scope) (int, error) { return s.sweepWrites(ctx, writeExpireHold, due) }, nil)
 }
 
 // sweepOverlap is how far before a complete pass's start the lot sweeper's
@@ -58,24 +56,27 @@ func (s *Store) SweepExpiredLots(ctx context.Context, limit int) (int, error) {
 			var sc coffer.Scope
 			return sc, r.Scan(&sc.Namespace, &sc.PlayerID)
 		},
-		func(sc coffer.Scope) (bool, error) {
-			if seen[sc] {
-				return false, nil
+		func(due []coffer.Scope) (int, error) {
+			var players []coffer.Scope
+			for _, sc := range due {
+				if !seen[sc] {
+					seen[sc] = true
+					players = append(players, sc)
+				}
 			}
-			seen[sc] = true
-			return s.expirePlayer(ctx, sc.Namespace, sc.PlayerID)
+			return s.sweepWrites(ctx, writeExpireLots, players)
 		},
 		func(id coffer.ShardID, started time.Time) { s.lotsSwept.Store(id, started.Add(-sweepOverlap)) })
 }
 
 // sweep runs one pass: on every shard it lists at most limit candidates
-// with the statement list gives and acts on each. A failing shard or
+// with the statement list gives and acts on them. A failing shard or
 // candidate does not stop the pass; the errors are joined. complete, if
 // set, hears of each shard whose candidates were all listed (fewer than
 // limit) and acted on without an error, with the time its listing began.
 // It returns how many candidates act reported done.
 func (s *Store) sweep(ctx context.Context, limit int, list func(coffer.ShardID) (string, []any),
-	scan pgx.RowToFunc[coffer.Scope], act func(coffer.Scope) (bool, error), complete func(coffer.ShardID, time.Time)) (int, error) {
+	scan pgx.RowToFunc[coffer.Scope], act func([]coffer.Scope) (int, error), complete func(coffer.ShardID, time.Time)) (int, error) {
 	n := 0
 	var errs []error
 	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
@@ -98,49 +99,44 @@ func (s *Store) sweep(ctx context.Context, limit int, list func(coffer.ShardID) 
 			errs = append(errs, s.fail(id, err))
 			continue
 		}
-		failed := false
-		for _, sc := range due {
-			done, err := act(sc)
-			if err != nil {
-				errs = append(errs, err)
-				failed = true
-			}
-			if done {
-				n++
-			}
+		done, err := act(due)
+		n += done
+		if err != nil {
+			errs = append(errs, err)
 		}
-		if complete != nil && !failed && len(due) < limit {
+		if complete != nil && err == nil && len(due) < limit {
 			complete(id, started)
 		}
 	}
 	return n, errors.Join(errs...)
 }
 
-func (s *Store) expirePlayer(ctx context.Context, ns coffer.Namespace, player coffer.PlayerID) (bool, error) {
-	changed := false
-	err := s.withPlayer(ctx, ns, player, func(t *playerTx) error {
-		book := &coffer.Book{NewID: t.nextID}
-		b := &pgx.Batch{}
-		queueLots(b, t, book, nil)
-		if err := t.start(b, 1); err != nil {
-			return err
+// sweepWrites runs a sweeper's writes of one shard as one job, through
+// the batches that run the clients' writes (the same player locks, in the
+// same order), and returns how many wrote: a hold rolled back as expired,
+// a player's expiries recorded. A write that finds nothing to do (a hold
+// finished meanwhile, expiries another instance recorded) is not counted.
+func (s *Store) sweepWrites(ctx context.Context, kind writeKind, due []coffer.Scope) (int, error) {
+	if len(due) == 0 {
+		return 0, nil
+	}
+	reqs := make([]*request, len(due))
+	for i, sc := range due {
+		reqs[i] = &request{kind: kind, scope: sc}
+	}
+	if err := s.write(ctx, reqs); err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, r := range reqs {
+		trx, replayed, err := r.answer()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("player %d/%d: %w", r.scope.Namespace, r.scope.PlayerID, err))
+		case kind == writeExpireLots && r.plan.Writes(), kind == writeExpireHold && !replayed && trx.Status == coffer.StatusExpired:
+			n++
 		}
-		book.Now = t.now
-		expired := book.Expire()
-		if len(expired) == 0 {
-			return nil // another sweeper or a write recorded them first
-		}
-		w := &pgx.Batch{}
-		s.queueExpireTrx(w, t, expired)
-		queueLotWrites(w, t, book, 0)
-		if t.idErr != nil {
-			return t.idErr
-		}
-		if err := t.finish(w); err != nil {
-			return err
-		}
-		changed = true
-		return nil
-	})
-	return changed, err
+	}
+	return n, errors.Join(errs...)
 }

@@ -122,6 +122,10 @@ func (w *Workload) Run(ctx context.Context, n int) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(w.Seed, uint64(i)))
 			for seq := 0; ctx.Err() == nil && time.Now().Before(w.Until); seq++ {
+				if rng.IntN(10) == 0 {
+					w.batch(ctx, rng, fmt.Sprintf("t%d-%d", i, seq))
+					continue
+				}
 				w.one(ctx, rng, fmt.Sprintf("t%d-%d", i, seq))
 			}
 		}()
@@ -267,6 +271,51 @@ func (w *Workload) collect(ctx context.Context, rng *rand.Rand, r *Record, cur s
 		}
 	}
 	return w.changer(ctx, r, change)
+}
+
+// batch sends grants and consumes for a few players in one batch call,
+// each change a record of its own. The changes whose answer is not
+// definitive are sent again, in a batch of their own, with the same keys.
+func (w *Workload) batch(ctx context.Context, rng *rand.Rand, key string) {
+	ns := coffer.Namespace(1 + rng.IntN(2))
+	var recs []*Record
+	var changes []client.BatchChange
+	for i := range 2 + rng.IntN(7) {
+		r := &Record{Key: fmt.Sprintf("%s-%d", key, i), NS: ns, Player: w.Players[rng.IntN(len(w.Players))], Kind: Grant}
+		cur, amount := []string{"gold", "silver", "credits"}[rng.IntN(3)], coffer.Amount(1+rng.IntN(500))
+		if rng.IntN(3) == 0 {
+			r.Kind, amount = Consume, -amount
+		}
+		r.Deltas = map[string]coffer.Amount{cur: amount}
+		recs = append(recs, r)
+		changes = append(changes, client.BatchChange{PlayerID: r.Player, IdempotencyKey: r.Key, Ops: []coffer.OpRequest{{Currency: cur, Amount: amount}}})
+	}
+	w.mu.Lock()
+	w.records = append(w.records, recs...)
+	w.mu.Unlock()
+	backoff := 50 * time.Millisecond
+	for len(recs) > 0 {
+		res, err := w.Instances.Pick(rng).BatchChange(ctx, ns, changes)
+		var again []*Record
+		var resend []client.BatchChange
+		for i, r := range recs {
+			if err == nil && definitive(res[i].Err) {
+				r.Outcome = outcomeOf(res[i].Err)
+				if coffer.ErrorCode(res[i].Err) == coffer.CodeIdempotencyConflict {
+					w.violation("%s: a retry with the same payload got idempotency_conflict", r.Key)
+				}
+				continue
+			}
+			r.Retries++
+			again, resend = append(again, r), append(resend, changes[i])
+		}
+		if len(again) == 0 || ctx.Err() != nil || time.Now().After(w.GiveUpAt) {
+			return // the rest stay unknown
+		}
+		recs, changes = again, resend
+		time.Sleep(backoff)
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // answer drops the replay flag of a client call: the books only need the

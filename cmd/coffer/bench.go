@@ -327,7 +327,8 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 	}
 	if f.Statements {
 		settings["shared_preload_libraries"] = "pg_stat_statements"
-		// The statements inside grant_trx_N too, not only its call.
+		// The statements run inside functions too (a deployment's
+		// triggers, say), not only those sent.
 		settings["pg_stat_statements.track"] = "all"
 	}
 	maps.Copy(settings, f.pgSet)

@@ -68,17 +68,20 @@ func TestBenchSelf(t *testing.T) {
 	if ops == 0 || ops >= rep.Writes || rep.Coffer.Ops != rep.Writes {
 		t.Fatalf("coffer ops measured %d, writes acknowledged %d, costed %d", ops, rep.Writes, rep.Coffer.Ops)
 	}
-	// pg_stat_statements: each write is one trx insert, on either side;
-	// coffer sends one statement per grant (grant_trx_N, the insert
-	// inside it), the baseline six.
+	// pg_stat_statements: the baseline inserts one trx per write; coffer
+	// one trx insert per batch of writes and shard (at most one per
+	// write), and at most ten statements per write: BEGIN, the lock
+	// timeout, per shard the lock, lots and keys, the trx, op, lot and
+	// player rows, COMMIT.
 	for side, s := range map[string]*bench.Side{"INSERT INTO trx_N ": &rep.Coffer, "INSERT INTO bench_trx_N ": rep.Baseline} {
 		i := slices.IndexFunc(s.Statements, func(st bench.Statement) bool { return strings.HasPrefix(st.Query, side) })
-		if i < 0 || s.Statements[i].CallsPerOp < 1 || s.Statements[i].CallsPerOp > 1.01 || s.ExecUsPerOp <= 0 {
-			t.Fatalf("statements: no %q once per op: %+v", side, s)
+		if i < 0 || s.Statements[i].CallsPerOp <= 0 || s.Statements[i].CallsPerOp > 1.01 || s.ExecUsPerOp <= 0 ||
+			(s == rep.Baseline && s.Statements[i].CallsPerOp < 1) {
+			t.Fatalf("statements: no %q once per op or batch: %+v", side, s)
 		}
 	}
-	if sent := writeStatementsPerOp(&rep.Coffer); sent < 0.999 || sent > 1.01 || rep.Baseline.StatementsPerOp < 5 {
-		t.Fatalf("statements sent per write: coffer %.3f, want 1; baseline %.3f, want 6", sent, rep.Baseline.StatementsPerOp)
+	if sent := writeStatementsPerOp(&rep.Coffer); sent <= 0 || sent > 10 || rep.Baseline.StatementsPerOp < 5 {
+		t.Fatalf("statements sent per write: coffer %.3f, want at most 10; baseline %.3f, want 6", sent, rep.Baseline.StatementsPerOp)
 	}
 	for _, f := range []string{"throughput.png", "p99.png", "latency.png"} {
 		b, err := os.ReadFile(filepath.Join(reportDir, f))
@@ -139,10 +142,13 @@ func TestBenchSelfBatchAgainstPgbench(t *testing.T) {
 	case !rep.Audited || rep.AuditViolations != 0:
 		t.Fatalf("audit: ran %v, %d violations", rep.Audited, rep.AuditViolations)
 	}
+	// pgbench inserts a trx per grant; coffer one per batch and shard:
+	// 20 grants over 16 shards share at least four.
 	for side, s := range map[string]*bench.Side{"INSERT INTO trx_N ": &rep.Coffer, "INSERT INTO bench_trx_N ": rep.Baseline} {
 		i := slices.IndexFunc(s.Statements, func(st bench.Statement) bool { return strings.HasPrefix(st.Query, side) })
-		if i < 0 || s.Statements[i].CallsPerOp < 0.99 || s.Statements[i].CallsPerOp > 1.01 {
-			t.Fatalf("statements: no %q once per op: %+v", side, s.Statements)
+		if i < 0 || s.Statements[i].CallsPerOp > 1.01 || s.Statements[i].CallsPerOp < 0.99 && s == rep.Baseline ||
+			s.Statements[i].CallsPerOp > 0.81 && s == &rep.Coffer {
+			t.Fatalf("statements: %q per op: %+v", side, s.Statements)
 		}
 	}
 	// The four writes; pg_stat_statements does not see the BEGIN and END

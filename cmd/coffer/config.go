@@ -28,6 +28,7 @@ type Config struct {
 	Listen       ListenConfig      `yaml:"listen"`
 	Limits       LimitsConfig      `yaml:"limits"`
 	Timeouts     TimeoutsConfig    `yaml:"timeouts"`
+	Batches      BatchesConfig     `yaml:"batches"`
 	Holds        HoldsConfig       `yaml:"holds"`
 	Sweep        SweepConfig       `yaml:"sweep"`
 	Log          LogConfig         `yaml:"log"`
@@ -69,10 +70,29 @@ type LimitsConfig struct {
 	GRPCStreamsMax int `yaml:"grpc_streams_max"`
 }
 
+// BatchesConfig tunes group commit: the writes (and balance reads) bound
+// for one database are gathered into batches, each one transaction
+// (docs/architecture.md).
+type BatchesConfig struct {
+	// Committers is the batches of writes, and of reads, in flight per
+	// database, each on a connection of its pool.
+	Committers int `yaml:"committers"`
+	// SizeMax bounds the writes or reads of a batch (a batch call's
+	// changes for one database go into one batch, whatever their number).
+	SizeMax int `yaml:"size_max"`
+	// QueueMax bounds the calls waiting per database; one more is refused
+	// at once with overloaded.
+	QueueMax int `yaml:"queue_max"`
+}
+
 // TimeoutsConfig bounds the work of a request, the phases of a
 // connection and the drain at shutdown.
 type TimeoutsConfig struct {
 	Request time.Duration `yaml:"request"`
+	// Lock bounds a batch's wait for its players' locks: past it, the
+	// batch is split by player, so that a player locked elsewhere fails
+	// only its own writes. At most request; 0 means a quarter of it.
+	Lock time.Duration `yaml:"lock"`
 	// ReadHeader bounds the reading of a request's headers (gRPC: a new
 	// connection's handshake), so a client that trickles them is cut off.
 	ReadHeader time.Duration `yaml:"read_header"`
@@ -147,9 +167,10 @@ func DefaultConfig() *Config {
 			ReportsInFlightMax: 2, GRPCStreamsMax: 128},
 		Timeouts: TimeoutsConfig{Request: 5 * time.Second, ReadHeader: 5 * time.Second, Write: 10 * time.Second,
 			Idle: 2 * time.Minute, Shutdown: 20 * time.Second},
-		Holds: HoldsConfig{TTLDefault: 10 * time.Minute, TTLMax: 24 * time.Hour},
-		Sweep: SweepConfig{Interval: 5 * time.Second, BatchMax: 1000},
-		Log:   LogConfig{Level: "info"},
+		Batches: BatchesConfig{Committers: 4, SizeMax: 100, QueueMax: 1024},
+		Holds:   HoldsConfig{TTLDefault: 10 * time.Minute, TTLMax: 24 * time.Hour},
+		Sweep:   SweepConfig{Interval: 5 * time.Second, BatchMax: 1000},
+		Log:     LogConfig{Level: "info"},
 	}
 }
 
@@ -231,6 +252,13 @@ func (c *Config) service() (*coffer.Catalog, *coffer.Clients, error) {
 		return nil, nil, fmt.Errorf("limits: requests_in_flight_max, reports_in_flight_max and grpc_streams_max must be > 0")
 	case c.Timeouts.Request <= 0 || c.Timeouts.ReadHeader <= 0 || c.Timeouts.Write <= 0 || c.Timeouts.Idle <= 0 || c.Timeouts.Shutdown <= 0:
 		return nil, nil, fmt.Errorf("timeouts: request, read_header, write, idle and shutdown must be > 0")
+	case c.Timeouts.Lock < 0 || c.Timeouts.Lock > c.Timeouts.Request:
+		return nil, nil, fmt.Errorf("timeouts.lock: must be at most timeouts.request (0: a quarter of it)")
+	case c.Batches.Committers <= 0 || c.Batches.SizeMax <= 0 || c.Batches.QueueMax <= 0:
+		return nil, nil, fmt.Errorf("batches: committers, size_max and queue_max must be > 0")
+	case 2*c.Batches.Committers > int(c.Pool.ConnsMax):
+		return nil, nil, fmt.Errorf("batches.committers: %d batches of writes and %d of reads need %d connections per database; pool.conns_max is %d",
+			c.Batches.Committers, c.Batches.Committers, 2*c.Batches.Committers, c.Pool.ConnsMax)
 	case c.Sweep.Interval <= 0 || c.Sweep.BatchMax <= 0:
 		return nil, nil, fmt.Errorf("sweep: interval and batch_max must be > 0")
 	case len(c.Currencies) == 0 || len(c.Namespaces) == 0 || len(c.Clients) == 0:

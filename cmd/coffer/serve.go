@@ -44,6 +44,7 @@ type Main struct {
 	HTTPAddr, GRPCAddr, OpsAddr string
 
 	router     *shard.Router
+	store      *postgres.Store
 	engine     *migrate.Engine
 	metrics    *metrics.Metrics
 	httpServer *http.Server
@@ -98,7 +99,10 @@ func (m *Main) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	store := postgres.New(m.router, catalog, postgres.Options{Timeout: m.Config.Timeouts.Request, ReportsMax: m.Config.Limits.ReportsInFlightMax})
+	b := m.Config.Batches
+	store := postgres.New(m.router, catalog, postgres.Options{Timeout: m.Config.Timeouts.Request, LockTimeout: m.Config.Timeouts.Lock,
+		ReportsMax: m.Config.Limits.ReportsInFlightMax, BatchSizeMax: b.SizeMax, Committers: b.Committers, QueueMax: b.QueueMax})
+	m.store = store
 	if err := m.listen(store, clients); err != nil {
 		m.router.Close()
 		return err
@@ -207,6 +211,7 @@ func (m *Main) Shutdown(ctx context.Context) error {
 	}
 	m.stopBG()
 	m.bg.Wait()
+	m.store.Close()
 	m.router.Close()
 	return errors.Join(errs...)
 }

@@ -1,0 +1,532 @@
+package coffer
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// TrxKey identifies a trx among its player's: the emitter of the client
+// that sent it and its idempotency key.
+type TrxKey struct {
+	Emitter        Emitter
+	IdempotencyKey string
+}
+
+// Key is the scope's trx key.
+func (s Scope) Key() TrxKey { return TrxKey{s.Emitter, s.IdempotencyKey} }
+
+// PendingGrant is a grant of a hold, applied at its commit.
+type PendingGrant struct {
+	Currency  CurrencyID
+	Amount    Amount
+	Paid      bool
+	ExpiresAt *time.Time
+	Priority  int32
+	Purchase  *Purchase
+}
+
+// StoredTrx is a trx as the ledger keeps it: the answer it gave (a replay
+// gives it again) and what a hold's commit or rollback needs.
+type StoredTrx struct {
+	Trx
+	Emitter Emitter
+	// Hash identifies the request's payload: RequestHash.Sum, or a hash
+	// an earlier coffer stored (RequestHash.Same).
+	Hash []byte
+	// PendingGrants are a hold's grants, applied at its commit.
+	PendingGrants []PendingGrant
+}
+
+// TrxRow is a trx to insert: a client's, or the record of expiries.
+type TrxRow struct {
+	ID             int64
+	Emitter        Emitter
+	IdempotencyKey string
+	Hash           []byte
+	Kind           TrxKind
+	Status         TrxStatus
+	Reason         string
+	Meta           json.RawMessage
+	HoldExpiresAt  *time.Time
+	PendingGrants  []PendingGrant
+	Version        int64
+	CreatedAt      time.Time
+	// Pos is the trx's position in its player's order.
+	Pos int64
+}
+
+// TrxFinish ends a pending hold: its new status, at the version and time
+// of the write that ends it.
+type TrxFinish struct {
+	ID         int64
+	CreatedAt  time.Time
+	Status     TrxStatus
+	Version    int64
+	FinishedAt time.Time
+}
+
+// OpRow is an op to insert: the planned op, its trx, its place in the trx
+// (Seq) and in the player's order (Pos), and the time of its write.
+type OpRow struct {
+	BookOp
+	TrxID     int64
+	Seq       int32
+	CreatedAt time.Time
+	Pos       int64
+}
+
+// Plan is what one request does to its player: the answer, and the rows
+// that make it so. A plan may write rows and still answer an error (a
+// commit that finds its hold expired rolls it back and answers
+// hold_expired); a plan without rows writes nothing.
+type Plan struct {
+	Trx    Trx
+	Replay bool
+	Err    error
+	// Inserts are new trx rows; Finish ends a hold's row; Ops are the
+	// new op rows. Lots are written per player (Player.Lots).
+	Inserts []TrxRow
+	Finish  *TrxFinish
+	Ops     []OpRow
+}
+
+// Writes tells whether the plan writes anything.
+func (p Plan) Writes() bool { return len(p.Inserts) > 0 || p.Finish != nil }
+
+// PlayerState is what a store loads of a player, under its lock, to plan
+// its writes: its last version and position, the time of its next write,
+// the lots of the currencies the writes touch (or all its lots) that have
+// an amount or a reservation, and its stored trx under the keys the writes
+// name.
+type PlayerState struct {
+	Namespace Namespace
+	PlayerID  PlayerID
+	Version   int64
+	Pos       int64
+	// At is the time of the next write: after the player's last one.
+	At   time.Time
+	Lots []*BookLot
+	Trx  []*StoredTrx
+}
+
+// Player plans the writes of one player, one after the other, on its
+// state: each plan sees what the plans before it did (a consume the grant
+// before it, a second request with one key the trx of the first), as if
+// the requests had been sent one at a time. A refused request changes
+// nothing. The store writes what the plans return, and the player's lots
+// and balance row once, after the last. A Player is used by one goroutine.
+type Player struct {
+	state   PlayerState
+	catalog *Catalog
+	book    *Book
+	trx     map[TrxKey]*StoredTrx
+	wrote   bool
+}
+
+// NewPlayer loads a player's state. newID hands out the ids of new trx
+// and lots. Errors: internal, when the lots are damaged (Book.Add).
+func NewPlayer(c *Catalog, st PlayerState, newID func() int64) (*Player, error) {
+	p := &Player{state: st, catalog: c, book: &Book{NewID: newID}, trx: make(map[TrxKey]*StoredTrx, len(st.Trx))}
+	for _, l := range st.Lots {
+		if err := p.book.Add(l); err != nil {
+			return nil, err
+		}
+	}
+	for _, t := range st.Trx {
+		p.trx[TrxKey{t.Emitter, t.IdempotencyKey}] = t
+	}
+	p.state.Lots, p.state.Trx = nil, nil
+	return p, nil
+}
+
+// Lots are the player's lots after the plans: the New ones to insert, the
+// Changed ones to update. The slice is the Player's own.
+func (p *Player) Lots() []*BookLot { return p.book.Lots() }
+
+// Written tells whether a plan wrote, and the player's row as the plans
+// leave it: the last version and position, and the time of the last
+// write.
+func (p *Player) Written() (version, pos int64, at time.Time, ok bool) {
+	return p.state.Version, p.state.Pos, p.state.At.Add(-time.Microsecond), p.wrote
+}
+
+// write is one write of the player in the making, on a copy of its book:
+// the player takes it (done) only if the whole write is accepted.
+type write struct {
+	p       *Player
+	book    *Book
+	at      time.Time
+	version int64
+	pos     int64
+	plan    Plan
+}
+
+// begin starts a write at the player's next time and version.
+func (p *Player) begin() *write {
+	w := &write{p: p, book: p.book.clone(), at: p.state.At, version: p.state.Version + 1, pos: p.state.Pos}
+	w.book.Now = w.at
+	return w
+}
+
+// done makes the write the player's. A player's writes have strictly
+// increasing times (the spend order and the finlog rely on it): the next
+// is a microsecond later, the precision PostgreSQL keeps.
+func (w *write) done() Plan {
+	p := w.p
+	p.book, p.state.Version, p.state.Pos, p.state.At, p.wrote = w.book, w.version, w.pos, w.at.Add(time.Microsecond), true
+	return w.plan
+}
+
+func (w *write) nextPos() int64 {
+	w.pos++
+	return w.pos
+}
+
+// insert adds a trx row and its ops, each at the next position.
+func (w *write) insert(row TrxRow, ops []BookOp) {
+	row.Version, row.CreatedAt, row.Pos = w.version, w.at, w.nextPos()
+	w.plan.Inserts = append(w.plan.Inserts, row)
+	w.ops(row.ID, 0, ops)
+}
+
+func (w *write) ops(trxID int64, seq int32, ops []BookOp) {
+	for i, o := range ops {
+		w.plan.Ops = append(w.plan.Ops, OpRow{BookOp: o, TrxID: trxID, Seq: seq + int32(i), CreatedAt: w.at, Pos: w.nextPos()})
+	}
+}
+
+// expiries records expire ops in a trx of their own (kind expire, emitter
+// 0), so that the finlog shows when and why currency left.
+func (w *write) expiries(ops []BookOp) {
+	if len(ops) == 0 {
+		return
+	}
+	id := w.p.book.NewID()
+	w.insert(TrxRow{ID: id, IdempotencyKey: "expire-" + strconv.FormatInt(id, 10), Hash: []byte{}, Kind: TrxExpire,
+		Status: StatusCommitted, Reason: "expired"}, ops)
+}
+
+// answer is a new committed trx of the ops, as answered to the client.
+func (w *write) answer(id int64, key string, kind TrxKind, reason string, meta json.RawMessage, ops []BookOp) Trx {
+	return Trx{ID: id, IdempotencyKey: key, Kind: kind, Status: StatusCommitted, Reason: reason, Meta: meta,
+		CreatedAt: w.at.UTC(), Version: w.version, Ops: w.p.catalog.Ops(ops), Balances: w.p.catalog.BalancesAfter(ops)}
+}
+
+// keep files a new client trx under its key, for the requests after it.
+func (w *write) keep(trx Trx, emitter Emitter, hash []byte, pending []PendingGrant) {
+	w.p.trx[TrxKey{emitter, trx.IdempotencyKey}] = &StoredTrx{Trx: trx, Emitter: emitter, Hash: hash, PendingGrants: pending}
+}
+
+// replay answers a request whose key was used before: the original answer
+// if the payload is the same, idempotency_conflict otherwise.
+func replay(st *StoredTrx, hash RequestHash) Plan {
+	if !hash.Same(st.Hash) {
+		return Plan{Err: Errorf(CodeIdempotencyConflict, "idempotency_key %q was used for another request (trx %d)", st.IdempotencyKey, st.ID)}
+	}
+	return Plan{Trx: st.Trx, Replay: true}
+}
+
+// Change plans a one-phase change, or with Hold a hold's begin: its
+// consumes reserve what they take, its grants wait for the commit. Due
+// expiries in the currencies of its ops are recorded first; those of
+// other currencies are left to the sweeper, so a write's cost does not
+// grow with every currency the player holds. A known key is a replay or
+// idempotency_conflict. Errors: insufficient_funds, too_many_lots,
+// invalid_argument (a balance past BalanceMax), idempotency_conflict,
+// internal.
+func (p *Player) Change(v ValidChange) Plan {
+	if st := p.trx[v.Key()]; st != nil {
+		return replay(st, v.Hash)
+	}
+	// Checked once the key is known new: a retry of a grant that was
+	// applied gets its first answer even after its expiry passed.
+	if err := v.CheckExpiries(p.state.At); err != nil {
+		return Plan{Err: err}
+	}
+	w := p.begin()
+	expired := w.book.Expire(v.Currencies())
+	id := w.book.NewID()
+	w.book.TrxID = id
+	var ops []BookOp
+	var pending []PendingGrant
+	for _, op := range v.Ops {
+		switch {
+		case op.Amount < 0:
+			taken, _, err := w.book.Consume(op.Currency, -op.Amount, CauseChange, v.Hold)
+			if err != nil {
+				return Plan{Err: err}
+			}
+			ops = append(ops, taken...)
+		case v.Hold:
+			pending = append(pending, PendingGrant{Currency: op.Currency.ID, Amount: op.Amount, Paid: op.Paid,
+				ExpiresAt: op.ExpiresAt, Priority: op.Priority, Purchase: op.Purchase})
+		default:
+			g, err := w.book.Grant(op.Currency, op.Amount, op.Paid, op.ExpiresAt, op.Priority, op.Purchase, CauseChange)
+			if err != nil {
+				return Plan{Err: err}
+			}
+			ops = append(ops, g)
+		}
+	}
+	trx := w.answer(id, v.IdempotencyKey, TrxChange, v.Reason, v.Meta, ops)
+	if v.Hold {
+		trx.Kind, trx.Status = TrxHold, StatusPending
+		until := w.at.Add(v.HoldTTL).UTC()
+		trx.HoldExpiresAt = &until
+		for _, g := range pending {
+			trx.Ops = append(trx.Ops, Op{Currency: p.catalog.CurrencyOf(g.Currency).Code, Amount: g.Amount, Kind: OpGrant,
+				Paid: g.Paid, Pending: true, Purchase: g.Purchase})
+		}
+	}
+	w.expiries(expired)
+	w.insert(TrxRow{ID: id, Emitter: v.Emitter, IdempotencyKey: v.IdempotencyKey, Hash: v.Hash.Sum, Kind: trx.Kind,
+		Status: trx.Status, Reason: v.Reason, Meta: v.Meta, HoldExpiresAt: trx.HoldExpiresAt, PendingGrants: pending}, ops)
+	w.keep(trx, v.Emitter, v.Hash.Sum, pending)
+	w.plan.Trx = trx
+	return w.done()
+}
+
+// Exchange plans an exchange: it consumes From in spend order and grants
+// To at the rate; the paid share carries over (Rate.Exchange). Paid From
+// that becomes paid To is converted, not consumed: revenue is recognised
+// only when To cannot be paid. Errors: as Change's, and invalid_argument
+// when the exchange yields nothing.
+func (p *Player) Exchange(v ValidExchange) Plan {
+	if st := p.trx[v.Key()]; st != nil {
+		return replay(st, v.Hash)
+	}
+	w := p.begin()
+	expired := w.book.Expire(v.Currencies())
+	id := w.book.NewID()
+	w.book.TrxID = id
+	cause := CauseChange
+	if v.To.Paid {
+		cause = CauseExchange
+	}
+	ops, paidTaken, err := w.book.Consume(v.From, v.Amount, cause, false)
+	if err != nil {
+		return Plan{Err: err}
+	}
+	total, paid, ok := v.Rate.Exchange(v.Amount, paidTaken, v.To.Paid)
+	if !ok || total <= 0 {
+		return Plan{Err: Errorf(CodeInvalid, "exchange yields nothing")}
+	}
+	for _, part := range []struct {
+		amount Amount
+		paid   bool
+	}{{paid, true}, {total - paid, false}} {
+		if part.amount == 0 {
+			continue
+		}
+		g, err := w.book.Grant(v.To, part.amount, part.paid, nil, 0, nil, CauseExchange)
+		if err != nil {
+			return Plan{Err: err}
+		}
+		ops = append(ops, g)
+	}
+	trx := w.answer(id, v.IdempotencyKey, TrxExchange, v.Reason, v.Meta, ops)
+	w.expiries(expired)
+	w.insert(TrxRow{ID: id, Emitter: v.Emitter, IdempotencyKey: v.IdempotencyKey, Hash: v.Hash.Sum, Kind: TrxExchange,
+		Status: StatusCommitted, Reason: v.Reason, Meta: v.Meta}, ops)
+	w.keep(trx, v.Emitter, v.Hash.Sum, nil)
+	w.plan.Trx = trx
+	return w.done()
+}
+
+// Commit plans a pending hold's commit: its reservations are settled and
+// its grants applied. A hold past its TTL is rolled back instead (status
+// expired), and the answer is hold_expired. Committing a committed hold is
+// a replay. Errors: not_found, hold_not_pending (rolled back, or not a
+// hold), hold_expired, invalid_argument and too_many_lots (a grant past a
+// bound: the hold stays pending), internal.
+func (p *Player) Commit(k TrxKey) Plan { return p.finish(k, true, false) }
+
+// Rollback plans a pending hold's rollback: its reservations return to
+// the very lots they came from; no bound can refuse it. Rolling back a
+// rolled-back or expired hold is a replay. Errors: not_found,
+// hold_not_pending (committed, or not a hold), internal.
+func (p *Player) Rollback(k TrxKey) Plan { return p.finish(k, false, false) }
+
+// ExpireHold plans the hold sweeper's rollback of a hold past its TTL
+// (status expired). A hold not due, or finished already, is left as it
+// is: the answer is its stored trx, as a replay.
+func (p *Player) ExpireHold(k TrxKey) Plan { return p.finish(k, false, true) }
+
+// ExpireLots plans the lot sweeper's write: an expire op for every lot
+// that expired with an amount left, in every loaded currency. A player
+// with none writes nothing.
+func (p *Player) ExpireLots() Plan {
+	w := p.begin()
+	expired := w.book.Expire(nil)
+	if len(expired) == 0 {
+		return Plan{}
+	}
+	w.expiries(expired)
+	return w.done()
+}
+
+// finish commits or rolls back the hold of k; sweep is the hold sweeper's
+// call: roll back only a hold past its TTL. Due expiries in every loaded
+// currency are recorded first. A grant or a reservation may land on a lot
+// whose expiry has passed: it expires at once, in a trx of its own after
+// the hold's ops, so that no lot is left with a due expiry unrecorded
+// behind the lot sweeper's window.
+func (p *Player) finish(k TrxKey, commit, sweep bool) Plan {
+	h := p.trx[k]
+	if h == nil {
+		return Plan{Err: Errorf(CodeNotFound, "no trx with idempotency_key %q", k.IdempotencyKey)}
+	}
+	due := h.Status == StatusPending && !h.HoldExpiresAt.After(p.state.At)
+	if sweep && h.Kind == TrxHold && !due {
+		// Finished meanwhile (by a client, or another sweeper), or not
+		// due yet: the sweeper leaves it.
+		return Plan{Trx: h.Trx, Replay: true}
+	}
+	// Finished already: a replay or a conflict, nothing to write.
+	if err := holdState(h, commit); err != nil || h.Status != StatusPending {
+		return Plan{Trx: h.Trx, Replay: err == nil, Err: err}
+	}
+	w := p.begin()
+	expired := w.book.Expire(nil)
+	w.book.TrxID = h.ID
+	status, after := StatusCommitted, error(nil)
+	var ops []BookOp
+	var err error
+	if commit && !due {
+		ops, err = commitHold(w.book, p.catalog, h)
+	} else {
+		status = StatusRolledBack
+		if due {
+			status = StatusExpired
+		}
+		ops, err = releaseHold(w.book, h)
+		if commit {
+			after = holdExpired(h)
+		}
+	}
+	if err != nil {
+		return Plan{Err: err}
+	}
+	expiredAfter := w.book.Expire(nil)
+	settled := settledOps(h.Ops)
+	out := h.Trx
+	out.Status, out.Version = status, w.version
+	out.Ops = append(settled, p.catalog.Ops(ops)...)
+	out.Balances = p.catalog.BalancesAfter(ops)
+	w.expiries(expired)
+	w.plan.Finish = &TrxFinish{ID: h.ID, CreatedAt: h.CreatedAt, Status: status, Version: w.version, FinishedAt: w.at}
+	w.ops(h.ID, int32(len(settled)), ops)
+	w.expiries(expiredAfter)
+	finished := *h
+	finished.Trx = out
+	p.trx[k] = &finished
+	w.plan.Trx, w.plan.Err = out, after
+	return w.done()
+}
+
+// holdState decides what a commit or rollback of h does when h is not a
+// pending hold: a replay (nil) or a conflict. The hold state machine:
+// pending → committed (commit), rolled_back (rollback) or expired (past
+// its TTL: the sweeper, or a commit that finds it so).
+func holdState(h *StoredTrx, commit bool) error {
+	if h.Kind != TrxHold {
+		return Errorf(CodeHoldNotPending, "trx %q is a %s, not a hold", h.IdempotencyKey, h.Kind)
+	}
+	switch h.Status {
+	case StatusPending:
+		return nil
+	case StatusCommitted:
+		if commit {
+			return nil
+		}
+		return Errorf(CodeHoldNotPending, "hold %q is committed; it cannot be rolled back", h.IdempotencyKey)
+	case StatusRolledBack:
+		if commit {
+			return Errorf(CodeHoldNotPending, "hold %q was rolled back; it cannot be committed", h.IdempotencyKey)
+		}
+		return nil
+	default: // expired
+		if commit {
+			return holdExpired(h)
+		}
+		return nil
+	}
+}
+
+func holdExpired(h *StoredTrx) error {
+	return Errorf(CodeHoldExpired, "hold %q expired at %s and was rolled back", h.IdempotencyKey, h.HoldExpiresAt.Format(time.RFC3339))
+}
+
+// settledOps drops the pending grants listed in a pending hold's ops.
+func settledOps(ops []Op) []Op {
+	var out []Op
+	for _, o := range ops {
+		if !o.Pending {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// commitHold settles each reservation of hold h on its lot and applies
+// its grants.
+func commitHold(book *Book, c *Catalog, h *StoredTrx) ([]BookOp, error) {
+	for _, o := range h.Ops {
+		if o.Kind == OpConsume {
+			if err := book.Settle(o.LotID, -o.Amount); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var ops []BookOp
+	for _, g := range h.PendingGrants {
+		op, err := book.Grant(c.CurrencyOf(g.Currency), g.Amount, g.Paid, g.ExpiresAt, g.Priority, g.Purchase, CauseChange)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, op)
+	}
+	return ops, nil
+}
+
+// releaseHold returns each reservation of hold h to its lot. The lots
+// must be loaded (a lot a pending hold reserves from is held).
+func releaseHold(book *Book, h *StoredTrx) ([]BookOp, error) {
+	var ops []BookOp
+	for _, o := range h.Ops {
+		if o.Kind != OpConsume {
+			continue
+		}
+		op, err := book.Release(o.LotID, -o.Amount)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, op)
+	}
+	return ops, nil
+}
+
+// Currencies are the currencies of a change's ops: the lots its write
+// reads, and whose due expiries it records.
+func (v ValidChange) Currencies() []CurrencyID {
+	out := make([]CurrencyID, 0, len(v.Ops))
+	for _, op := range v.Ops {
+		if !slices.Contains(out, op.Currency.ID) {
+			out = append(out, op.Currency.ID)
+		}
+	}
+	return out
+}
+
+// Currencies are the two currencies of an exchange.
+func (v ValidExchange) Currencies() []CurrencyID { return []CurrencyID{v.From.ID, v.To.ID} }
+
+// IDsMax is how many new ids a change's plan may draw: its trx, a trx of
+// expiries, and a lot per grant.
+func (v ValidChange) IDsMax() int { return 2 + len(v.Ops) }
+
+// IDsMax is how many new ids an exchange's plan may draw: its trx, a trx
+// of expiries, and a paid and a free lot.
+func (v ValidExchange) IDsMax() int { return 4 }

@@ -1,0 +1,369 @@
+package coffer
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The plans are tested as what they write and answer, rendered as text: a
+// step per line, "error <code>" for a refused request, "replay <id>" for
+// a replay, and otherwise each trx row ("trx <id> <kind> <status> v<version>
+// @<pos>"), each op below it ("<kind> <currency> <amount> lot <id> =
+// <balance_after>/<paid_after> @<pos>") and a hold's finish.
+
+// planT0 is the time of the first write of a test's player.
+var planT0 = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) *time.Time {
+	t := planT0.Add(d)
+	return &t
+}
+
+// testPlayer is a player at version 3, position 10, whose next write is at
+// planT0, whose new ids count from 100.
+func testPlayer(t *testing.T, c *Catalog, lots []BookLot, trx ...*StoredTrx) *Player {
+	t.Helper()
+	next := int64(99)
+	st := PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0, Trx: trx}
+	for i := range lots {
+		l := lots[i]
+		st.Lots = append(st.Lots, &l)
+	}
+	p, err := NewPlayer(c, st, func() int64 { next++; return next })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// render is a plan as the tests read it.
+func render(c *Catalog, p Plan) string {
+	var b strings.Builder
+	if p.Err != nil {
+		fmt.Fprintf(&b, "error %s", ErrorCode(p.Err))
+		if !p.Writes() {
+			return b.String()
+		}
+		b.WriteString(", writing:")
+	}
+	if p.Replay {
+		return fmt.Sprintf("replay %d", p.Trx.ID)
+	}
+	// Rows in the player's order: a trx row, or a hold's finish, with its
+	// ops.
+	type entry struct {
+		pos  int64
+		text string
+	}
+	var entries []entry
+	ops := func(trxID int64) (string, int64) {
+		var out strings.Builder
+		first := int64(-1)
+		for _, o := range p.Ops {
+			if o.TrxID == trxID {
+				fmt.Fprintf(&out, "\n  %s %s %d lot %d = %d/%d @%d", o.Kind, c.CurrencyOf(o.Currency).Code, o.Amount, o.LotID,
+					o.BalanceAfter, o.PaidAfter, o.Pos)
+				if first < 0 {
+					first = o.Pos
+				}
+			}
+		}
+		return out.String(), first
+	}
+	for _, r := range p.Inserts {
+		text, _ := ops(r.ID)
+		entries = append(entries, entry{r.Pos, fmt.Sprintf("trx %d %s %s v%d @%d", r.ID, r.Kind, r.Status, r.Version, r.Pos) + text})
+	}
+	if f := p.Finish; f != nil {
+		text, first := ops(f.ID)
+		entries = append(entries, entry{first, fmt.Sprintf("finish %d %s v%d", f.ID, f.Status, f.Version) + text})
+	}
+	slices.SortStableFunc(entries, func(a, b entry) int { return cmp.Compare(a.pos, b.pos) })
+	for _, e := range entries {
+		b.WriteString("\n" + e.text)
+	}
+	return strings.TrimPrefix(b.String(), "\n")
+}
+
+// step is one request of a scenario and what its plan must render.
+type step struct {
+	plan func(p *Player) Plan
+	want string
+}
+
+func runSteps(t *testing.T, c *Catalog, p *Player, steps []step) {
+	t.Helper()
+	for i, s := range steps {
+		if got := render(c, s.plan(p)); got != s.want {
+			t.Fatalf("step %d:\n%s\nwant\n%s", i, got, s.want)
+		}
+	}
+}
+
+func changeOf(t *testing.T, c *Catalog, key string, hold bool, ops ...OpRequest) func(*Player) Plan {
+	t.Helper()
+	v, err := c.ValidateChange(ChangeRequest{Scope: Scope{Namespace: 1, PlayerID: 42, Emitter: 7, IdempotencyKey: key},
+		Ops: ops, Hold: hold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(p *Player) Plan { return p.Change(v) }
+}
+
+func exchangeOf(t *testing.T, c *Catalog, key, from, to string, amount Amount) func(*Player) Plan {
+	t.Helper()
+	v, err := c.ValidateExchange(ExchangeRequest{Scope: Scope{Namespace: 1, PlayerID: 42, Emitter: 7, IdempotencyKey: key},
+		From: from, To: to, Amount: amount})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(p *Player) Plan { return p.Exchange(v) }
+}
+
+func key(k string) TrxKey { return TrxKey{7, k} }
+
+func freeOp(cur string, amount Amount) OpRequest { return OpRequest{Currency: cur, Amount: amount} }
+
+func paidOp(cur string, amount Amount) OpRequest {
+	return OpRequest{Currency: cur, Amount: amount, Kind: "paid", Purchase: &Purchase{Store: "steam", OrderID: "o", Price: 1, Fiat: "USD"}}
+}
+
+// TestPlanChange: the rules of a one-phase change, each a scenario on a
+// player with a few lots.
+func TestPlanChange(t *testing.T) {
+	c := requestCatalog(t)
+	live := []BookLot{
+		{ID: 1, Currency: 1, Amount: 10, CreatedAt: planT0.Add(-3 * time.Hour)},
+		{ID: 2, Currency: 1, Paid: true, Amount: 5, CreatedAt: planT0.Add(-2 * time.Hour)},
+		{ID: 3, Currency: 1, Amount: 7, ExpiresAt: at(time.Hour), Priority: 2, CreatedAt: planT0.Add(-time.Hour)},
+	}
+	expiring := OpRequest{Currency: "gold", Amount: 4, ExpiresAt: at(time.Hour), Priority: 2}
+	for _, sc := range []struct {
+		name  string
+		lots  []BookLot
+		steps func(t *testing.T) []step
+	}{
+		{"a free grant joins the free lot of its expiry and priority", live, func(t *testing.T) []step {
+			return []step{
+				{changeOf(t, c, "a", false, freeOp("gold", 3)), "trx 100 change committed v4 @11\n  grant gold 3 lot 1 = 25/5 @12"},
+				{changeOf(t, c, "b", false, expiring), "trx 101 change committed v5 @13\n  grant gold 4 lot 3 = 29/5 @14"},
+			}
+		}},
+		{"a grant of another priority or expiry, or a paid one, is a lot of its own", live, func(t *testing.T) []step {
+			later := expiring
+			later.ExpiresAt = at(2 * time.Hour)
+			return []step{
+				{changeOf(t, c, "a", false, OpRequest{Currency: "gold", Amount: 1, Priority: 1}), "trx 100 change committed v4 @11\n  grant gold 1 lot 101 = 23/5 @12"},
+				{changeOf(t, c, "b", false, later), "trx 102 change committed v5 @13\n  grant gold 4 lot 103 = 27/5 @14"},
+				{changeOf(t, c, "c", false, paidOp("gold", 2)), "trx 104 change committed v6 @15\n  grant gold 2 lot 105 = 29/7 @16"},
+				// A second paid grant does not join the first.
+				{changeOf(t, c, "d", false, paidOp("gold", 2)), "trx 106 change committed v7 @17\n  grant gold 2 lot 107 = 31/9 @18"},
+			}
+		}},
+		{"a consume takes lots in spend order: priority, soonest-expiring, free, paid", live, func(t *testing.T) []step {
+			return []step{{changeOf(t, c, "a", false, freeOp("gold", -20)),
+				"trx 100 change committed v4 @11\n  consume gold -7 lot 3 = 15/5 @12\n  consume gold -10 lot 1 = 5/5 @13\n  consume gold -3 lot 2 = 2/2 @14"}}
+		}},
+		{"a refused change changes nothing, even the ops it planned first", live, func(t *testing.T) []step {
+			return []step{
+				{changeOf(t, c, "a", false, freeOp("gold", 100), freeOp("silver", -1)), "error insufficient_funds"},
+				{changeOf(t, c, "b", false, freeOp("gold", -23)), "error insufficient_funds"},
+				{changeOf(t, c, "c", false, freeOp("gold", -22)),
+					"trx 102 change committed v4 @11\n  consume gold -7 lot 3 = 15/5 @12\n  consume gold -10 lot 1 = 5/5 @13\n  consume gold -5 lot 2 = 0/0 @14"},
+			}
+		}},
+		{"a known key: the same payload replays the first answer, another is a conflict; a refused key is free", live, func(t *testing.T) []step {
+			return []step{
+				{changeOf(t, c, "a", false, freeOp("gold", 1)), "trx 100 change committed v4 @11\n  grant gold 1 lot 1 = 23/5 @12"},
+				{changeOf(t, c, "a", false, freeOp("gold", 1)), "replay 100"},
+				{changeOf(t, c, "a", false, freeOp("gold", 2)), "error idempotency_conflict"},
+				{changeOf(t, c, "b", false, freeOp("silver", -1)), "error insufficient_funds"},
+				{changeOf(t, c, "b", false, freeOp("silver", 1)), "trx 102 change committed v5 @13\n  grant silver 1 lot 103 = 1/0 @14"},
+			}
+		}},
+		{"due expiries of the write's currencies are recorded first, in a trx of their own; others wait", []BookLot{
+			{ID: 1, Currency: 1, Amount: 10, ExpiresAt: at(-time.Minute)},
+			{ID: 2, Currency: 1, Amount: 3, ExpiresAt: at(-2 * time.Minute)},
+			{ID: 3, Currency: 1, Amount: 6},
+			{ID: 4, Currency: 2, Amount: 9, ExpiresAt: at(-time.Minute)},
+		}, func(t *testing.T) []step {
+			return []step{
+				// A grant whose expiry has passed is refused, with
+				// nothing recorded.
+				{changeOf(t, c, "z", false, OpRequest{Currency: "gold", Amount: 1, ExpiresAt: at(0)}), "error invalid_argument"},
+				{changeOf(t, c, "a", false, OpRequest{Currency: "gold", Amount: 1, ExpiresAt: at(-time.Minute + time.Hour)}),
+					"trx 102 expire committed v4 @11\n  expire gold -3 lot 2 = 16/0 @12\n  expire gold -10 lot 1 = 6/0 @13\n" +
+						"trx 100 change committed v4 @14\n  grant gold 1 lot 101 = 7/0 @15"},
+				{func(p *Player) Plan { return p.ExpireLots() }, "trx 103 expire committed v5 @16\n  expire silver -9 lot 4 = 0/0 @17"},
+				{func(p *Player) Plan { return p.ExpireLots() }, ""},
+			}
+		}},
+		{"a grant past BalanceMax, counting what holds reserve, is refused", []BookLot{
+			{ID: 1, Currency: 1, Amount: BalanceMax - 10, Reserved: 5},
+		}, func(t *testing.T) []step {
+			return []step{
+				{changeOf(t, c, "a", false, freeOp("gold", 6)), "error invalid_argument"},
+				{changeOf(t, c, "b", false, freeOp("gold", 5)), fmt.Sprintf("trx 101 change committed v4 @11\n  grant gold 5 lot 1 = %d/0 @12", BalanceMax-5)},
+			}
+		}},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			runSteps(t, c, testPlayer(t, c, sc.lots), sc.steps(t))
+		})
+	}
+}
+
+// TestPlanWritesInOrder: each accepted write of a player takes the next
+// version, a time a microsecond after the last and the next positions;
+// the player's row and lots are what the last write leaves.
+func TestPlanWritesInOrder(t *testing.T) {
+	c := requestCatalog(t)
+	p := testPlayer(t, c, []BookLot{{ID: 1, Currency: 1, Amount: 10}})
+	a := changeOf(t, c, "a", false, freeOp("gold", -4))(p)
+	changeOf(t, c, "b", false, freeOp("gold", -40))(p)
+	b := changeOf(t, c, "c", false, freeOp("gold", 2), freeOp("silver", 1))(p)
+	if !a.Trx.CreatedAt.Equal(planT0) || !b.Trx.CreatedAt.Equal(planT0.Add(time.Microsecond)) || a.Trx.Version != 4 || b.Trx.Version != 5 {
+		t.Fatalf("times and versions: %v v%d, %v v%d", a.Trx.CreatedAt, a.Trx.Version, b.Trx.CreatedAt, b.Trx.Version)
+	}
+	version, pos, last, ok := p.Written()
+	if !ok || version != 5 || pos != 15 || !last.Equal(planT0.Add(time.Microsecond)) {
+		t.Fatalf("player row: v%d @%d %v %v", version, pos, last, ok)
+	}
+	var lots []string
+	for _, l := range p.Lots() {
+		lots = append(lots, fmt.Sprintf("%d:%d new=%v changed=%v trx=%d", l.ID, l.Amount, l.New, l.Changed, l.TrxID))
+	}
+	if got := strings.Join(lots, " "); got != "1:8 new=false changed=true trx=0 103:1 new=true changed=true trx=102" {
+		t.Fatalf("lots: %s", got)
+	}
+	if b.Trx.Balances[0].Total != 8 || b.Trx.Balances[1].Total != 1 {
+		t.Fatalf("balances after: %+v", b.Trx.Balances)
+	}
+	if _, _, _, ok := testPlayer(t, c, nil).Written(); ok {
+		t.Fatal("a player without writes has a row to write")
+	}
+}
+
+// TestPlanHold: a hold's begin reserves what its consumes take and keeps
+// its grants pending; a commit settles and grants, a rollback returns
+// each reservation to its very lot; the second of two requests with one
+// key in a batch sees the first.
+func TestPlanHold(t *testing.T) {
+	c := requestCatalog(t)
+	lots := []BookLot{{ID: 1, Currency: 1, Amount: 10}, {ID: 2, Currency: 1, Paid: true, Amount: 5}}
+	t.Run("commit", func(t *testing.T) {
+		p := testPlayer(t, c, lots)
+		runSteps(t, c, p, []step{
+			{changeOf(t, c, "h", true, freeOp("gold", -12), freeOp("silver", 3)),
+				"trx 100 hold pending v4 @11\n  consume gold -10 lot 1 = 5/5 @12\n  consume gold -2 lot 2 = 3/3 @13"},
+			{changeOf(t, c, "h", true, freeOp("gold", -12), freeOp("silver", 3)), "replay 100"},
+			{func(p *Player) Plan { return p.Rollback(key("nope")) }, "error not_found"},
+			{func(p *Player) Plan { return p.Commit(key("h")) }, "finish 100 committed v5\n  grant silver 3 lot 101 = 3/0 @14"},
+			{func(p *Player) Plan { return p.Commit(key("h")) }, "replay 100"},
+			{func(p *Player) Plan { return p.Rollback(key("h")) }, "error hold_not_pending"},
+		})
+		for _, l := range p.Lots() {
+			if l.Reserved != 0 {
+				t.Fatalf("lot %d still reserves %d after the commit", l.ID, l.Reserved)
+			}
+		}
+	})
+	t.Run("rollback", func(t *testing.T) {
+		p := testPlayer(t, c, lots)
+		begin := changeOf(t, c, "h", true, freeOp("gold", -12))(p)
+		if begin.Trx.Status != StatusPending || begin.Trx.HoldExpiresAt == nil || !begin.Trx.HoldExpiresAt.Equal(planT0.Add(10*time.Minute)) {
+			t.Fatalf("begin: %+v", begin.Trx)
+		}
+		runSteps(t, c, p, []step{
+			{changeOf(t, c, "x", false, freeOp("gold", -4)), "error insufficient_funds"},
+			{func(p *Player) Plan { return p.Rollback(key("h")) },
+				"finish 100 rolled_back v5\n  grant gold 10 lot 1 = 13/3 @14\n  grant gold 2 lot 2 = 15/5 @15"},
+			{func(p *Player) Plan { return p.Rollback(key("h")) }, "replay 100"},
+			{func(p *Player) Plan { return p.Commit(key("h")) }, "error hold_not_pending"},
+			{changeOf(t, c, "y", false, freeOp("gold", -15)), "trx 102 change committed v6 @16\n  consume gold -10 lot 1 = 5/5 @17\n  consume gold -5 lot 2 = 0/0 @18"},
+		})
+	})
+}
+
+// TestPlanHoldStates: what a commit, a rollback and the sweeper do to a
+// stored hold in each state, and to a trx that is not a hold.
+func TestPlanHoldStates(t *testing.T) {
+	c := requestCatalog(t)
+	hold := func(status TrxStatus, expiresIn time.Duration) *StoredTrx {
+		return &StoredTrx{Trx: Trx{ID: 9, IdempotencyKey: "h", Kind: TrxHold, Status: status, HoldExpiresAt: at(expiresIn),
+			Ops: []Op{{Currency: "gold", Amount: -4, Kind: OpConsume, LotID: 1}}}, Emitter: 7}
+	}
+	reserved := []BookLot{{ID: 1, Currency: 1, Amount: 6, Reserved: 4}}
+	for _, sc := range []struct {
+		name                    string
+		trx                     *StoredTrx
+		commit, rollback, sweep string
+	}{
+		{"pending", hold(StatusPending, time.Minute),
+			"finish 9 committed v4", "finish 9 rolled_back v4\n  grant gold 4 lot 1 = 10/0 @11", "replay 9"},
+		{"pending past its TTL", hold(StatusPending, -time.Minute),
+			"error hold_expired, writing:\nfinish 9 expired v4\n  grant gold 4 lot 1 = 10/0 @11",
+			"finish 9 expired v4\n  grant gold 4 lot 1 = 10/0 @11", "finish 9 expired v4\n  grant gold 4 lot 1 = 10/0 @11"},
+		{"committed", hold(StatusCommitted, time.Minute), "replay 9", "error hold_not_pending", "replay 9"},
+		{"rolled back", hold(StatusRolledBack, time.Minute), "error hold_not_pending", "replay 9", "replay 9"},
+		{"expired", hold(StatusExpired, -time.Minute), "error hold_expired", "replay 9", "replay 9"},
+		{"a change", &StoredTrx{Trx: Trx{ID: 9, IdempotencyKey: "h", Kind: TrxChange, Status: StatusCommitted}, Emitter: 7},
+			"error hold_not_pending", "error hold_not_pending", "error hold_not_pending"},
+	} {
+		for _, action := range []struct {
+			name string
+			do   func(*Player, TrxKey) Plan
+			want string
+		}{{"commit", (*Player).Commit, sc.commit}, {"rollback", (*Player).Rollback, sc.rollback}, {"sweep", (*Player).ExpireHold, sc.sweep}} {
+			lots := reserved
+			if sc.trx.Status != StatusPending {
+				lots = []BookLot{{ID: 1, Currency: 1, Amount: 6}}
+			}
+			p := testPlayer(t, c, lots, sc.trx)
+			if got := render(c, action.do(p, key("h"))); got != action.want {
+				t.Errorf("%s of %s:\n%s\nwant\n%s", action.name, sc.name, got, action.want)
+			}
+		}
+	}
+}
+
+// TestPlanHoldCommitOntoExpiredLot: a hold's grant onto a lot whose
+// expiry passed, and a reservation returned to one, expire at once, in a
+// trx after the hold's ops.
+func TestPlanHoldCommitOntoExpiredLot(t *testing.T) {
+	c := requestCatalog(t)
+	h := &StoredTrx{Trx: Trx{ID: 9, IdempotencyKey: "h", Kind: TrxHold, Status: StatusPending, HoldExpiresAt: at(time.Minute),
+		Ops: []Op{{Currency: "gold", Amount: -4, Kind: OpConsume, LotID: 1}}}, Emitter: 7}
+	p := testPlayer(t, c, []BookLot{{ID: 1, Currency: 1, Amount: 0, Reserved: 4, ExpiresAt: at(-time.Second)}}, h)
+	want := "finish 9 rolled_back v4\n  grant gold 4 lot 1 = 4/0 @11\ntrx 100 expire committed v4 @12\n  expire gold -4 lot 1 = 0/0 @13"
+	if got := render(c, p.Rollback(key("h"))); got != want {
+		t.Fatalf("rollback onto an expired lot:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestPlanExchange: the paid share of what is consumed carries over into
+// a currency that can be paid; into one that cannot, it is all free, and
+// the consume is revenue (cause change); an exchange that yields nothing
+// is refused.
+func TestPlanExchange(t *testing.T) {
+	c := requestCatalog(t)
+	if err := c.AddRate(1, "silver", "credits", Rate{Num: 1, Den: 10}); err != nil {
+		t.Fatal(err)
+	}
+	p := testPlayer(t, c, []BookLot{{ID: 1, Currency: 1, Amount: 2}, {ID: 2, Currency: 1, Paid: true, Amount: 3},
+		{ID: 3, Currency: 2, Paid: true, Amount: 19}})
+	runSteps(t, c, p, []step{
+		{exchangeOf(t, c, "x", "gold", "silver", 3),
+			"trx 100 exchange committed v4 @11\n  consume gold -2 lot 1 = 3/3 @12\n  consume gold -1 lot 2 = 2/2 @13\n" +
+				"  grant silver 100 lot 101 = 119/119 @14\n  grant silver 200 lot 102 = 319/119 @15"},
+		{exchangeOf(t, c, "z", "gold", "silver", 3), "error insufficient_funds"},
+	})
+	y := exchangeOf(t, c, "w", "silver", "credits", 19)(p)
+	if y.Err != nil || y.Ops[0].Cause != CauseChange || y.Ops[len(y.Ops)-1].Paid {
+		t.Fatalf("exchange into a free-only currency: %+v", y)
+	}
+}

@@ -1,0 +1,104 @@
+package postgres
+
+import "github.com/cofferhq/coffer"
+
+// The statements of a batch on one shard: a batch sends each for every
+// shard its writes (or reads) touch, in shard order, all in the same round
+// trip, each with the rows of that shard in arrays (unnest). A statement
+// over every shard of a database, a data-modifying WITH per shard, was
+// tried first: PostgreSQL opens every table it names and its indexes,
+// touched or not, and each branch cost about what a statement of its own
+// costs (docs/adr/0012-group-commit.md).
+
+// batchSQL are the statements of a batch on one shard, written for shard
+// N (shardSQL names the tables).
+type batchSQL struct {
+	lock, lots, trx           string
+	insertTrx, insertOps      string
+	insertLots, updateLots    string
+	finishTrx, updateBalances string
+	balances                  string
+}
+
+var batchStatements = batchSQL{
+	// The players' locks, in one order: (ns, player_id) in a shard, and
+	// shard after shard in the batch, so that two batches (or a batch and
+	// a sweeper, which goes through batches too) never wait for each other
+	// in a cycle. A player without a row gets one (version 0, which no trx
+	// has). The update changes nothing: it takes the lock; the batch
+	// stores the version, position and time its writes leave
+	// (updateBalances). It returns the stored row, the time of the
+	// player's next write (after its last: times never go back for a
+	// player) and the ids the batch asked for ($3).
+	lock: `WITH locked AS (INSERT INTO balance_N AS b (ns, player_id, version, updated_at, pos)
+		SELECT ns, player_id, 0, clock_timestamp(), 0 FROM unnest($1::int[], $2::bigint[]) AS u(ns, player_id) ORDER BY ns, player_id
+		ON CONFLICT (ns, player_id) DO UPDATE SET version = b.version
+		RETURNING b.ns, b.player_id, b.version, b.pos, b.updated_at)
+	SELECT l.ns, l.player_id, l.version, l.pos, l.updated_at, greatest(clock_timestamp(), l.updated_at + interval '1 microsecond'),
+		ARRAY(SELECT nextval('id_seq_N') FROM generate_series(1, u.ids))
+	FROM locked l JOIN unnest($1::int[], $2::bigint[], $3::int[]) AS u(ns, player_id, ids) ON u.ns = l.ns AND u.player_id = l.player_id`,
+	// The held lots (with an amount, or a reservation a rollback may
+	// return to them) of the currencies each player's writes touch: a row
+	// per (player, currency), the lot key's leading columns, so that a
+	// write's cost does not grow with every currency the player ever held;
+	// currency 0 asks for all of them (a hold's commit or rollback, the
+	// lot sweeper).
+	lots: `SELECT l.ns, l.player_id, ` + lotColumns + `
+		FROM unnest($1::int[], $2::bigint[], $3::int[]) AS u(ns, player_id, currency)
+		JOIN lot_N l ON l.ns = u.ns AND l.player_id = u.player_id AND l.currency = u.currency
+		WHERE u.currency <> 0 AND (l.amount > 0 OR l.reserved > 0)
+	UNION ALL
+	SELECT l.ns, l.player_id, ` + lotColumns + `
+		FROM unnest($1::int[], $2::bigint[], $3::int[]) AS u(ns, player_id, currency)
+		JOIN lot_N l ON l.ns = u.ns AND l.player_id = u.player_id
+		WHERE u.currency = 0 AND (l.amount > 0 OR l.reserved > 0)`,
+	// The stored trx under the keys the batch's writes name.
+	trx: `SELECT t.ns, t.player_id, ` + trxColumns + `
+		FROM unnest($1::int[], $2::bigint[], $3::int[], $4::text[]) AS u(ns, player_id, emitter, idempotency_key)
+		JOIN trx_N t ON t.ns = u.ns AND t.player_id = u.player_id AND t.emitter = u.emitter AND t.idempotency_key = u.idempotency_key`,
+	insertTrx: `INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
+		kind, status, reason, meta, hold_expires_at, pending_grants, version, pos)
+	SELECT ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
+		kind::trx_kind, status::trx_status, reason, meta, hold_expires_at, pending_grants, version, pos
+	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::int[], $6::text[], $7::bytea[],
+		$8::text[], $9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::jsonb[], $14::bigint[], $15::bigint[])
+		AS u(ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, meta,
+			hold_expires_at, pending_grants, version, pos)`,
+	insertOps: `INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
+		balance_after, paid_after, created_at, purchase, pos)
+	SELECT trx_id, seq, ns, player_id, currency, lot_id, kind::op_kind, cause::op_cause, amount, paid,
+		balance_after, paid_after, created_at, purchase, pos
+	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::int[], $6::int[], $7::bigint[], $8::text[],
+		$9::text[], $10::bigint[], $11::bool[], $12::bigint[], $13::bigint[], $14::jsonb[], $15::bigint[])
+		AS u(ns, player_id, created_at, trx_id, seq, currency, lot_id, kind, cause, amount, paid,
+			balance_after, paid_after, purchase, pos)`,
+	insertLots: `INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id)
+	SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::int[], $5::bool[], $6::bigint[], $7::bigint[],
+		$8::timestamptz[], $9::int[], $10::timestamptz[], $11::bigint[])`,
+	updateLots: `UPDATE lot_N l SET amount = u.amount, reserved = u.reserved
+	FROM unnest($1::int[], $2::bigint[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[])
+		AS u(ns, player_id, currency, lot_id, amount, reserved)
+	WHERE l.ns = u.ns AND l.player_id = u.player_id AND l.currency = u.currency AND l.lot_id = u.lot_id`,
+	finishTrx: `UPDATE trx_N t SET status = u.status::trx_status, version = u.version, finished_at = u.finished_at
+	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::text[], $6::bigint[], $7::timestamptz[])
+		AS u(ns, player_id, created_at, trx_id, status, version, finished_at)
+	WHERE t.ns = u.ns AND t.player_id = u.player_id AND t.created_at = u.created_at AND t.trx_id = u.trx_id`,
+	updateBalances: `UPDATE balance_N b SET version = u.version, pos = u.pos, updated_at = u.updated_at
+	FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bigint[], $5::timestamptz[]) AS u(ns, player_id, version, pos, updated_at)
+	WHERE b.ns = u.ns AND b.player_id = u.player_id`,
+	// Current balances of many players in one snapshot: each player's
+	// version with its live lots, under the index of its read in the
+	// batch ($3; a player read twice is answered twice).
+	balances: `SELECT u.i, b.version, l.lot_id, l.currency, l.paid, l.amount, l.expires_at, l.priority, l.created_at
+	FROM unnest($1::int[], $2::bigint[], $3::int[]) AS u(ns, player_id, i)
+	JOIN balance_N b ON b.ns = u.ns AND b.player_id = u.player_id
+	LEFT JOIN lot_N l ON l.ns = b.ns AND l.player_id = b.player_id AND l.amount > 0 AND (l.expires_at IS NULL OR l.expires_at > now())`,
+}
+
+// forShard is the statements with shard id's table names.
+func (b batchSQL) forShard(id coffer.ShardID) batchSQL {
+	n := func(sql string) string { return shardSQL(sql, id) }
+	return batchSQL{lock: n(b.lock), lots: n(b.lots), trx: n(b.trx), insertTrx: n(b.insertTrx), insertOps: n(b.insertOps),
+		insertLots: n(b.insertLots), updateLots: n(b.updateLots), finishTrx: n(b.finishTrx),
+		updateBalances: n(b.updateBalances), balances: n(b.balances)}
+}

@@ -1,0 +1,544 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// settle runs the writes of one database as one batch and answers each
+// (see docs/architecture.md): one PostgreSQL transaction, two round trips
+// (the players' locks and state; the rows and COMMIT), whatever the number
+// of writes. A write refused by its plan (insufficient_funds, a conflict)
+// is answered so and fails no other. A batch that fails as a whole is run
+// again, up to RetriesMax times, when it lost a race or its connection;
+// split by player (and a player's writes one by one) when the failure may
+// come from some of its writes only; so that each write gets the answer it
+// would have got alone. After a COMMIT whose answer was lost, the next
+// attempt reads whether it was applied (attempt.applied).
+func (s *Store) settle(db int, reqs []*request) {
+	reqs = live(reqs)
+	if len(reqs) == 0 {
+		return
+	}
+	var a, unknown *attempt
+	for try := 0; try <= s.opts.RetriesMax; try++ {
+		if err := s.router.Writable(db); err != nil {
+			a = &attempt{err: &coffer.Error{Code: coffer.CodeUnavailable, Message: "the player's database is unavailable", Err: err}}
+			break
+		}
+		a = s.attempt(db, reqs, unknown)
+		if a.err == nil {
+			for i, r := range reqs {
+				r.plan = a.plans[i]
+			}
+			return
+		}
+		if a.uncertain {
+			unknown = a
+		}
+		if _, connFailed := classify(0, a.err); !connFailed && !a.uncertain && !retryable(a.err) {
+			break
+		}
+	}
+	s.failed(db, a.err)
+	if unknown != nil {
+		failWrites(reqs, &coffer.Error{Code: coffer.CodeUnavailable,
+			Message: "the batch's commit was cut off and its outcome could not be read; retry with the same key", Err: a.err})
+		return
+	}
+	parts := split(reqs, a.err)
+	if parts == nil {
+		for _, r := range reqs {
+			r.err, _ = classify(s.router.Map().ShardOf(r.scope.PlayerID), a.err)
+		}
+		return
+	}
+	for _, part := range parts {
+		s.settle(db, part)
+	}
+}
+
+// live answers the writes whose caller is gone and returns the others:
+// a batch does not run what nobody waits for.
+func live(reqs []*request) []*request {
+	out := reqs[:0:0]
+	for _, r := range reqs {
+		if err := r.ctx.Err(); err != nil {
+			r.err = &coffer.Error{Code: coffer.CodeUnavailable, Message: "the call ended before its batch ran", Err: err}
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// split parts writes that failed together with err into batches to run
+// one after the other: one per player, or, for one player, one per write.
+// It returns nil when parting cannot help: err is not one that some
+// writes only may cause (isolable), or a player's lock timed out (its
+// writes all wait for it).
+func split(reqs []*request, err error) [][]*request {
+	if len(reqs) < 2 || !isolable(err) {
+		return nil
+	}
+	var parts [][]*request
+	at := map[playerKey]int{}
+	for _, r := range reqs {
+		k := playerKey{r.scope.Namespace, r.scope.PlayerID}
+		i, ok := at[k]
+		if !ok {
+			i = len(parts)
+			at[k] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], r)
+	}
+	if len(parts) > 1 {
+		return parts
+	}
+	if lockTimedOut(err) {
+		return nil
+	}
+	parts = parts[:0]
+	for _, r := range reqs {
+		parts = append(parts, []*request{r})
+	}
+	return parts
+}
+
+type playerKey struct {
+	ns coffer.Namespace
+	id coffer.PlayerID
+}
+
+// batchPlayer is one player of a batch: what the batch loads for it, and
+// the coffer.Player that plans its writes.
+type batchPlayer struct {
+	key   playerKey
+	shard coffer.ShardID
+	// all tells that a write reads all the player's lots; currencies are
+	// those the writes read otherwise.
+	all        bool
+	currencies []coffer.CurrencyID
+	keys       []coffer.TrxKey
+	idsMax     int
+
+	locked bool
+	state  coffer.PlayerState
+	// stored is the player row's time as the lock read it.
+	stored time.Time
+	ids    []int64
+	player *coffer.Player
+	// err answers the player's writes when its state is damaged.
+	err error
+}
+
+// playerRow is a player's row as a batch's writes leave it.
+type playerRow struct {
+	version, pos int64
+	at           time.Time
+}
+
+// attempt is one run of a batch: the plans, in the order of the writes,
+// and the rows they leave per player, or the error that stopped it.
+// uncertain tells the error cut off the second round trip, which holds
+// the COMMIT: the batch may have been applied.
+type attempt struct {
+	plans     []coffer.Plan
+	written   map[playerKey]playerRow
+	err       error
+	uncertain bool
+}
+
+// applied tells whether an attempt whose outcome was uncertain had been
+// committed, from the state the next attempt loaded: a player's row as
+// that attempt would leave it (its times are the database's clock and
+// strictly increase, so no other write leaves the same), or a write's key
+// holding the trx it planned (the same id, or the hold finished at the
+// same version). Then its plans are the answers, as new writes: they are
+// not replays of another request.
+func (a *attempt) applied(players []*batchPlayer, reqs []*request, of []int) bool {
+	for _, p := range players {
+		if w, ok := a.written[p.key]; ok && w.version == p.state.Version && w.pos == p.state.Pos && w.at.Equal(p.stored) {
+			return true
+		}
+	}
+	for i, r := range reqs {
+		plan := a.plans[i]
+		if !plan.Writes() || !r.keyed() {
+			continue
+		}
+		k := r.scope.Key()
+		j := slices.IndexFunc(players[of[i]].state.Trx, func(t *coffer.StoredTrx) bool { return t.Emitter == k.Emitter && t.IdempotencyKey == k.IdempotencyKey })
+		if j < 0 {
+			continue
+		}
+		st := players[of[i]].state.Trx[j]
+		if f := plan.Finish; f != nil && st.Status == f.Status && st.Version == f.Version {
+			return true
+		}
+		if plan.Finish == nil && st.ID == plan.Trx.ID {
+			return true
+		}
+	}
+	return false
+}
+
+// batchTx is a batch's transaction on one connection of its database.
+type batchTx struct {
+	s     *Store
+	conn  *pgxpool.Conn
+	ctx   context.Context
+	open  bool
+	idErr error
+}
+
+// attempt runs the batch once. unknown is an earlier attempt whose
+// COMMIT may have been applied.
+func (s *Store) attempt(db int, reqs []*request, unknown *attempt) *attempt {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	defer cancel()
+	players, of := s.batchPlayers(reqs)
+	conn, err := s.router.Database(db).Acquire(ctx)
+	if err != nil {
+		return &attempt{err: err}
+	}
+	t := &batchTx{s: s, conn: conn, ctx: ctx}
+	defer t.end()
+	if err := t.load(players); err != nil {
+		return &attempt{err: err}
+	}
+	if unknown != nil && unknown.applied(players, reqs, of) {
+		return &attempt{plans: unknown.plans}
+	}
+	a := &attempt{plans: make([]coffer.Plan, len(reqs)), written: map[playerKey]playerRow{}}
+	for i, r := range reqs {
+		p := players[of[i]]
+		if p.err != nil {
+			a.plans[i] = coffer.Plan{Err: p.err}
+			continue
+		}
+		a.plans[i] = r.planOn(p.player)
+	}
+	if t.idErr != nil {
+		return &attempt{err: t.idErr}
+	}
+	for _, p := range players {
+		if p.player == nil {
+			continue
+		}
+		if version, pos, at, ok := p.player.Written(); ok {
+			a.written[p.key] = playerRow{version, pos, at}
+		}
+	}
+	if len(a.written) == 0 {
+		return a // nothing to write: end rolls back
+	}
+	if err := t.persist(players, of, a.plans); err != nil {
+		a.err, a.uncertain = err, uncertain(err)
+	}
+	return a
+}
+
+// uncertain tells whether err, from the round trip that ends with COMMIT,
+// leaves the outcome unknown: the connection failed or the call timed out
+// (the COMMIT may have run), rather than the database refusing a
+// statement (the transaction is then aborted, and nothing applied).
+func uncertain(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		class := pg.Code[:2]
+		return class == "08" || class == "57"
+	}
+	return true
+}
+
+// batchPlayers groups the writes by player, in the order players first
+// appear, and tells each write's player (of).
+func (s *Store) batchPlayers(reqs []*request) (players []*batchPlayer, of []int) {
+	at := map[playerKey]int{}
+	of = make([]int, len(reqs))
+	for i, r := range reqs {
+		k := playerKey{r.scope.Namespace, r.scope.PlayerID}
+		j, ok := at[k]
+		if !ok {
+			j = len(players)
+			at[k] = j
+			players = append(players, &batchPlayer{key: k, shard: s.router.Map().ShardOf(k.id)})
+		}
+		of[i] = j
+		p := players[j]
+		if cs := r.currencies(); cs == nil {
+			p.all = true
+		} else {
+			for _, c := range cs {
+				if !slices.Contains(p.currencies, c) {
+					p.currencies = append(p.currencies, c)
+				}
+			}
+		}
+		if r.keyed() && !slices.Contains(p.keys, r.scope.Key()) {
+			p.keys = append(p.keys, r.scope.Key())
+		}
+		p.idsMax += r.idsMax()
+	}
+	return players, of
+}
+
+// end rolls back a transaction still open. It runs on its own short
+// deadline, so that a batch whose time ran out still releases its locks;
+// a connection that cannot roll back is closed rather than handed to
+// the next batch.
+func (t *batchTx) end() {
+	if t.open {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if _, err := t.conn.Exec(ctx, "ROLLBACK"); err != nil {
+			_ = t.conn.Conn().Close(ctx)
+		}
+	}
+	t.conn.Release()
+}
+
+// load is the first round trip: BEGIN, the lock timeout, and for each
+// shard the players' locks and ids (batchSQL.lock), their lots and their
+// trx under the batch's keys. It makes each player's coffer.Player.
+func (t *batchTx) load(players []*batchPlayer) error {
+	byKey := make(map[playerKey]*batchPlayer, len(players))
+	lock, lots, keys := perShard{}, perShard{}, perShard{}
+	for _, p := range players {
+		byKey[p.key] = p
+		ns, id := int32(p.key.ns), int64(p.key.id)
+		lock.add(p.shard, ns, id, int32(p.idsMax))
+		if p.all {
+			lots.add(p.shard, ns, id, int32(0))
+		} else {
+			for _, c := range p.currencies {
+				lots.add(p.shard, ns, id, int32(c))
+			}
+		}
+		for _, k := range p.keys {
+			keys.add(p.shard, ns, id, int32(k.Emitter), k.IdempotencyKey)
+		}
+	}
+	l := &loading{s: t.s, byKey: byKey}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(t.s.opts.LockTimeout.Milliseconds(), 10)+"ms")
+	// Shard after shard, so that the locks are taken in one order.
+	for _, id := range lock.shards() {
+		q := &t.s.q(id).batch
+		b.Queue(q.lock, lock[id].args()...).Query(l.locks)
+		if lots[id] != nil {
+			b.Queue(q.lots, lots[id].args()...).Query(l.lots)
+		}
+		if keys[id] != nil {
+			b.Queue(q.trx, keys[id].args()...).Query(l.trx)
+		}
+	}
+	t.open = true
+	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
+		return err
+	}
+	for _, p := range players {
+		if !p.locked {
+			return fmt.Errorf("player %d/%d: not locked", p.key.ns, p.key.id)
+		}
+		p.player, p.err = coffer.NewPlayer(t.s.catalog, p.state, t.idsOf(p))
+	}
+	return nil
+}
+
+// loading files what the first round trip reads under its player.
+type loading struct {
+	s     *Store
+	byKey map[playerKey]*batchPlayer
+}
+
+// locks reads the players' rows as the lock returns them, and their ids.
+func (l *loading) locks(rows pgx.Rows) error {
+	for rows.Next() {
+		var k playerKey
+		var version, pos int64
+		var stored, next time.Time
+		var ids []int64
+		if err := rows.Scan(&k.ns, &k.id, &version, &pos, &stored, &next, &ids); err != nil {
+			return err
+		}
+		if p := l.byKey[k]; p != nil {
+			p.locked, p.stored, p.ids = true, stored, ids
+			p.state.Namespace, p.state.PlayerID, p.state.Version, p.state.Pos, p.state.At = k.ns, k.id, version, pos, next
+		}
+	}
+	return rows.Err()
+}
+
+func (l *loading) lots(rows pgx.Rows) error {
+	for rows.Next() {
+		var k playerKey
+		lot, err := scanLot(rows, &k.ns, &k.id)
+		if err != nil {
+			return err
+		}
+		if p := l.byKey[k]; p != nil {
+			p.state.Lots = append(p.state.Lots, lot)
+		}
+	}
+	return rows.Err()
+}
+
+func (l *loading) trx(rows pgx.Rows) error {
+	for rows.Next() {
+		var k playerKey
+		st, err := l.s.scanTrx(rows, &k.ns, &k.id)
+		if err != nil {
+			return err
+		}
+		if p := l.byKey[k]; p != nil {
+			p.state.Trx = append(p.state.Trx, &st.StoredTrx)
+		}
+	}
+	return rows.Err()
+}
+
+// idsOf hands out the ids the lock drew for p, then, if its plans need
+// more, fetches them (one more round trip). A failure is kept in t.idErr,
+// which fails the batch once planning is done, and yields id 0, which is
+// never written.
+func (t *batchTx) idsOf(p *batchPlayer) func() int64 {
+	return func() int64 {
+		if len(p.ids) == 0 && t.idErr == nil {
+			rows, err := t.conn.Query(t.ctx, t.s.q(p.shard).nextIDs, 8)
+			if err == nil {
+				p.ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			}
+			t.idErr = err
+		}
+		if len(p.ids) == 0 {
+			return 0
+		}
+		id := p.ids[0]
+		p.ids = p.ids[1:]
+		return id
+	}
+}
+
+// persist is the second round trip: every row the plans write, one
+// statement per table and shard (set-based: all the rows of the batch
+// for that table), the players' rows, and COMMIT. A shard whose players
+// wrote nothing gets no statement.
+func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan) error {
+	trx, ops, finish, newLots, lots, rows := perShard{}, perShard{}, perShard{}, perShard{}, perShard{}, perShard{}
+	for i, plan := range plans {
+		p := players[of[i]]
+		ns, id := int32(p.key.ns), int64(p.key.id)
+		for _, r := range plan.Inserts {
+			trx.add(p.shard, ns, id, r.CreatedAt, r.ID, int32(r.Emitter), r.IdempotencyKey, r.Hash, string(r.Kind), string(r.Status),
+				r.Reason, metaText(r.Meta), r.HoldExpiresAt, pendingJSON(r.PendingGrants), r.Version, r.Pos)
+		}
+		for _, o := range plan.Ops {
+			ops.add(p.shard, ns, id, o.CreatedAt, o.TrxID, o.Seq, int32(o.Currency), o.LotID, string(o.Kind), string(o.Cause),
+				int64(o.Amount), o.Paid, int64(o.BalanceAfter), int64(o.PaidAfter), purchaseJSON(o.Purchase), o.Pos)
+		}
+		if f := plan.Finish; f != nil {
+			finish.add(p.shard, ns, id, f.CreatedAt, f.ID, string(f.Status), f.Version, f.FinishedAt)
+		}
+	}
+	for _, p := range players {
+		if p.player == nil {
+			continue
+		}
+		ns, id := int32(p.key.ns), int64(p.key.id)
+		for _, l := range p.player.Lots() {
+			switch {
+			case l.New:
+				newLots.add(p.shard, ns, id, l.ID, int32(l.Currency), l.Paid, int64(l.Amount), int64(l.Reserved), l.ExpiresAt, l.Priority, l.CreatedAt, l.TrxID)
+			case l.Changed:
+				lots.add(p.shard, ns, id, int32(l.Currency), l.ID, int64(l.Amount), int64(l.Reserved))
+			}
+		}
+		if version, pos, at, ok := p.player.Written(); ok {
+			rows.add(p.shard, ns, id, version, pos, at)
+		}
+	}
+	b := &pgx.Batch{}
+	for _, id := range rows.shards() {
+		q := &t.s.q(id).batch
+		for _, st := range []struct {
+			sql  string
+			rows *columns
+		}{{q.insertTrx, trx[id]}, {q.insertOps, ops[id]}, {q.insertLots, newLots[id]}, {q.updateLots, lots[id]},
+			{q.finishTrx, finish[id]}, {q.updateBalances, rows[id]}} {
+			if st.rows != nil {
+				b.Queue(st.sql, st.rows.args()...)
+			}
+		}
+	}
+	b.Queue("COMMIT")
+	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
+		return err
+	}
+	t.open = false
+	return nil
+}
+
+// columns gathers rows column by column, for a statement that unnests
+// one array per column: the first row fixes each column's type.
+type columns struct {
+	n    int
+	cols []reflect.Value
+}
+
+func (c *columns) add(values ...any) {
+	if c.cols == nil {
+		c.cols = make([]reflect.Value, len(values))
+		for i, v := range values {
+			c.cols[i] = reflect.MakeSlice(reflect.SliceOf(reflect.TypeOf(v)), 0, 8)
+		}
+	}
+	for i, v := range values {
+		c.cols[i] = reflect.Append(c.cols[i], reflect.ValueOf(v))
+	}
+	c.n++
+}
+
+// args are the columns as the statement's parameters.
+func (c *columns) args() []any {
+	out := make([]any, len(c.cols))
+	for i, col := range c.cols {
+		out[i] = col.Interface()
+	}
+	return out
+}
+
+// perShard gathers the rows of one statement per shard.
+type perShard map[coffer.ShardID]*columns
+
+func (p perShard) add(id coffer.ShardID, values ...any) {
+	c := p[id]
+	if c == nil {
+		c = &columns{}
+		p[id] = c
+	}
+	c.add(values...)
+}
+
+// shards are the shards with rows, in ascending order.
+func (p perShard) shards() []coffer.ShardID {
+	ids := make([]coffer.ShardID, 0, len(p))
+	for id := range p {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}

@@ -1,0 +1,142 @@
+package postgres
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cofferhq/coffer"
+)
+
+// committer gathers the calls bound for one database into batches: each of
+// Committers goroutines takes one job (blocking), adds the jobs queued
+// behind it while the batch stays within BatchSizeMax, without waiting
+// for more, runs the batch and answers its jobs. There is no timer: an
+// idle database runs each call at once, a busy one runs the calls that
+// queued while its connections were busy in one go. Items are the
+// writes (*request) or the balance reads (*readRequest) of a job.
+type committer[R any] struct {
+	s     *Store
+	db    int
+	what  string
+	queue chan *job[R]
+	// run runs one batch and answers every item of it; fail answers the
+	// items of a job that cannot run (the store is closed).
+	run  func(db int, items []R)
+	fail func(items []R, err error)
+
+	start  sync.Once
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+// job is the items of one call (one write or read, or a batch call's
+// writes on one database): they go into one batch, in order.
+type job[R any] struct {
+	items []R
+	done  chan struct{}
+}
+
+func newCommitter[R any](s *Store, db int, what string, run func(int, []R), fail func([]R, error)) *committer[R] {
+	return &committer[R]{s: s, db: db, what: what, queue: make(chan *job[R], s.opts.QueueMax),
+		run: run, fail: fail, stop: make(chan struct{})}
+}
+
+// submit queues items as one job and waits until its batch answered them,
+// or until ctx ends. Errors: overloaded, at once, when the queue is full;
+// shard_unavailable when ctx ends first or the store is closed (the items
+// may still be applied: a retry with the same key tells).
+func (c *committer[R]) submit(ctx context.Context, items []R) error {
+	if c.closed.Load() {
+		return coffer.Errorf(coffer.CodeUnavailable, "the store is closed")
+	}
+	c.start.Do(func() {
+		for range c.s.opts.Committers {
+			c.wg.Go(c.loop)
+		}
+	})
+	j := &job[R]{items: items, done: make(chan struct{})}
+	select {
+	case c.queue <- j:
+	default:
+		return coffer.Errorf(coffer.CodeOverloaded, "%d calls' %s wait for database %s, the most it queues; retry after Retry-After",
+			cap(c.queue), c.what, c.s.router.Map().Databases()[c.db].Name())
+	}
+	select {
+	case <-j.done:
+		return nil
+	case <-ctx.Done():
+		return &coffer.Error{Code: coffer.CodeUnavailable, Message: "the call ended before its batch was answered; retry with the same key", Err: ctx.Err()}
+	}
+}
+
+// loop runs batches until the store is closed. carry is a job that did
+// not fit the batch before it: it leads the next.
+func (c *committer[R]) loop() {
+	var carry *job[R]
+	for {
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case first = <-c.queue:
+			case <-c.stop:
+				c.drain()
+				return
+			}
+		}
+		jobs, items := []*job[R]{first}, append([]R(nil), first.items...)
+	fill:
+		for len(items) < c.s.opts.BatchSizeMax {
+			select {
+			case j := <-c.queue:
+				if len(items)+len(j.items) > c.s.opts.BatchSizeMax {
+					carry = j
+					break fill
+				}
+				jobs, items = append(jobs, j), append(items, j.items...)
+			default:
+				break fill
+			}
+		}
+		c.runSafely(items)
+		for _, j := range jobs {
+			close(j.done)
+		}
+	}
+}
+
+// runSafely runs a batch; a panic (a bug) answers its items internal
+// instead of killing the process with every call in flight.
+func (c *committer[R]) runSafely(items []R) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.fail(items, coffer.Errorf(coffer.CodeInternal, "a batch of %s failed: %v", c.what, p))
+		}
+	}()
+	c.run(c.db, items)
+}
+
+// drain answers the jobs still queued when the store closes.
+func (c *committer[R]) drain() {
+	for {
+		select {
+		case j := <-c.queue:
+			c.fail(j.items, coffer.Errorf(coffer.CodeUnavailable, "the store is closed"))
+			close(j.done)
+		default:
+			return
+		}
+	}
+}
+
+// close stops the goroutines after their batches in flight.
+func (c *committer[R]) close() {
+	if c.closed.Swap(true) {
+		return
+	}
+	close(c.stop)
+	c.wg.Wait()
+	c.drain()
+}

@@ -1,0 +1,636 @@
+package postgres_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/postgres"
+	"github.com/cofferhq/coffer/shard"
+)
+
+// TestBatchIsTwoRoundTrips: the writes of one database in one batch cost
+// two round trips (the locks and state; the rows and COMMIT) and at most
+// a statement per table and shard, however many writes and players: one
+// write, or three hundred of every kind over forty players.
+func TestBatchIsTwoRoundTrips(t *testing.T) {
+	e := newEnv(t)
+	players := e.playersOn(0, 1, 40)
+	one := []coffer.ChangeRequest{{Scope: scope(players[0], "one"), Ops: []coffer.OpRequest{free("gold", 5)}}}
+	var many []coffer.ChangeRequest
+	for i := range 300 {
+		p := players[i%len(players)]
+		req := coffer.ChangeRequest{Scope: scope(p, fmt.Sprint("k", i)), Ops: []coffer.OpRequest{free("gold", 10)}}
+		switch i % 6 {
+		case 1:
+			req.Ops = []coffer.OpRequest{free("gold", -3), free("silver", 2)}
+		case 2:
+			req.Ops, req.Hold = []coffer.OpRequest{free("gold", -1), free("credits", 1)}, true
+		case 3:
+			req.Ops = []coffer.OpRequest{free("gold", -1_000_000)} // insufficient_funds
+		case 4:
+			// Not paid: a paid grant claims its order first, a round trip
+			// of its own.
+			req.Ops = []coffer.OpRequest{free("silver", 4), free("credits", 1)}
+		case 5:
+			req = many[i-5] // a replay
+		}
+		many = append(many, req)
+	}
+	for _, c := range []struct {
+		name string
+		reqs []coffer.ChangeRequest
+	}{{"one write", one}, {"300 writes", many}} {
+		var got []coffer.ChangeResult
+		trips, statements := e.roundTrips(func() {
+			var err error
+			got, err = e.store.BatchChange(ctx, c.reqs)
+			must(t, err)
+		})
+		// BEGIN, the lock timeout, COMMIT; per shard three reads and
+		// six writes at most.
+		most := int64(3 + 9*len(e.router.Map().Databases()[0].Shards))
+		if trips != 2 || statements > most {
+			t.Errorf("%s: %d round trips, %d statements; want 2, at most %d", c.name, trips, statements, most)
+		}
+		for i, r := range got {
+			if r.Err != nil && coffer.ErrorCode(r.Err) != coffer.CodeInsufficientFunds {
+				t.Fatalf("%s: change %d: %v", c.name, i, r.Err)
+			}
+		}
+	}
+}
+
+// workload is a mix of writes on a set of players whose every answer a
+// one-at-a-time run can give again: the successful writes' order is their
+// version order, and every refused write is refused in any order.
+type workload struct {
+	players []coffer.PlayerID
+	// setup runs first, one at a time: funds, holds to finish, keys to
+	// replay and to conflict with.
+	setup []write
+	// writes run concurrently.
+	writes []write
+}
+
+// write is one call of a workload and its answer.
+type write struct {
+	kind   string // change, exchange, commit, rollback
+	change coffer.ChangeRequest
+	answer coffer.ChangeResult
+}
+
+func (w *write) run(s *postgres.Store) {
+	r := &w.answer
+	switch w.kind {
+	case "change":
+		r.Trx, r.Replay, r.Err = s.Change(ctx, w.change)
+	case "exchange":
+		r.Trx, r.Replay, r.Err = s.Exchange(ctx, coffer.ExchangeRequest{Scope: w.change.Scope, From: "gold", To: "silver", Amount: 2})
+	case "commit":
+		r.Trx, r.Replay, r.Err = s.Commit(ctx, w.change.Scope)
+	case "rollback":
+		r.Trx, r.Replay, r.Err = s.Rollback(ctx, w.change.Scope)
+	}
+}
+
+func newWorkload(players []coffer.PlayerID, n int, seed uint64) *workload {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	w := &workload{players: players}
+	change := func(p coffer.PlayerID, key string, hold bool, ops ...coffer.OpRequest) write {
+		return write{kind: "change", change: coffer.ChangeRequest{Scope: scope(p, key), Ops: ops, Hold: hold, Reason: "load"}}
+	}
+	for _, p := range players {
+		w.setup = append(w.setup, change(p, "funds", false, free("gold", 100_000), paid("gold", 500, fmt.Sprint("o", p)), free("silver", 1000)),
+			change(p, "used", false, free("silver", 1)))
+		for i := range 4 {
+			w.setup = append(w.setup, change(p, fmt.Sprint("hold", i), true, free("gold", -7), free("credits", 3)))
+		}
+	}
+	holds := map[coffer.PlayerID]int{}
+	for i := range n {
+		p := players[rng.IntN(len(players))]
+		key := fmt.Sprint("w", i)
+		var wr write
+		switch k := rng.IntN(20); {
+		case k < 6:
+			wr = change(p, key, false, free("gold", coffer.Amount(1+rng.IntN(50))), free("credits", 1))
+		case k < 9:
+			wr = change(p, key, false, free("gold", -coffer.Amount(1+rng.IntN(20))))
+		case k < 10:
+			wr = change(p, key, true, free("gold", -2), free("silver", 1))
+		case k < 11:
+			wr = change(p, key, false, paid("silver", 3, key))
+		case k < 12:
+			wr = write{kind: "exchange", change: coffer.ChangeRequest{Scope: scope(p, key)}}
+		case k < 15:
+			// Refused in any order: more than the player ever holds.
+			wr = change(p, key, false, free("gold", 1), free("silver", -1_000_000))
+		case k < 16:
+			wr = change(p, "used", false, free("silver", 1)) // a replay
+		case k < 17:
+			wr = change(p, "used", false, free("silver", 2)) // idempotency_conflict
+		case k < 18:
+			wr = write{kind: "commit", change: coffer.ChangeRequest{Scope: scope(p, "used")}} // hold_not_pending
+		default:
+			// Each hold of the setup is finished once.
+			if holds[p] == 4 {
+				wr = change(p, key, false, free("credits", 2))
+				break
+			}
+			wr = write{kind: []string{"commit", "rollback"}[rng.IntN(2)], change: coffer.ChangeRequest{Scope: scope(p, fmt.Sprint("hold", holds[p]))}}
+			holds[p]++
+		}
+		w.writes = append(w.writes, wr)
+		if rng.IntN(10) == 0 {
+			w.writes = append(w.writes, wr) // sent twice: one applies, one replays
+		}
+	}
+	return w
+}
+
+// runConcurrently runs the setup one at a time, then the writes from
+// goroutines, with the sweepers running too.
+func (w *workload) runConcurrently(t *testing.T, s *postgres.Store, goroutines int) {
+	for i := range w.setup {
+		w.setup[i].run(s)
+		must(t, w.setup[i].answer.Err)
+	}
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(w.writes)); i = next.Add(1) - 1 {
+				w.writes[i].run(s)
+			}
+		})
+	}
+	stop := make(chan struct{})
+	var sweepers sync.WaitGroup
+	sweepers.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, err1 := s.SweepHolds(ctx, 10)
+			_, err2 := s.SweepExpiredLots(ctx, 10)
+			if err := errors.Join(err1, err2); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	wg.Wait()
+	close(stop)
+	sweepers.Wait()
+}
+
+// order is the writes in an order one at a time gives their answers:
+// each player's applied writes by version, then every other write.
+func (w *workload) order() []int {
+	var applied, others []int
+	for i, wr := range w.writes {
+		if wr.answer.Err == nil && !wr.answer.Replay {
+			applied = append(applied, i)
+		} else {
+			others = append(others, i)
+		}
+	}
+	slices.SortStableFunc(applied, func(a, b int) int {
+		return int(w.writes[a].answer.Trx.Version - w.writes[b].answer.Trx.Version)
+	})
+	return append(applied, others...)
+}
+
+// TestConcurrentWritesAnswerAsOneAtATime: writes of every kind from many
+// goroutines, on few players (batches hold several writes of a player)
+// and on many, with a write refused by its own checks in most batches;
+// every answer equals the one the same writes give one at a time, on
+// another ledger, in the order the batches applied them.
+func TestConcurrentWritesAnswerAsOneAtATime(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		players int
+	}{{"few players", 3}, {"many players", 200}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			var players []coffer.PlayerID
+			for p := range c.players {
+				players = append(players, coffer.PlayerID(1000+p))
+			}
+			w := newWorkload(players, 600, uint64(c.players))
+			begins := e.sent.begins.Load()
+			w.runConcurrently(t, e.store, 24)
+			// Writes were gathered: fewer batches than writes.
+			if batches := e.sent.begins.Load() - begins; batches >= int64(len(w.setup)+len(w.writes)) {
+				t.Errorf("%d batches for %d writes", batches, len(w.setup)+len(w.writes))
+			}
+			t.Logf("%d batches for %d writes", e.sent.begins.Load()-begins, len(w.setup)+len(w.writes))
+			codes := map[coffer.Code]int{}
+			for _, wr := range w.writes {
+				codes[coffer.ErrorCode(wr.answer.Err)]++
+				if c := coffer.ErrorCode(wr.answer.Err); c == coffer.CodeInternal || c == coffer.CodeUnavailable {
+					t.Fatalf("%s %s: %v", wr.kind, wr.change.IdempotencyKey, wr.answer.Err)
+				}
+			}
+			for _, want := range []coffer.Code{"", coffer.CodeInsufficientFunds, coffer.CodeIdempotencyConflict, coffer.CodeHoldNotPending} {
+				if codes[want] == 0 {
+					t.Errorf("no write answered %q: %v", want, codes)
+				}
+			}
+
+			alone := newEnv(t)
+			one := newWorkload(players, 600, uint64(c.players))
+			for i := range one.setup {
+				one.setup[i].run(alone.store)
+			}
+			for _, i := range w.order() {
+				one.writes[i].run(alone.store)
+			}
+			lotsA, lotsB := lotNames{}, lotNames{}
+			for _, i := range w.order() {
+				p := w.writes[i].change.PlayerID
+				got, want := lotsA.answer(p, w.writes[i].answer), lotsB.answer(p, one.writes[i].answer)
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("write %d (%s %s, player %d): concurrently %+v, one at a time %+v", i, w.writes[i].kind,
+						w.writes[i].change.IdempotencyKey, w.writes[i].change.PlayerID, got, want)
+				}
+			}
+		})
+	}
+}
+
+// lotNames names each player's lots by the order they first appear in,
+// so that two ledgers that drew other ids compare. Ids are a shard's:
+// players of two shards may have lots of one id.
+type lotNames map[[2]int64]int64
+
+// answer is the result of player's write as compared: answer's, with each
+// lot named.
+func (n lotNames) answer(player coffer.PlayerID, r coffer.ChangeResult) coffer.ChangeResult {
+	ops := r.Trx.Ops
+	a := answer(r)
+	for i := range a.Trx.Ops {
+		k := [2]int64{int64(player), ops[i].LotID}
+		if k[1] != 0 && n[k] == 0 {
+			n[k] = int64(len(n) + 1)
+		}
+		a.Trx.Ops[i].LotID = n[k]
+	}
+	return a
+}
+
+// waitForBackend waits until a backend of the database other than
+// those in not runs a statement like query while waiting for a lock, and
+// returns its pid.
+func (e *env) waitForBackend(db int, query string, not ...int32) int32 {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var pid int32
+		err := e.router.Database(db).QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE $1 AND pid <> pg_backend_pid() AND pid <> ALL($2) LIMIT 1`,
+			query, append(not, 0)).Scan(&pid)
+		if err == nil {
+			return pid
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.t.Fatalf("no backend waits in %q", query)
+	return 0
+}
+
+// TestBatchKilledMidFlight: the connection of a batch is cut while its
+// second round trip (the rows and COMMIT) waits; the batch runs again on
+// another connection and applies once. The wait is on a trx key another
+// transaction inserted and has not committed (an instance that does not
+// lock the player first). When that transaction rolls back, the write is
+// new; when it commits, the batch loses the race on the key's unique
+// index, runs again, and answers idempotency_conflict, as the write sent
+// alone after it would.
+func TestBatchKilledMidFlight(t *testing.T) {
+	for _, rogueCommits := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rogue commits=%v", rogueCommits), func(t *testing.T) {
+			e := newEnv(t)
+			store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 20 * time.Second})
+			defer store.Close()
+			ps := e.playersOn(0, 1, 3)
+			e.mustChange(ps[0], "seed", free("gold", 10))
+			id := e.router.Map().ShardOf(ps[0])
+			rogue, err := e.router.Shard(id).Begin(ctx)
+			must(t, err)
+			defer rogue.Rollback(ctx)
+			_, err = rogue.Exec(ctx, fmt.Sprintf(`INSERT INTO trx_%d (ns, player_id, created_at, trx_id, emitter, idempotency_key,
+				request_hash, kind, status, reason, version, pos) VALUES (1, $1, now(), -1, 7, 'k', '\x00', 'change', 'committed', 'rogue', 1, 1)`, id), ps[0])
+			must(t, err)
+
+			reqs := []coffer.ChangeRequest{{Scope: scope(ps[0], "k"), Ops: []coffer.OpRequest{free("gold", -4)}},
+				{Scope: scope(ps[1], "k"), Ops: []coffer.OpRequest{free("gold", 6)}},
+				{Scope: scope(ps[2], "k"), Ops: []coffer.OpRequest{free("gold", -1)}}}
+			var got []coffer.ChangeResult
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				got, err = store.BatchChange(ctx, reqs)
+			}()
+			pid := e.waitForBackend(0, "%INSERT INTO trx_%")
+			var killed bool
+			must(t, e.router.Database(0).QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed))
+			if !killed {
+				t.Fatalf("backend %d not terminated", pid)
+			}
+			e.waitForBackend(0, "%INSERT INTO trx_%", pid) // the batch again, on another connection
+			if rogueCommits {
+				must(t, rogue.Commit(ctx))
+			} else {
+				must(t, rogue.Rollback(ctx))
+			}
+			<-done
+			must(t, err)
+			if rogueCommits {
+				// The rogue row is no write of coffer's: gone before the audit.
+				_, err := e.router.Shard(id).Exec(ctx, fmt.Sprintf(`DELETE FROM trx_%d WHERE reason = 'rogue'`, id))
+				must(t, err)
+			}
+			// The same writes one at a time, in namespace 2, after the
+			// same rows.
+			for i := range reqs {
+				reqs[i].Namespace = 2
+			}
+			e.changeNS2(ps[0], "seed", free("gold", 10))
+			for i, req := range reqs {
+				var want coffer.ChangeResult
+				if i == 0 && rogueCommits {
+					want.Err = coffer.Errorf(coffer.CodeIdempotencyConflict, "")
+				} else {
+					want.Trx, want.Replay, want.Err = e.store.Change(ctx, req)
+				}
+				if g, w := answer(got[i]), answer(want); !reflect.DeepEqual(g, w) {
+					t.Fatalf("change %d: the batch answered %+v, alone %+v", i, g, w)
+				}
+			}
+			if b := e.balance(ps[0], "gold"); rogueCommits && b.Total != 10 || !rogueCommits && b.Total != 6 {
+				t.Fatalf("gold of the first player: %+v", b)
+			}
+		})
+	}
+}
+
+// changeNS2 writes a change in namespace 2, or fails the test.
+func (e *env) changeNS2(player coffer.PlayerID, key string, ops ...coffer.OpRequest) {
+	e.t.Helper()
+	sc := scope(player, key)
+	sc.Namespace = 2
+	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: sc, Ops: ops, Reason: "test"})
+	must(e.t, err)
+}
+
+// commitCutter forwards connections to a PostgreSQL server. Armed, it
+// drops the first answer to a COMMIT and closes that connection: the
+// server committed, the client never hears of it, as when the network
+// fails between the two.
+type commitCutter struct {
+	ln       net.Listener
+	upstream string
+	armed    atomic.Bool
+	cuts     atomic.Int32
+}
+
+func newCommitCutter(t *testing.T, upstream string) *commitCutter {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	c := &commitCutter{ln: ln, upstream: upstream}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go c.serve(client)
+		}
+	}()
+	return c
+}
+
+// commitDone is the CommandComplete of a COMMIT.
+var commitDone = []byte("COMMIT\x00")
+
+func (c *commitCutter) serve(client net.Conn) {
+	server, err := net.Dial("tcp", c.upstream)
+	if err != nil {
+		client.Close()
+		return
+	}
+	defer client.Close()
+	defer server.Close()
+	go func() { _, _ = io.Copy(server, client) }()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := server.Read(buf)
+		if n > 0 && bytes.Contains(buf[:n], commitDone) && c.armed.CompareAndSwap(true, false) {
+			c.cuts.Add(1)
+			return
+		}
+		if n > 0 {
+			if _, werr := client.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestLostCommitAnswerIsRecognised: the answer to a batch's COMMIT is
+// lost with its connection; the batch runs again, finds its own writes
+// applied (the players' rows as it left them, its trx under their keys),
+// and answers them as new writes, not as replays, applied once.
+func TestLostCommitAnswerIsRecognised(t *testing.T) {
+	e := newEnv(t)
+	db := e.cfg.Databases[0]
+	cutter := newCommitCutter(t, fmt.Sprintf("%s:%d", db.Host, db.Port))
+	cfg := e.cfg
+	cfg.Databases = slices.Clone(cfg.Databases)
+	cfg.Databases[0].Port = cutter.ln.Addr().(*net.TCPAddr).Port
+	m, err := shard.NewMap(cfg)
+	must(t, err)
+	router, err := shard.Open(m, shard.DefaultPoolConfig())
+	must(t, err)
+	defer router.Close()
+	store := postgres.New(router, e.catalog, postgres.Options{})
+	defer store.Close()
+
+	ps := e.playersOn(0, 1, 2)
+	e.mustChange(ps[1], "seed", free("gold", 3))
+	reqs := []coffer.ChangeRequest{{Scope: scope(ps[0], "a"), Ops: []coffer.OpRequest{free("gold", 5)}},
+		{Scope: scope(ps[1], "b"), Ops: []coffer.OpRequest{free("gold", -2)}, Hold: true}}
+	cutter.armed.Store(true)
+	got, err := store.BatchChange(ctx, reqs)
+	must(t, err)
+	if cutter.cuts.Load() != 1 {
+		t.Fatalf("%d COMMIT answers cut, want 1", cutter.cuts.Load())
+	}
+	for i, r := range got {
+		if r.Err != nil || r.Replay {
+			t.Fatalf("change %d after its COMMIT's answer was lost: replay %v, %v", i, r.Replay, r.Err)
+		}
+		stored, err := e.store.Trx(ctx, reqs[i].Scope)
+		must(t, err)
+		sameAnswer(t, r.Trx, stored)
+	}
+	if a, b := e.balance(ps[0], "gold"), e.balance(ps[1], "gold"); a.Total != 5 || b.Total != 1 {
+		t.Fatalf("applied more than once: %d and %d gold", a.Total, b.Total)
+	}
+}
+
+// TestDeadlockIsRetried: a transaction holds the second player of a batch
+// and then asks for the first, which the batch holds: one of the two is
+// chosen to fail (the batch, whose deadlock check runs first); the batch
+// runs again once the other is done, and answers as if nothing happened.
+func TestDeadlockIsRetried(t *testing.T) {
+	e := newEnv(t)
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 20 * time.Second})
+	defer store.Close()
+	// Two players of one shard: the batch locks the smaller id first.
+	id := e.router.Map().ShardOf(1)
+	var ps []coffer.PlayerID
+	for p := coffer.PlayerID(1); len(ps) < 2; p++ {
+		if e.router.Map().ShardOf(p) == id {
+			ps = append(ps, p)
+		}
+	}
+	e.mustChange(ps[0], "seed", free("gold", 10))
+	e.mustChange(ps[1], "seed", free("gold", 10))
+	deadlocks := func() int64 {
+		var n int64
+		must(t, e.router.Shard(id).QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&n))
+		return n
+	}
+	before := deadlocks()
+	other, err := e.router.Shard(id).Begin(ctx)
+	must(t, err)
+	defer other.Rollback(ctx)
+	_, err = other.Exec(ctx, `SET LOCAL deadlock_timeout = '10s'`)
+	must(t, err)
+	lock := fmt.Sprintf(`SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = $1 FOR UPDATE`, id)
+	_, err = other.Exec(ctx, lock, ps[1])
+	must(t, err)
+
+	reqs := []coffer.ChangeRequest{{Scope: scope(ps[0], "a"), Ops: []coffer.OpRequest{free("gold", -3)}},
+		{Scope: scope(ps[1], "a"), Ops: []coffer.OpRequest{free("gold", 4)}}}
+	var got []coffer.ChangeResult
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		got, err = store.BatchChange(ctx, reqs)
+	}()
+	e.waitForBackend(e.router.DatabaseIndex(id), "%locked_%")
+	_, err2 := other.Exec(ctx, lock, ps[0]) // waits for the batch, until the batch gives up
+	must(t, err2)
+	must(t, other.Rollback(ctx))
+	<-done
+	must(t, err)
+	if deadlocks() == before {
+		t.Fatal("no deadlock happened")
+	}
+	for i := range reqs {
+		reqs[i].Namespace = 2
+		e.changeNS2(reqs[i].PlayerID, "seed", free("gold", 10))
+		var want coffer.ChangeResult
+		want.Trx, want.Replay, want.Err = e.store.Change(ctx, reqs[i])
+		if g, w := answer(got[i]), answer(want); !reflect.DeepEqual(g, w) {
+			t.Fatalf("change %d: after the deadlock %+v, alone %+v", i, g, w)
+		}
+	}
+}
+
+// TestQueueFullIsOverloaded: a database's writes wait in a bounded queue;
+// a write that finds it full is refused at once (overloaded), and the
+// writes that waited are answered once the database is free.
+func TestQueueFullIsOverloaded(t *testing.T) {
+	e := newEnv(t)
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, QueueMax: 1, Timeout: 20 * time.Second})
+	defer store.Close()
+	ps := e.playersOn(0, 1, 3)
+	id := e.router.Map().ShardOf(ps[0])
+	tx, err := e.router.Shard(id).Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO balance_%d (ns, player_id, version, updated_at) VALUES (1, $1, 0, now())`, id), ps[0])
+	must(t, err)
+
+	errs := make(chan error, 2)
+	write := func(p coffer.PlayerID) {
+		_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "a"), Ops: []coffer.OpRequest{free("gold", 1)}})
+		errs <- err
+	}
+	go write(ps[0]) // the committer's batch, waiting for the lock
+	e.waitForBackend(0, "%locked_%")
+	go write(ps[1]) // the queue's one job
+	for store.Queued(0) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	began := time.Now()
+	_, _, err = store.Change(ctx, coffer.ChangeRequest{Scope: scope(ps[2], "a"), Ops: []coffer.OpRequest{free("gold", 1)}})
+	wantCode(t, err, coffer.CodeOverloaded)
+	if took := time.Since(began); took > time.Second {
+		t.Fatalf("the refusal took %v", took)
+	}
+	must(t, tx.Rollback(ctx))
+	must(t, <-errs)
+	must(t, <-errs)
+}
+
+// TestBalanceReadsAreGathered: balance reads from many goroutines are
+// answered in fewer round trips than reads, each as a read alone answers.
+func TestBalanceReadsAreGathered(t *testing.T) {
+	e := newEnv(t)
+	var players []coffer.PlayerID
+	for p := coffer.PlayerID(1); p <= 50; p++ {
+		players = append(players, p)
+		e.mustChange(p, "a", free("gold", coffer.Amount(p)), paid("silver", 2*coffer.Amount(p), fmt.Sprint("o", p)))
+	}
+	want := map[coffer.PlayerID]coffer.Balances{}
+	for _, p := range players {
+		b, err := e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: p, Lots: true})
+		must(t, err)
+		want[p] = b
+	}
+	const reads = 400
+	got := make([]coffer.Balances, reads)
+	trips, _ := e.roundTrips(func() {
+		var wg sync.WaitGroup
+		for i := range reads {
+			wg.Go(func() {
+				var err error
+				got[i], err = e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: players[i%len(players)], Lots: true})
+				if err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	})
+	for i, b := range got {
+		if w := want[players[i%len(players)]]; !reflect.DeepEqual(b, w) {
+			t.Fatalf("read %d: %+v, alone %+v", i, b, w)
+		}
+	}
+	if trips >= reads {
+		t.Fatalf("%d round trips for %d reads", trips, reads)
+	}
+	t.Logf("%d round trips for %d reads", trips, reads)
+}
