@@ -300,7 +300,7 @@ func (w *Workload) batch(ctx context.Context, rng *rand.Rand, key string) {
 		var resend []client.BatchChange
 		for i, r := range recs {
 			if err == nil && definitive(res[i].Err) {
-				r.Outcome = outcomeOf(res[i].Err)
+				r.Outcome, r.Code = outcomeOf(res[i].Err), coffer.ErrorCode(res[i].Err)
 				if coffer.ErrorCode(res[i].Err) == coffer.CodeIdempotencyConflict {
 					w.violation("%s: a retry with the same payload got idempotency_conflict", r.Key)
 				}
