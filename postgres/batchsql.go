@@ -1,10 +1,17 @@
 package postgres
 
-import "github.com/cofferhq/coffer"
+import (
+	"regexp"
+	"strconv"
+	"strings"
 
-// The statements of a batch on one shard: a batch sends each for every
+	"github.com/cofferhq/coffer"
+)
+
+// The statements of a batch on one shard: a batch sends them for every
 // shard its writes (or reads) touch, in shard order, all in the same round
-// trip, each with the rows of that shard in arrays (unnest). A statement
+// trip, each with the rows of that shard in arrays (unnest): three to read
+// (the locks, the lots, the trx) and one to write (writeSQL). A statement
 // over every shard of a database, a data-modifying WITH per shard, was
 // tried first: PostgreSQL opens every table it names and its indexes,
 // touched or not, and each branch cost about what a statement of its own
@@ -13,11 +20,7 @@ import "github.com/cofferhq/coffer"
 // batchSQL are the statements of a batch on one shard, written for shard
 // N (shardSQL names the tables).
 type batchSQL struct {
-	lock, lots, trx           string
-	insertTrx, insertOps      string
-	insertLots, updateLots    string
-	finishTrx, updateBalances string
-	balances                  string
+	lock, lots, trx, balances string
 }
 
 var batchStatements = batchSQL{
@@ -56,36 +59,6 @@ var batchStatements = batchSQL{
 	trx: `SELECT t.ns, t.player_id, ` + trxColumns + `
 		FROM unnest($1::int[], $2::bigint[], $3::int[], $4::text[]) AS u(ns, player_id, emitter, idempotency_key)
 		JOIN trx_N t ON t.ns = u.ns AND t.player_id = u.player_id AND t.emitter = u.emitter AND t.idempotency_key = u.idempotency_key`,
-	insertTrx: `INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
-		kind, status, reason, meta, hold_expires_at, pending_grants, version, pos)
-	SELECT ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
-		kind::trx_kind, status::trx_status, reason, meta, hold_expires_at, pending_grants, version, pos
-	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::int[], $6::text[], $7::bytea[],
-		$8::text[], $9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::jsonb[], $14::bigint[], $15::bigint[])
-		AS u(ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, meta,
-			hold_expires_at, pending_grants, version, pos)`,
-	insertOps: `INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
-		balance_after, paid_after, created_at, purchase, pos)
-	SELECT trx_id, seq, ns, player_id, currency, lot_id, kind::op_kind, cause::op_cause, amount, paid,
-		balance_after, paid_after, created_at, purchase, pos
-	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::int[], $6::int[], $7::bigint[], $8::text[],
-		$9::text[], $10::bigint[], $11::bool[], $12::bigint[], $13::bigint[], $14::jsonb[], $15::bigint[])
-		AS u(ns, player_id, created_at, trx_id, seq, currency, lot_id, kind, cause, amount, paid,
-			balance_after, paid_after, purchase, pos)`,
-	insertLots: `INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id)
-	SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::int[], $5::bool[], $6::bigint[], $7::bigint[],
-		$8::timestamptz[], $9::int[], $10::timestamptz[], $11::bigint[])`,
-	updateLots: `UPDATE lot_N l SET amount = u.amount, reserved = u.reserved
-	FROM unnest($1::int[], $2::bigint[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[])
-		AS u(ns, player_id, currency, lot_id, amount, reserved)
-	WHERE l.ns = u.ns AND l.player_id = u.player_id AND l.currency = u.currency AND l.lot_id = u.lot_id`,
-	finishTrx: `UPDATE trx_N t SET status = u.status::trx_status, version = u.version, finished_at = u.finished_at
-	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::text[], $6::bigint[], $7::timestamptz[])
-		AS u(ns, player_id, created_at, trx_id, status, version, finished_at)
-	WHERE t.ns = u.ns AND t.player_id = u.player_id AND t.created_at = u.created_at AND t.trx_id = u.trx_id`,
-	updateBalances: `UPDATE balance_N b SET version = u.version, pos = u.pos, updated_at = u.updated_at
-	FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bigint[], $5::timestamptz[]) AS u(ns, player_id, version, pos, updated_at)
-	WHERE b.ns = u.ns AND b.player_id = u.player_id`,
 	// Current balances of many players in one snapshot: each player's
 	// version with its live lots, under the index of its read in the
 	// batch ($3; a player read twice is answered twice).
@@ -98,7 +71,69 @@ var batchStatements = batchSQL{
 // forShard is the statements with shard id's table names.
 func (b batchSQL) forShard(id coffer.ShardID) batchSQL {
 	n := func(sql string) string { return shardSQL(sql, id) }
-	return batchSQL{lock: n(b.lock), lots: n(b.lots), trx: n(b.trx), insertTrx: n(b.insertTrx), insertOps: n(b.insertOps),
-		insertLots: n(b.insertLots), updateLots: n(b.updateLots), finishTrx: n(b.finishTrx),
-		updateBalances: n(b.updateBalances), balances: n(b.balances)}
+	return batchSQL{lock: n(b.lock), lots: n(b.lots), trx: n(b.trx), balances: n(b.balances)}
+}
+
+// writeBranches are the parts of a batch's write on one shard, in the
+// order the batch's rows bind to them: each inserts or updates the rows
+// of one table, from its own arrays ($1 … of its own; writeSQL numbers
+// them on). cols is how many arrays it takes.
+var writeBranches = []struct {
+	name, sql string
+	cols      int
+}{
+	// A hold begun and finished in one batch is inserted finished: one
+	// statement sees one snapshot and may not change a row twice.
+	{"trx", `INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
+		kind, status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at)
+	SELECT ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
+		kind::trx_kind, status::trx_status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at
+	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::int[], $6::text[], $7::bytea[],
+		$8::text[], $9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::jsonb[], $14::bigint[], $15::bigint[], $16::timestamptz[])
+		AS u(ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, meta,
+			hold_expires_at, pending_grants, version, pos, finished_at)`, 16},
+	{"ops", `INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
+		balance_after, paid_after, created_at, purchase, pos)
+	SELECT trx_id, seq, ns, player_id, currency, lot_id, kind::op_kind, cause::op_cause, amount, paid,
+		balance_after, paid_after, created_at, purchase, pos
+	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::int[], $6::int[], $7::bigint[], $8::text[],
+		$9::text[], $10::bigint[], $11::bool[], $12::bigint[], $13::bigint[], $14::jsonb[], $15::bigint[])
+		AS u(ns, player_id, created_at, trx_id, seq, currency, lot_id, kind, cause, amount, paid,
+			balance_after, paid_after, purchase, pos)`, 15},
+	{"new_lots", `INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id)
+	SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::int[], $5::bool[], $6::bigint[], $7::bigint[],
+		$8::timestamptz[], $9::int[], $10::timestamptz[], $11::bigint[])`, 11},
+	{"lots", `UPDATE lot_N l SET amount = u.amount, reserved = u.reserved
+	FROM unnest($1::int[], $2::bigint[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[])
+		AS u(ns, player_id, currency, lot_id, amount, reserved)
+	WHERE l.ns = u.ns AND l.player_id = u.player_id AND l.currency = u.currency AND l.lot_id = u.lot_id`, 6},
+	{"finished", `UPDATE trx_N t SET status = u.status::trx_status, version = u.version, finished_at = u.finished_at
+	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::text[], $6::bigint[], $7::timestamptz[])
+		AS u(ns, player_id, created_at, trx_id, status, version, finished_at)
+	WHERE t.ns = u.ns AND t.player_id = u.player_id AND t.created_at = u.created_at AND t.trx_id = u.trx_id`, 7},
+	{"players", `UPDATE balance_N b SET version = u.version, pos = u.pos, updated_at = u.updated_at
+	FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bigint[], $5::timestamptz[]) AS u(ns, player_id, version, pos, updated_at)
+	WHERE b.ns = u.ns AND b.player_id = u.player_id`, 5},
+}
+
+var param = regexp.MustCompile(`\$([0-9]+)`)
+
+// writeSQL is the one statement that writes a batch's rows on shard id:
+// a data-modifying WITH per table that has rows (bit i of parts for
+// writeBranches[i]), none touching a row another touches.
+func writeSQL(id coffer.ShardID, parts uint) string {
+	var with []string
+	offset := 0
+	for i, br := range writeBranches {
+		if parts&(1<<i) == 0 {
+			continue
+		}
+		sql := param.ReplaceAllStringFunc(br.sql, func(p string) string {
+			n, _ := strconv.Atoi(p[1:])
+			return "$" + strconv.Itoa(n+offset)
+		})
+		with = append(with, br.name+" AS ("+sql+")")
+		offset += br.cols
+	}
+	return shardSQL("WITH "+strings.Join(with, ",\n")+"\nSELECT 1", id)
 }

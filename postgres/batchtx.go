@@ -215,6 +215,9 @@ func (s *Store) attempt(db int, reqs []*request, unknown *attempt) *attempt {
 	}
 	t := &batchTx{s: s, conn: conn, ctx: ctx}
 	defer t.end()
+	if err := t.setLockTimeout(); err != nil {
+		return &attempt{err: err}
+	}
 	if err := t.load(players); err != nil {
 		return &attempt{err: err}
 	}
@@ -310,7 +313,24 @@ func (t *batchTx) end() {
 	t.conn.Release()
 }
 
-// load is the first round trip: BEGIN, the lock timeout, and for each
+// setLockTimeout sets the session's lock_timeout to LockTimeout, once per
+// connection (one round trip, before its first batch): set inside a
+// batch's transaction it would cost a statement per batch, and a batch
+// that rolls back would undo it.
+func (t *batchTx) setLockTimeout() error {
+	want := strconv.FormatInt(t.s.opts.LockTimeout.Milliseconds(), 10) + "ms"
+	data := t.conn.Conn().PgConn().CustomData()
+	if data["coffer.lock_timeout"] == want {
+		return nil
+	}
+	if _, err := t.conn.Exec(t.ctx, "SET lock_timeout = '"+want+"'"); err != nil {
+		return err
+	}
+	data["coffer.lock_timeout"] = want
+	return nil
+}
+
+// load is the first round trip: BEGIN, and for each
 // shard the players' locks and ids (batchSQL.lock), their lots and their
 // trx under the batch's keys. It makes each player's coffer.Player.
 func (t *batchTx) load(players []*batchPlayer) error {
@@ -334,7 +354,6 @@ func (t *batchTx) load(players []*batchPlayer) error {
 	l := &loading{s: t.s, byKey: byKey}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(t.s.opts.LockTimeout.Milliseconds(), 10)+"ms")
 	// Shard after shard, so that the locks are taken in one order.
 	for _, id := range lock.shards() {
 		q := &t.s.q(id).batch
@@ -433,25 +452,45 @@ func (t *batchTx) idsOf(p *batchPlayer) func() int64 {
 	}
 }
 
-// persist is the second round trip: every row the plans write, one
-// statement per table and shard (set-based: all the rows of the batch
-// for that table), the players' rows, and COMMIT. A shard whose players
-// wrote nothing gets no statement.
+// persist is the second round trip: per shard, one statement that
+// writes every row the plans make there (writeSQL: the batch's trx, ops,
+// new and changed lots, finished holds and players' rows, each table's
+// set-based), and COMMIT.
 func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan) error {
-	trx, ops, finish, newLots, lots, rows := perShard{}, perShard{}, perShard{}, perShard{}, perShard{}, perShard{}
+	// tables[i] holds the rows of writeBranches[i], per shard.
+	tables := make([]perShard, len(writeBranches))
+	for i := range tables {
+		tables[i] = perShard{}
+	}
+	trx, ops, newLots, lots, finished, rows := tables[0], tables[1], tables[2], tables[3], tables[4], tables[5]
+	inserted := map[int64]*coffer.TrxFinish{}
+	for _, plan := range plans {
+		for _, r := range plan.Inserts {
+			inserted[r.ID] = nil
+		}
+		if f := plan.Finish; f != nil {
+			if _, ok := inserted[f.ID]; ok {
+				inserted[f.ID] = f
+			}
+		}
+	}
 	for i, plan := range plans {
 		p := players[of[i]]
 		ns, id := int32(p.key.ns), int64(p.key.id)
 		for _, r := range plan.Inserts {
+			var finishedAt *time.Time
+			if f := inserted[r.ID]; f != nil {
+				r.Status, r.Version, finishedAt = f.Status, f.Version, &f.FinishedAt
+			}
 			trx.add(p.shard, ns, id, r.CreatedAt, r.ID, int32(r.Emitter), r.IdempotencyKey, r.Hash, string(r.Kind), string(r.Status),
-				r.Reason, metaText(r.Meta), r.HoldExpiresAt, pendingJSON(r.PendingGrants), r.Version, r.Pos)
+				r.Reason, metaText(r.Meta), r.HoldExpiresAt, pendingJSON(r.PendingGrants), r.Version, r.Pos, finishedAt)
 		}
 		for _, o := range plan.Ops {
 			ops.add(p.shard, ns, id, o.CreatedAt, o.TrxID, o.Seq, int32(o.Currency), o.LotID, string(o.Kind), string(o.Cause),
 				int64(o.Amount), o.Paid, int64(o.BalanceAfter), int64(o.PaidAfter), purchaseJSON(o.Purchase), o.Pos)
 		}
-		if f := plan.Finish; f != nil {
-			finish.add(p.shard, ns, id, f.CreatedAt, f.ID, string(f.Status), f.Version, f.FinishedAt)
+		if f := plan.Finish; f != nil && inserted[f.ID] == nil {
+			finished.add(p.shard, ns, id, f.CreatedAt, f.ID, string(f.Status), f.Version, f.FinishedAt)
 		}
 	}
 	for _, p := range players {
@@ -473,16 +512,15 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan)
 	}
 	b := &pgx.Batch{}
 	for _, id := range rows.shards() {
-		q := &t.s.q(id).batch
-		for _, st := range []struct {
-			sql  string
-			rows *columns
-		}{{q.insertTrx, trx[id]}, {q.insertOps, ops[id]}, {q.insertLots, newLots[id]}, {q.updateLots, lots[id]},
-			{q.finishTrx, finish[id]}, {q.updateBalances, rows[id]}} {
-			if st.rows != nil {
-				b.Queue(st.sql, st.rows.args()...)
+		var parts uint
+		var args []any
+		for i, table := range tables {
+			if table[id] != nil {
+				parts |= 1 << i
+				args = append(args, table[id].args()...)
 			}
 		}
+		b.Queue(t.s.writeSQL(id, parts), args...)
 	}
 	b.Queue("COMMIT")
 	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {

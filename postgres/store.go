@@ -58,6 +58,9 @@ type Store struct {
 	opts    Options
 	reports *shed.Gate
 	queries sync.Map // coffer.ShardID → *queries
+	// writes are the statements a batch writes with ([2]uint{shard,
+	// parts} → string, writeSQL), built once.
+	writes sync.Map
 	// writers and readers are the batches of each database (by index).
 	writers []*committer[*request]
 	readers []*committer[*readRequest]
@@ -119,6 +122,16 @@ func (s *Store) q(id coffer.ShardID) *queries {
 	}
 	q, _ := s.queries.LoadOrStore(id, newQueries(id))
 	return q.(*queries)
+}
+
+// writeSQL is writeSQL(id, parts), built once.
+func (s *Store) writeSQL(id coffer.ShardID, parts uint) string {
+	k := [2]uint{uint(id), parts}
+	if sql, ok := s.writes.Load(k); ok {
+		return sql.(string)
+	}
+	sql, _ := s.writes.LoadOrStore(k, writeSQL(id, parts))
+	return sql.(string)
 }
 
 // retryable tells whether a batch failed only because it lost a race with
