@@ -17,6 +17,7 @@ import (
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/postgres"
 	"github.com/cofferhq/coffer/shard"
+	"github.com/jackc/pgx/v5"
 )
 
 // TestBatchIsTwoRoundTrips: the writes of one database in one batch cost
@@ -567,12 +568,7 @@ func TestQueueFullIsOverloaded(t *testing.T) {
 	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, QueueMax: 1, Timeout: 20 * time.Second})
 	defer store.Close()
 	ps := e.playersOn(0, 1, 3)
-	id := e.router.Map().ShardOf(ps[0])
-	tx, err := e.router.Shard(id).Begin(ctx)
-	must(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO balance_%d (ns, player_id, version, updated_at) VALUES (1, $1, 0, now())`, id), ps[0])
-	must(t, err)
+	tx := e.lockElsewhere(ps[0])
 
 	errs := make(chan error, 2)
 	write := func(p coffer.PlayerID) {
@@ -586,9 +582,10 @@ func TestQueueFullIsOverloaded(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	began := time.Now()
-	_, _, err = store.Change(ctx, coffer.ChangeRequest{Scope: scope(ps[2], "a"), Ops: []coffer.OpRequest{free("gold", 1)}})
+	_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(ps[2], "a"), Ops: []coffer.OpRequest{free("gold", 1)}})
 	wantCode(t, err, coffer.CodeOverloaded)
-	if took := time.Since(began); took > time.Second {
+	// Not after the batch in flight, whose lock wait lasts 5 s.
+	if took := time.Since(began); took > 4*time.Second {
 		t.Fatalf("the refusal took %v", took)
 	}
 	must(t, tx.Rollback(ctx))
@@ -646,12 +643,7 @@ func TestHoldBegunAndFinishedInOneBatch(t *testing.T) {
 	defer store.Close()
 	ps := e.playersOn(0, 1, 2)
 	e.mustChange(ps[1], "seed", free("gold", 10))
-	id := e.router.Map().ShardOf(ps[0])
-	tx, err := e.router.Shard(id).Begin(ctx)
-	must(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO balance_%d (ns, player_id, version, updated_at) VALUES (1, $1, 0, now())`, id), ps[0])
-	must(t, err)
+	tx := e.lockElsewhere(ps[0])
 
 	errs := make(chan error, 3)
 	go func() {
@@ -686,4 +678,17 @@ func TestHoldBegunAndFinishedInOneBatch(t *testing.T) {
 		t.Fatalf("the hold as stored: %+v", stored)
 	}
 	sameAnswer(t, commit, stored)
+}
+
+// lockElsewhere inserts player's row in a transaction left open: a
+// batch with the player waits for its lock until the transaction ends.
+func (e *env) lockElsewhere(player coffer.PlayerID) pgx.Tx {
+	e.t.Helper()
+	id := e.router.Map().ShardOf(player)
+	tx, err := e.router.Shard(id).Begin(ctx)
+	must(e.t, err)
+	e.t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO balance_%d (ns, player_id, version, updated_at) VALUES (1, $1, 0, now())`, id), player)
+	must(e.t, err)
+	return tx
 }

@@ -75,7 +75,9 @@ type LimitsConfig struct {
 // (docs/architecture.md).
 type BatchesConfig struct {
 	// Committers is the batches of writes, and of reads, in flight per
-	// database, each on a connection of its pool.
+	// database, each on a connection of its pool while it runs: keep
+	// 2 × Committers below pool.conns_max, so that other calls (finlog,
+	// a trx, a balance in the past) find one.
 	Committers int `yaml:"committers"`
 	// SizeMax bounds the writes or reads of a batch (a batch call's
 	// changes for one database go into one batch, whatever their number).
@@ -256,9 +258,6 @@ func (c *Config) service() (*coffer.Catalog, *coffer.Clients, error) {
 		return nil, nil, fmt.Errorf("timeouts.lock: must be at most timeouts.request (0: a quarter of it)")
 	case c.Batches.Committers <= 0 || c.Batches.SizeMax <= 0 || c.Batches.QueueMax <= 0:
 		return nil, nil, fmt.Errorf("batches: committers, size_max and queue_max must be > 0")
-	case 2*c.Batches.Committers > int(c.Pool.ConnsMax):
-		return nil, nil, fmt.Errorf("batches.committers: %d batches of writes and %d of reads need %d connections per database; pool.conns_max is %d",
-			c.Batches.Committers, c.Batches.Committers, 2*c.Batches.Committers, c.Pool.ConnsMax)
 	case c.Sweep.Interval <= 0 || c.Sweep.BatchMax <= 0:
 		return nil, nil, fmt.Errorf("sweep: interval and batch_max must be > 0")
 	case len(c.Currencies) == 0 || len(c.Namespaces) == 0 || len(c.Clients) == 0:

@@ -24,7 +24,6 @@ func TestServiceConfigErrors(t *testing.T) {
 		"no clients":        {func(c *Config) { c.Clients = nil }, "clients"},
 		"lock past request": {func(c *Config) { c.Timeouts.Lock = 2 * c.Timeouts.Request }, "timeouts.lock"},
 		"no committers":     {func(c *Config) { c.Batches.Committers = 0 }, "batches"},
-		"committers > pool": {func(c *Config) { c.Batches.Committers = int(c.Pool.ConnsMax) }, "batches.committers"},
 	} {
 		cfg := devConfig("127.0.0.1:0", "", "k")
 		c.tweak(cfg)
