@@ -17,6 +17,16 @@ import (
 // touched or not, and each branch cost about what a statement of its own
 // costs (docs/adr/0012-group-commit.md).
 
+// keyedJoins is sent first in every batch's transaction. The batch
+// statements join arrays of keys (unnest) to the shard tables, and their
+// plans are generic (prepared once per connection): the planner guesses
+// ten rows from unnest and, on a table of a few thousand rows, prefers a
+// hash join over a sequential scan of the whole table (1 ms at a thousand
+// rows) to ten index probes. Every batch statement is a lookup by key, so
+// nested loops over the indexes are right at any size; set for the
+// transaction only, so other queries on the connection plan as usual.
+const keyedJoins = `SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
+
 // batchSQL are the statements of a batch on one shard, written for shard
 // N (shardSQL names the tables).
 type batchSQL struct {

@@ -354,6 +354,7 @@ func (t *batchTx) load(players []*batchPlayer) error {
 	l := &loading{s: t.s, byKey: byKey}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	b.Queue(keyedJoins)
 	// Shard after shard, so that the locks are taken in one order.
 	for _, id := range lock.shards() {
 		q := &t.s.q(id).batch

@@ -7,3 +7,13 @@ func RevenueSQL(id coffer.ShardID) string { return newQueries(id).revenue }
 
 // Queued is how many jobs of writes wait for database db's committers.
 func (s *Store) Queued(db int) int { return len(s.writers[db].queue) }
+
+// BatchReads are the batch's read statements on shard id, with the
+// settings a batch sends before them (keyedJoins).
+func BatchReads(id coffer.ShardID) (settings string, reads map[string]string) {
+	q := batchStatements.forShard(id)
+	return keyedJoins, map[string]string{"lock": q.lock, "lots": q.lots, "trx": q.trx, "balances": q.balances}
+}
+
+// BatchWrite is the batch's write statement on shard id with every table.
+func BatchWrite(id coffer.ShardID) string { return writeSQL(id, 1<<len(writeBranches)-1) }

@@ -366,6 +366,7 @@ func (s *Store) runReads(db int, reqs []*readRequest) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()
 	b := &pgx.Batch{}
+	b.Queue(keyedJoins)
 	for _, id := range byShard.shards() {
 		b.Queue(s.q(id).batch.balances, byShard[id].args()...).Query(func(rows pgx.Rows) error { return scanBalances(rows, reqs) })
 	}

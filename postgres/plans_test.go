@@ -1,0 +1,80 @@
+package postgres_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/postgres"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TestBatchPlansProbeIndexes plans every batch statement the way a batch
+// runs it (the generic plan of a prepared statement, after the batch's
+// settings) on a shard of a thousand rows with fresh statistics. There
+// the planner's guess of ten rows from unnest makes a hash join over a
+// sequential scan of the whole table look cheaper than ten index probes;
+// each statement must still reach its tables through their indexes.
+func TestBatchPlansProbeIndexes(t *testing.T) {
+	e := newEnv(t)
+	e.damaged = true // rows without their ops
+	id := coffer.ShardID(0)
+	db := e.router.Shard(id)
+	for _, sql := range []string{
+		`INSERT INTO balance_0 (ns, player_id, version, updated_at, pos) SELECT 1, i, 1, now(), 1 FROM generate_series(1, 1000) i`,
+		`INSERT INTO lot_0 (ns, player_id, lot_id, currency, paid, amount, reserved, priority, created_at, trx_id)
+			SELECT 1, i, i, 1, false, 5, 0, 0, now(), i FROM generate_series(1, 1000) i`,
+		`INSERT INTO trx_0 (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, version, pos)
+			SELECT 1, i, now(), i, 1, 'k' || i, '\x00', 'change', 'committed', '', 1, 1 FROM generate_series(1, 1000) i`,
+		`INSERT INTO op_0 (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, pos)
+			SELECT i, 0, 1, i, 1, i, 'grant', 'change', 5, false, 5, 0, now(), 1 FROM generate_series(1, 1000) i`,
+		`ANALYZE balance_0, lot_0, trx_0, op_0`,
+	} {
+		if _, err := db.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settings, statements := postgres.BatchReads(id)
+	statements["write"] = postgres.BatchWrite(id)
+	for name, sql := range statements {
+		if text := genericPlan(t, db, settings, sql); strings.Contains(text, "Seq Scan") {
+			t.Errorf("%s scans a table:\n%s", name, text)
+		}
+	}
+}
+
+// genericPlan is the generic plan of sql, prepared after settings, in a
+// transaction rolled back after; the prepared statement is dropped with
+// its connection.
+func genericPlan(t *testing.T, db *pgxpool.Pool, settings, sql string) string {
+	t.Helper()
+	conn, err := db.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Conn().Close(ctx); conn.Release() }()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, s := range []string{settings, "SET LOCAL plan_cache_mode = force_generic_plan", "PREPARE s AS " + sql} {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var params int
+	if err := tx.QueryRow(ctx, "SELECT cardinality(parameter_types) FROM pg_prepared_statements WHERE name = 's'").Scan(&params); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE s("+strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")+")")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "\n")
+}
