@@ -10,12 +10,14 @@ import (
 type OpCause string
 
 // Causes: a plain change (purchase, reward, spend), a hold's reservation
-// returned to its lot, or either side of an exchange that carries paid
-// value over.
+// returned to its lot, either side of an exchange that carries paid value
+// over, or a refund taking a purchase back (not revenue: the money went
+// back).
 const (
 	CauseChange   OpCause = "change"
 	CauseRelease  OpCause = "release"
 	CauseExchange OpCause = "exchange"
+	CauseRefund   OpCause = "refund"
 )
 
 // BookLot is a lot as the Book sees it while it plans a trx.
@@ -271,53 +273,98 @@ func tooManyOps() error {
 // taken. Errors: insufficient_funds; too_many_lots when the trx would
 // write more than TrxOpsMax ops. Nothing is changed on an error.
 func (b *Book) Consume(cur *Currency, amount Amount, cause OpCause, reserve bool) ([]BookOp, Amount, error) {
-	var spendable []SpendLot
-	byID := map[int64]*BookLot{}
-	var have Amount
-	for _, l := range b.currency(cur.ID).lots {
-		if b.live(l) {
-			spendable = append(spendable, SpendLot{ID: l.ID, Paid: l.Paid, ExpiresAt: l.ExpiresAt, Priority: l.Priority, CreatedAt: l.CreatedAt})
-			byID[l.ID] = l
-			have += l.Amount // at most the currency's total: no overflow
-		}
-	}
+	spendable, have := b.spendable(cur.ID)
 	if have < amount {
 		return nil, 0, Errorf(CodeInsufficientFunds, "%s: balance %d, %d needed", cur.Code, have, amount)
 	}
 	SortForSpend(spendable, cur.SpendOrder)
+	ops, paidTaken, _, err := b.spend(spendable, amount, cause, reserve)
+	return ops, paidTaken, err
+}
+
+// ClawBack takes up to amount from live lots, paid before free and then
+// in the currency's spend order: what a refund under claw_back takes from
+// the player's other lots for what was spent of the purchase. It returns
+// the ops and what it took, which is less than amount when the player
+// holds less. Errors: too_many_lots, as Consume's. Nothing is changed on
+// an error.
+func (b *Book) ClawBack(cur *Currency, amount Amount, cause OpCause) ([]BookOp, Amount, error) {
+	spendable, have := b.spendable(cur.ID)
+	SortForSpend(spendable, append([]SpendKey{SpendPaid}, cur.SpendOrder...))
+	ops, _, taken, err := b.spend(spendable, min(amount, have), cause, false)
+	return ops, taken, err
+}
+
+// spendable lists the live lots of a currency and what they hold.
+func (b *Book) spendable(cur CurrencyID) ([]SpendLot, Amount) {
+	var out []SpendLot
+	var have Amount
+	for _, l := range b.currency(cur).lots {
+		if b.live(l) {
+			out = append(out, SpendLot{ID: l.ID, Paid: l.Paid, ExpiresAt: l.ExpiresAt, Priority: l.Priority, CreatedAt: l.CreatedAt})
+			have += l.Amount // at most the currency's total: no overflow
+		}
+	}
+	return out, have
+}
+
+// spend takes amount, at most what the lots hold, from lots in their
+// order, and returns the ops, the paid part and the whole taken.
+func (b *Book) spend(lots []SpendLot, amount Amount, cause OpCause, reserve bool) ([]BookOp, Amount, Amount, error) {
 	n, left := 0, amount
-	for _, s := range spendable {
+	for _, s := range lots {
 		if left <= 0 {
 			break
 		}
-		left -= byID[s.ID].Amount
+		left -= b.byID[s.ID].Amount
 		n++
 	}
 	if b.planned+n > TrxOpsMax {
-		return nil, 0, tooManyOps()
+		return nil, 0, 0, tooManyOps()
 	}
 	ops := make([]BookOp, 0, n)
-	var paidTaken Amount
-	left = amount
-	for _, s := range spendable[:n] {
-		l := byID[s.ID]
-		take := min(l.Amount, left)
+	var paidTaken, taken Amount
+	for _, s := range lots[:n] {
+		l := b.byID[s.ID]
+		take := min(l.Amount, amount-taken)
 		reserved := l.Reserved
 		if reserve {
 			reserved += take // at most the lot's amount before: no overflow
 		}
 		if err := b.set(l, l.Amount-take, reserved); err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 		l.Changed = true
-		left -= take
+		taken += take
 		if l.Paid {
 			paidTaken += take
 		}
 		ops = append(ops, b.op(l, OpConsume, cause, -take))
 	}
 	b.planned += n
-	return ops, paidTaken, nil
+	return ops, paidTaken, taken, nil
+}
+
+// Take takes from lot lotID what it has, up to amount: a refund taking
+// back what is left of a purchase from the purchase's own lot. What
+// pending holds reserve from the lot is not its to give. A lot the Book
+// does not hold (it has nothing left), or an expired one, gives nothing:
+// taken is 0 and there is no op. Errors: too_many_lots, as Consume's.
+func (b *Book) Take(lotID int64, amount Amount, cause OpCause) (op BookOp, taken Amount, err error) {
+	l := b.byID[lotID]
+	if l == nil || !b.live(l) || amount <= 0 {
+		return BookOp{}, 0, nil
+	}
+	if b.planned >= TrxOpsMax {
+		return BookOp{}, 0, tooManyOps()
+	}
+	taken = min(l.Amount, amount)
+	if err := b.set(l, l.Amount-taken, l.Reserved); err != nil {
+		return BookOp{}, 0, err
+	}
+	l.Changed = true
+	b.planned++
+	return b.op(l, OpConsume, cause, -taken), taken, nil
 }
 
 // Release returns amount, reserved by a hold, to the lot it came from (a

@@ -33,6 +33,9 @@ type Currency struct {
 	// be paid.
 	Paid       bool
 	SpendOrder []SpendKey
+	// RefundPolicy is what a refund does with what the player spent of a
+	// refunded purchase; empty means RefundWriteOff.
+	RefundPolicy RefundPolicy
 }
 
 // Rate is the exchange rate of a pair: to = floor(from × Num / Den).
@@ -68,6 +71,13 @@ func NewCatalog(currencies []Currency, holdTTLDefault, holdTTLMax time.Duration)
 		}
 		if len(cur.SpendOrder) == 0 {
 			cur.SpendOrder = DefaultSpendOrder
+		}
+		switch cur.RefundPolicy {
+		case "":
+			cur.RefundPolicy = RefundWriteOff
+		case RefundWriteOff, RefundClawBack:
+		default:
+			return nil, fmt.Errorf("currencies[%d].refund_policy: must be write_off or claw_back, not %q", i, cur.RefundPolicy)
 		}
 		for _, k := range cur.SpendOrder {
 			switch k {
@@ -120,7 +130,7 @@ func (c *Catalog) CurrencyOf(id CurrencyID) *Currency {
 	if cur, ok := c.byID[id]; ok {
 		return cur
 	}
-	return &Currency{ID: id, Code: "unknown", SpendOrder: DefaultSpendOrder}
+	return &Currency{ID: id, Code: "unknown", SpendOrder: DefaultSpendOrder, RefundPolicy: RefundWriteOff}
 }
 
 // Ops are planned (or stored) ops as a trx answers them.

@@ -84,12 +84,14 @@ const (
 // TrxKind is the kind of a trx.
 type TrxKind string
 
-// Trx kinds. Expire is written by the lot-expiry sweeper, not by clients.
+// Trx kinds. Expire is written by the lot-expiry sweeper, not by clients;
+// refund takes a store order back (a refund or a chargeback).
 const (
 	TrxChange   TrxKind = "change"
 	TrxHold     TrxKind = "hold"
 	TrxExchange TrxKind = "exchange"
 	TrxExpire   TrxKind = "expire"
+	TrxRefund   TrxKind = "refund"
 )
 
 // TrxStatus is the state of a trx; only holds are ever pending.
@@ -168,6 +170,8 @@ type Trx struct {
 	Ops            []Op            `json:"ops"`
 	CreatedAt      time.Time       `json:"created_at"`
 	HoldExpiresAt  *time.Time      `json:"hold_expires_at,omitempty"`
+	// Refund is a refund trx's order, kind and shortfall.
+	Refund *Refund `json:"refund,omitempty"`
 	// Version and Balances are the player's, right after the trx (or its
 	// commit or rollback), for the currencies it touched.
 	Version  int64     `json:"version"`

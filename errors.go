@@ -23,8 +23,11 @@ const (
 	// CodePurchaseAlreadyCredited refuses a paid grant whose store order
 	// another request presented first (PurchaseKey.Credit).
 	CodePurchaseAlreadyCredited Code = "purchase_already_credited"
-	CodePayloadTooLarge         Code = "payload_too_large"
-	CodeUnavailable             Code = "shard_unavailable"
+	// CodeAlreadyRefunded refuses the refund of a store order that was
+	// refunded already, under another idempotency key (Player.Refund).
+	CodeAlreadyRefunded Code = "already_refunded"
+	CodePayloadTooLarge Code = "payload_too_large"
+	CodeUnavailable     Code = "shard_unavailable"
 	// CodeOverloaded refuses a call at once because the instance is
 	// serving as many as it may; nothing was done, retry (with the same
 	// key) after Retry-After.
@@ -35,7 +38,7 @@ const (
 // Codes lists every code, in the order of the contract.
 var Codes = []Code{CodeInvalid, CodeUnauthenticated, CodePermissionDenied, CodeNotFound,
 	CodeInsufficientFunds, CodeTooManyLots, CodeIdempotencyConflict, CodeHoldNotPending, CodeHoldExpired,
-	CodePurchaseAlreadyCredited, CodePayloadTooLarge, CodeUnavailable, CodeOverloaded, CodeInternal}
+	CodePurchaseAlreadyCredited, CodeAlreadyRefunded, CodePayloadTooLarge, CodeUnavailable, CodeOverloaded, CodeInternal}
 
 // Error is the one domain error type: a code, a message for people, and
 // optionally the cause.

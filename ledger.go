@@ -65,6 +65,10 @@ type RevenueLine struct {
 	ConvertedOut Amount `json:"converted_out"`
 	// Expired is paid currency that expired in the period.
 	Expired Amount `json:"expired"`
+	// Refunded is paid currency that refunds took back in the period:
+	// from the refunded purchases' lots, and paid coins clawed back from
+	// the player's other lots.
+	Refunded Amount `json:"refunded"`
 	// Deferred is the paid currency outstanding at the end of the period.
 	Deferred Amount `json:"deferred"`
 }
@@ -78,7 +82,8 @@ func (l *RevenueLine) Add(r RevenueLine) error {
 		to *Amount
 		v  Amount
 	}{{&sum.Deposited, r.Deposited}, {&sum.Recognised, r.Recognised},
-		{&sum.ConvertedIn, r.ConvertedIn}, {&sum.ConvertedOut, r.ConvertedOut}, {&sum.Expired, r.Expired}, {&sum.Deferred, r.Deferred}} {
+		{&sum.ConvertedIn, r.ConvertedIn}, {&sum.ConvertedOut, r.ConvertedOut}, {&sum.Expired, r.Expired},
+		{&sum.Refunded, r.Refunded}, {&sum.Deferred, r.Deferred}} {
 		v, ok := f.to.Add(f.v)
 		if !ok {
 			return Errorf(CodeInternal, "revenue of %s: a figure passes int64 minor units", l.Currency)
@@ -191,6 +196,12 @@ type Ledger interface {
 	// rate. Errors: invalid_argument, insufficient_funds, too_many_lots,
 	// idempotency_conflict, shard_unavailable, internal.
 	Exchange(ctx context.Context, req ExchangeRequest) (trx Trx, replay bool, err error)
+	// Refund takes a store order credited to the player back, a refund or
+	// a chargeback (Player.Refund), at most once per order. Errors:
+	// invalid_argument, not_found (the order was not credited to the
+	// player), already_refunded, idempotency_conflict, too_many_lots,
+	// shard_unavailable, internal.
+	Refund(ctx context.Context, req RefundRequest) (trx Trx, replay bool, err error)
 	// Finlog reads a page of a player's trx with their ops. Errors:
 	// invalid_argument, shard_unavailable, internal.
 	Finlog(ctx context.Context, q FinlogQuery) (FinlogPage, error)

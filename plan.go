@@ -51,8 +51,10 @@ type TrxRow struct {
 	Meta           json.RawMessage
 	HoldExpiresAt  *time.Time
 	PendingGrants  []PendingGrant
-	Version        int64
-	CreatedAt      time.Time
+	// Refund is a refund trx's order, kind and shortfall.
+	Refund    *RefundRow
+	Version   int64
+	CreatedAt time.Time
 	// Pos is the trx's position in its player's order.
 	Pos int64
 }
@@ -109,6 +111,9 @@ type PlayerState struct {
 	At   time.Time
 	Lots []*BookLot
 	Trx  []*StoredTrx
+	// Orders are the store orders the player's refunds name, as its
+	// ledger holds them (the lots of their grants, their refund).
+	Orders []*OrderState
 }
 
 // Player plans the writes of one player, one after the other, on its
@@ -122,13 +127,15 @@ type Player struct {
 	catalog *Catalog
 	book    *Book
 	trx     map[TrxKey]*StoredTrx
+	orders  map[PurchaseKey]*OrderState
 	wrote   bool
 }
 
 // NewPlayer loads a player's state. newID hands out the ids of new trx
 // and lots. Errors: internal, when the lots are damaged (Book.Add).
 func NewPlayer(c *Catalog, st PlayerState, newID func() int64) (*Player, error) {
-	p := &Player{state: st, catalog: c, book: &Book{NewID: newID}, trx: make(map[TrxKey]*StoredTrx, len(st.Trx))}
+	p := &Player{state: st, catalog: c, book: &Book{NewID: newID}, trx: make(map[TrxKey]*StoredTrx, len(st.Trx)),
+		orders: make(map[PurchaseKey]*OrderState, len(st.Orders))}
 	for _, l := range st.Lots {
 		if err := p.book.Add(l); err != nil {
 			return nil, err
@@ -137,7 +144,10 @@ func NewPlayer(c *Catalog, st PlayerState, newID func() int64) (*Player, error) 
 	for _, t := range st.Trx {
 		p.trx[TrxKey{t.Emitter, t.IdempotencyKey}] = t
 	}
-	p.state.Lots, p.state.Trx = nil, nil
+	for _, o := range st.Orders {
+		p.orders[o.Key] = o
+	}
+	p.state.Lots, p.state.Trx, p.state.Orders = nil, nil, nil
 	return p, nil
 }
 
@@ -284,6 +294,7 @@ func (p *Player) Change(v ValidChange) Plan {
 	w.insert(TrxRow{ID: id, Emitter: v.Emitter, IdempotencyKey: v.IdempotencyKey, Hash: v.Hash.Sum, Kind: trx.Kind,
 		Status: trx.Status, Reason: v.Reason, Meta: v.Meta, HoldExpiresAt: trx.HoldExpiresAt, PendingGrants: pending}, ops)
 	w.keep(trx, v.Emitter, v.Hash.Sum, pending)
+	p.credited(ops)
 	w.plan.Trx = trx
 	return w.done()
 }
@@ -419,6 +430,9 @@ func (p *Player) finish(k TrxKey, commit, sweep bool) Plan {
 	w.plan.Finish = &TrxFinish{ID: h.ID, CreatedAt: h.CreatedAt, Status: status, Version: w.version, FinishedAt: w.at}
 	w.ops(h.ID, int32(len(settled)), ops)
 	w.expiries(expiredAfter)
+	if status == StatusCommitted {
+		p.credited(ops)
+	}
 	finished := *h
 	finished.Trx = out
 	p.trx[k] = &finished

@@ -37,6 +37,7 @@ var permissions = map[string]coffer.Permission{
 	"Rollback":    coffer.PermWrite,
 	"GetTrx":      coffer.PermRead,
 	"Exchange":    coffer.PermWrite,
+	"Refund":      coffer.PermWrite,
 	"Finlog":      coffer.PermRead,
 	"Revenue":     coffer.PermAdmin,
 	"GetStatus":   coffer.PermOps,

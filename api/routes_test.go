@@ -4,8 +4,8 @@ import "testing"
 
 func TestRoutesCoverContract(t *testing.T) {
 	routes := Routes()
-	if len(routes) != 10 {
-		t.Fatalf("%d routes, want the 10 rpcs of wallet.proto", len(routes))
+	if len(routes) != 11 {
+		t.Fatalf("%d routes, want the 11 rpcs of wallet.proto", len(routes))
 	}
 	for _, r := range routes {
 		if r.Method == "POST" && r.Permission != "write" {

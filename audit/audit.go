@@ -113,6 +113,32 @@ var checks = []check{
 		WHERE b.version IS NULL OR t.version > b.version OR t.version < 1`},
 	{"op of no trx", `SELECT o.trx_id, o.seq FROM op_N o
 		WHERE NOT EXISTS (SELECT 1 FROM trx_N t WHERE t.trx_id = o.trx_id AND t.ns = o.ns AND t.player_id = o.player_id)`},
+	// Refunds (ADR 0014): each refunds an order credited to its player
+	// before it, no order is refunded twice on a shard (with the claims'
+	// check, which keeps an order's credit on one player, nowhere), and
+	// each took, in every currency, what the order credited less its
+	// recorded shortfall.
+	{"refund of an order not credited", `SELECT t.ns, t.player_id, t.trx_id, t.refund->>'store', t.refund->>'order_id' FROM trx_N t
+		WHERE t.refund IS NOT NULL AND NOT EXISTS (SELECT 1 FROM op_N o WHERE o.ns = t.ns AND o.player_id = t.player_id
+			AND o.purchase IS NOT NULL AND o.purchase->>'store' = t.refund->>'store' AND o.purchase->>'order_id' = t.refund->>'order_id'
+			AND o.kind = 'grant' AND o.pos < t.pos)`},
+	{"order refunded twice", `SELECT ns, refund->>'store', refund->>'order_id', array_agg(trx_id) FROM trx_N
+		WHERE refund IS NOT NULL GROUP BY 1, 2, 3 HAVING count(*) > 1`},
+	{"refund differs from its order", `WITH r AS (SELECT ns, player_id, trx_id, refund FROM trx_N WHERE refund IS NOT NULL),
+		owed AS (SELECT r.trx_id, o.currency, sum(o.amount) AS amount FROM r JOIN op_N o ON o.ns = r.ns AND o.player_id = r.player_id
+				AND o.purchase IS NOT NULL AND o.purchase->>'store' = r.refund->>'store' AND o.purchase->>'order_id' = r.refund->>'order_id'
+				AND o.kind = 'grant'
+			GROUP BY 1, 2),
+		took AS (SELECT r.trx_id, o.currency, -sum(o.amount) AS amount FROM r
+			JOIN op_N o ON o.trx_id = r.trx_id AND o.ns = r.ns AND o.player_id = r.player_id AND o.cause = 'refund' GROUP BY 1, 2),
+		short AS (SELECT r.trx_id, (s->>'currency')::int AS currency, sum((s->>'amount')::numeric) AS amount
+			FROM r, jsonb_array_elements(COALESCE(r.refund->'shortfall', '[]')) s GROUP BY 1, 2),
+		took_short AS (SELECT COALESCE(t.trx_id, s.trx_id) AS trx_id, COALESCE(t.currency, s.currency) AS currency,
+				COALESCE(t.amount, 0) AS took, COALESCE(s.amount, 0) AS short
+			FROM took t FULL JOIN short s ON s.trx_id = t.trx_id AND s.currency = t.currency)
+		SELECT COALESCE(w.trx_id, x.trx_id), COALESCE(w.currency, x.currency), w.amount, x.took, x.short
+		FROM owed w FULL JOIN took_short x ON x.trx_id = w.trx_id AND x.currency = w.currency
+		WHERE COALESCE(w.amount, 0) <> COALESCE(x.took, 0) + COALESCE(x.short, 0)`},
 }
 
 const staleHolds = `SELECT ns, player_id, idempotency_key, hold_expires_at FROM trx_N

@@ -133,6 +133,17 @@ func (c *Client) Exchange(ctx context.Context, ns coffer.Namespace, p coffer.Pla
 	return trx, status == http.StatusOK, err
 }
 
+// Refund is a refund or chargeback, as sent.
+type Refund = coffer.RefundBody
+
+// Refund takes back a store order credited to the player (a refund or a
+// chargeback); replay is true when the answer is the original result of
+// an earlier request with the same key.
+func (c *Client) Refund(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, req Refund) (trx coffer.Trx, replay bool, err error) {
+	status, err := c.do(ctx, "POST", playerPath(ns, p)+"/refunds", nil, req, &trx)
+	return trx, status == http.StatusOK, err
+}
+
 // Finlog reads a page of a player's finlog.
 func (c *Client) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.FinlogPage, error) {
 	v := url.Values{}

@@ -68,6 +68,13 @@ func (s *Server) Exchange(ctx context.Context, req *cofferv1.ExchangeRequest) (*
 	return written(ctx, trx, replay, err)
 }
 
+// Refund implements the rpc of the same name: a refund or chargeback of a store order.
+func (s *Server) Refund(ctx context.Context, req *cofferv1.RefundRequest) (*cofferv1.Trx, error) {
+	trx, replay, err := s.Ledger.Refund(ctx, coffer.RefundRequest{Scope: scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey),
+		Store: req.Store, OrderID: req.OrderId, Kind: coffer.RefundKind(req.Kind), Reason: req.Reason})
+	return written(ctx, trx, replay, err)
+}
+
 // Finlog implements the rpc of the same name: a page of a player's finlog.
 func (s *Server) Finlog(ctx context.Context, req *cofferv1.FinlogRequest) (*cofferv1.FinlogPage, error) {
 	from, to, err := period(req.From, req.To)
@@ -115,7 +122,7 @@ func (s *Server) Revenue(ctx context.Context, req *cofferv1.RevenueRequest) (*co
 	for _, l := range lines {
 		out.Lines = append(out.Lines, &cofferv1.RevenueLine{
 			Currency: l.Currency, Deposited: int64(l.Deposited), Recognised: int64(l.Recognised),
-			ConvertedIn: int64(l.ConvertedIn), ConvertedOut: int64(l.ConvertedOut), Expired: int64(l.Expired), Deferred: int64(l.Deferred),
+			ConvertedIn: int64(l.ConvertedIn), ConvertedOut: int64(l.ConvertedOut), Expired: int64(l.Expired), Refunded: int64(l.Refunded), Deferred: int64(l.Deferred),
 		})
 	}
 	return out, nil

@@ -133,6 +133,12 @@ func toTrx(t coffer.Trx) (*cofferv1.Trx, error) {
 	for _, b := range t.Balances {
 		out.Balances = append(out.Balances, toBalance(b))
 	}
+	if r := t.Refund; r != nil {
+		out.Refund = &cofferv1.Refund{Store: r.Store, OrderId: r.OrderID, Kind: string(r.Kind)}
+		for _, s := range r.Shortfall {
+			out.Refund.Shortfall = append(out.Refund.Shortfall, &cofferv1.RefundAmount{Currency: s.Currency, Amount: int64(s.Amount)})
+		}
+	}
 	return out, nil
 }
 

@@ -111,6 +111,7 @@ var codeOf = map[coffer.Code]codes.Code{
 	coffer.CodeHoldNotPending:          codes.FailedPrecondition,
 	coffer.CodeHoldExpired:             codes.FailedPrecondition,
 	coffer.CodePurchaseAlreadyCredited: codes.AlreadyExists,
+	coffer.CodeAlreadyRefunded:         codes.AlreadyExists,
 	coffer.CodePayloadTooLarge:         codes.ResourceExhausted,
 	coffer.CodeUnavailable:             codes.Unavailable,
 	coffer.CodeOverloaded:              codes.Unavailable,

@@ -91,6 +91,19 @@ func (s *Server) exchange(r *http.Request, c *coffer.Client) (int, any, error) {
 	return written(trx, replay, err)
 }
 
+func (s *Server) refund(r *http.Request, c *coffer.Client) (int, any, error) {
+	sc, err := playerScope(r, c)
+	if err != nil {
+		return 0, nil, err
+	}
+	req, err := DecodeRefund(bounded(r, s.BodyBytesMax), sc)
+	if err != nil {
+		return 0, nil, bodyError(err, s.BodyBytesMax)
+	}
+	trx, replay, err := s.Ledger.Refund(r.Context(), req)
+	return written(trx, replay, err)
+}
+
 func (s *Server) finlog(r *http.Request, _ *coffer.Client) (int, any, error) {
 	q := coffer.FinlogQuery{}
 	var err error

@@ -84,6 +84,16 @@ func DecodeExchange(body io.Reader, sc coffer.Scope) (coffer.ExchangeRequest, er
 	return coffer.ExchangeRequest{Scope: sc, From: b.From, To: b.To, Amount: b.Amount, Reason: b.Reason, Meta: b.Meta}, nil
 }
 
+// DecodeRefund is DecodeChange for a refund (coffer.RefundBody).
+func DecodeRefund(body io.Reader, sc coffer.Scope) (coffer.RefundRequest, error) {
+	var b coffer.RefundBody
+	if err := decodeJSON(body, &b, true); err != nil {
+		return coffer.RefundRequest{}, err
+	}
+	sc.IdempotencyKey = b.IdempotencyKey
+	return coffer.RefundRequest{Scope: sc, Store: b.Store, OrderID: b.OrderID, Kind: b.Kind, Reason: b.Reason}, nil
+}
+
 // bodyDepthMax bounds the nesting of a body: deep enough for meta at its
 // deepest (coffer.MetaDepthMax) inside any body.
 const bodyDepthMax = 64

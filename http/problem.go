@@ -23,6 +23,7 @@ var statusOf = map[coffer.Code]int{
 	coffer.CodeHoldNotPending:          http.StatusConflict,
 	coffer.CodeHoldExpired:             http.StatusConflict,
 	coffer.CodePurchaseAlreadyCredited: http.StatusConflict,
+	coffer.CodeAlreadyRefunded:         http.StatusConflict,
 	coffer.CodePayloadTooLarge:         http.StatusRequestEntityTooLarge,
 	coffer.CodeUnavailable:             http.StatusServiceUnavailable,
 	coffer.CodeOverloaded:              http.StatusServiceUnavailable,

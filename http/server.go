@@ -63,6 +63,7 @@ func (s *Server) Handler() http.Handler {
 		"Rollback":    s.rollback,
 		"GetTrx":      s.getTrx,
 		"Exchange":    s.exchange,
+		"Refund":      s.refund,
 		"Finlog":      s.finlog,
 		"Revenue":     s.revenue,
 		"GetStatus":   s.getStatus,

@@ -30,7 +30,7 @@ const keyedJoins = `SELECT set_config('enable_hashjoin', 'off', true), set_confi
 // batchSQL are the statements of a batch on one shard, written for shard
 // N (shardSQL names the tables).
 type batchSQL struct {
-	lock, lots, trx, balances string
+	lock, lots, trx, orders, balances string
 }
 
 var batchStatements = batchSQL{
@@ -69,6 +69,19 @@ var batchStatements = batchSQL{
 	trx: `SELECT t.ns, t.player_id, ` + trxColumns + `
 		FROM unnest($1::int[], $2::bigint[], $3::int[], $4::text[]) AS u(ns, player_id, emitter, idempotency_key)
 		JOIN trx_N t ON t.ns = u.ns AND t.player_id = u.player_id AND t.emitter = u.emitter AND t.idempotency_key = u.idempotency_key`,
+	// The orders the players' refunds name: the lots their grants created
+	// (op_N_order), in the order of the grants, and the trx that refunded
+	// each, if any (trx_N_refund; a row with refunded_by > 0).
+	orders: `SELECT u.ns, u.player_id, u.store, u.order_id, o.lot_id, o.currency, o.amount, 0::bigint AS refunded_by, o.pos
+		FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[]) AS u(ns, player_id, store, order_id)
+		JOIN op_N o ON o.ns = u.ns AND o.player_id = u.player_id AND o.purchase IS NOT NULL
+			AND o.purchase->>'store' = u.store AND o.purchase->>'order_id' = u.order_id AND o.kind = 'grant'
+	UNION ALL
+	SELECT u.ns, u.player_id, u.store, u.order_id, 0, 0, 0, t.trx_id, t.pos
+		FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[]) AS u(ns, player_id, store, order_id)
+		JOIN trx_N t ON t.ns = u.ns AND t.player_id = u.player_id AND t.refund IS NOT NULL
+			AND t.refund->>'store' = u.store AND t.refund->>'order_id' = u.order_id
+	ORDER BY pos`,
 	// Current balances of many players in one snapshot: each player's
 	// version with its live lots, under the index of its read in the
 	// batch ($3; a player read twice is answered twice).
@@ -81,7 +94,7 @@ var batchStatements = batchSQL{
 // forShard is the statements with shard id's table names.
 func (b batchSQL) forShard(id coffer.ShardID) batchSQL {
 	n := func(sql string) string { return shardSQL(sql, id) }
-	return batchSQL{lock: n(b.lock), lots: n(b.lots), trx: n(b.trx), balances: n(b.balances)}
+	return batchSQL{lock: n(b.lock), lots: n(b.lots), trx: n(b.trx), orders: n(b.orders), balances: n(b.balances)}
 }
 
 // writeBranches are the parts of a batch's write on one shard, in the
@@ -95,13 +108,14 @@ var writeBranches = []struct {
 	// A hold begun and finished in one batch is inserted finished: one
 	// statement sees one snapshot and may not change a row twice.
 	{"trx", `INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
-		kind, status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at)
+		kind, status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at, refund)
 	SELECT ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
-		kind::trx_kind, status::trx_status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at
+		kind::trx_kind, status::trx_status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at, refund
 	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::int[], $6::text[], $7::bytea[],
-		$8::text[], $9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::jsonb[], $14::bigint[], $15::bigint[], $16::timestamptz[])
+		$8::text[], $9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::jsonb[], $14::bigint[], $15::bigint[], $16::timestamptz[],
+		$17::jsonb[])
 		AS u(ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, meta,
-			hold_expires_at, pending_grants, version, pos, finished_at)`, 16},
+			hold_expires_at, pending_grants, version, pos, finished_at, refund)`, 17},
 	{"ops", `INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
 		balance_after, paid_after, created_at, purchase, pos)
 	SELECT trx_id, seq, ns, player_id, currency, lot_id, kind::op_kind, cause::op_cause, amount, paid,

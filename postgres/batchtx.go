@@ -131,7 +131,9 @@ type batchPlayer struct {
 	all        bool
 	currencies []coffer.CurrencyID
 	keys       []coffer.TrxKey
-	idsMax     int
+	// orders are those the player's refunds name.
+	orders []coffer.PurchaseKey
+	idsMax int
 
 	locked bool
 	state  coffer.PlayerState
@@ -293,6 +295,9 @@ func (s *Store) batchPlayers(reqs []*request) (players []*batchPlayer, of []int)
 		if r.keyed() && !slices.Contains(p.keys, r.scope.Key()) {
 			p.keys = append(p.keys, r.scope.Key())
 		}
+		if r.kind == writeRefund && !slices.Contains(p.orders, r.refund.Order) {
+			p.orders = append(p.orders, r.refund.Order)
+		}
 		p.idsMax += r.idsMax()
 	}
 	return players, of
@@ -331,11 +336,12 @@ func (t *batchTx) setLockTimeout() error {
 }
 
 // load is the first round trip: BEGIN, and for each
-// shard the players' locks and ids (batchSQL.lock), their lots and their
-// trx under the batch's keys. It makes each player's coffer.Player.
+// shard the players' locks and ids (batchSQL.lock), their lots, their
+// trx under the batch's keys and the orders their refunds name. It makes
+// each player's coffer.Player.
 func (t *batchTx) load(players []*batchPlayer) error {
 	byKey := make(map[playerKey]*batchPlayer, len(players))
-	lock, lots, keys := perShard{}, perShard{}, perShard{}
+	lock, lots, keys, orders := perShard{}, perShard{}, perShard{}, perShard{}
 	for _, p := range players {
 		byKey[p.key] = p
 		ns, id := int32(p.key.ns), int64(p.key.id)
@@ -349,6 +355,10 @@ func (t *batchTx) load(players []*batchPlayer) error {
 		}
 		for _, k := range p.keys {
 			keys.add(p.shard, ns, id, int32(k.Emitter), k.IdempotencyKey)
+		}
+		for _, o := range p.orders {
+			orders.add(p.shard, ns, id, o.Store, o.OrderID)
+			p.state.Orders = append(p.state.Orders, &coffer.OrderState{Key: o})
 		}
 	}
 	l := &loading{s: t.s, byKey: byKey}
@@ -364,6 +374,9 @@ func (t *batchTx) load(players []*batchPlayer) error {
 		}
 		if keys[id] != nil {
 			b.Queue(q.trx, keys[id].args()...).Query(l.trx)
+		}
+		if orders[id] != nil {
+			b.Queue(q.orders, orders[id].args()...).Query(l.orders)
 		}
 	}
 	t.open = true
@@ -431,6 +444,34 @@ func (l *loading) trx(rows pgx.Rows) error {
 	return rows.Err()
 }
 
+// orders reads the orders' lots and refunds (batchSQL.orders).
+func (l *loading) orders(rows pgx.Rows) error {
+	for rows.Next() {
+		var k playerKey
+		var order coffer.PurchaseKey
+		var lot coffer.OrderLot
+		var refundedBy, pos int64
+		if err := rows.Scan(&k.ns, &k.id, &order.Store, &order.OrderID, &lot.LotID, &lot.Currency, &lot.Share, &refundedBy, &pos); err != nil {
+			return err
+		}
+		p := l.byKey[k]
+		if p == nil {
+			continue
+		}
+		order.Namespace = k.ns
+		for _, o := range p.state.Orders {
+			switch {
+			case o.Key != order:
+			case refundedBy != 0:
+				o.RefundedBy = refundedBy
+			default:
+				o.Lots = append(o.Lots, lot)
+			}
+		}
+	}
+	return rows.Err()
+}
+
 // idsOf hands out the ids the lock drew for p, then, if its plans need
 // more, fetches them (one more round trip). A failure is kept in t.idErr,
 // which fails the batch once planning is done, and yields id 0, which is
@@ -484,7 +525,7 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan)
 				r.Status, r.Version, finishedAt = f.Status, f.Version, &f.FinishedAt
 			}
 			trx.add(p.shard, ns, id, r.CreatedAt, r.ID, int32(r.Emitter), r.IdempotencyKey, r.Hash, string(r.Kind), string(r.Status),
-				r.Reason, metaText(r.Meta), r.HoldExpiresAt, pendingJSON(r.PendingGrants), r.Version, r.Pos, finishedAt)
+				r.Reason, metaText(r.Meta), r.HoldExpiresAt, pendingJSON(r.PendingGrants), r.Version, r.Pos, finishedAt, refundJSON(r.Refund))
 		}
 		for _, o := range plan.Ops {
 			ops.add(p.shard, ns, id, o.CreatedAt, o.TrxID, o.Seq, int32(o.Currency), o.LotID, string(o.Kind), string(o.Cause),

@@ -22,7 +22,7 @@ const lotColumns = `l.lot_id, l.currency, l.paid, l.amount, l.reserved, l.expire
 // trxColumns are read by scanTrx, in this order; ops come as a JSON array.
 // meta is canonical text; meta_jsonb what an earlier coffer stored (V0010).
 const trxColumns = `t.trx_id, t.emitter, t.idempotency_key, t.kind, t.status, t.reason, t.meta, t.meta_jsonb, t.created_at,
-	t.hold_expires_at, t.pending_grants, t.request_hash, t.version, t.pos,
+	t.hold_expires_at, t.pending_grants, t.request_hash, t.version, t.pos, t.refund,
 	COALESCE((SELECT json_agg(json_build_object('c', o.currency, 'a', o.amount, 'k', o.kind, 'p', o.paid,
 		'l', o.lot_id, 'b', o.balance_after, 'q', o.paid_after, 'u', o.purchase, 'z', o.cause,
 		'f', o.created_at = COALESCE(t.finished_at, t.created_at)) ORDER BY o.seq)
@@ -64,6 +64,7 @@ func newQueries(id coffer.ShardID) *queries {
 				COALESCE(sum(amount) FILTER (WHERE kind = 'grant' AND cause = 'exchange' AND created_at >= $2), 0),
 				COALESCE(sum(-amount) FILTER (WHERE kind = 'consume' AND cause = 'exchange' AND created_at >= $2), 0),
 				COALESCE(sum(-amount) FILTER (WHERE kind = 'expire' AND created_at >= $2), 0),
+				COALESCE(sum(-amount) FILTER (WHERE kind = 'consume' AND cause = 'refund' AND created_at >= $2), 0),
 				COALESCE(sum(amount), 0)
 			FROM op_N WHERE ns = $1 AND paid AND created_at < $3 GROUP BY currency`),
 	}

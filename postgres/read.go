@@ -310,7 +310,7 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 		for rows.Next() {
 			var cur coffer.CurrencyID
 			var r coffer.RevenueLine
-			if err := rows.Scan(&cur, &r.Deposited, &r.Recognised, &r.ConvertedIn, &r.ConvertedOut, &r.Expired, &r.Deferred); err != nil {
+			if err := rows.Scan(&cur, &r.Deposited, &r.Recognised, &r.ConvertedIn, &r.ConvertedOut, &r.Expired, &r.Refunded, &r.Deferred); err != nil {
 				rows.Close()
 				return nil, s.fail(id, err)
 			}

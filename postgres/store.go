@@ -137,12 +137,13 @@ func (s *Store) writeSQL(id coffer.ShardID, parts uint) string {
 // retryable tells whether a batch failed only because it lost a race with
 // another transaction, so that running it again is correct and nothing
 // was written: a serialization failure, a deadlock, or a trx insert that
-// found its idempotency key written meanwhile (by an instance that does
-// not lock the player first); run again, the batch reads that trx.
+// found its idempotency key (or a refund its order's refund) written
+// meanwhile (by an instance that does not lock the player first); run
+// again, the batch reads that trx.
 func retryable(err error) bool {
 	var pg *pgconn.PgError
 	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01" ||
-		(pg.Code == "23505" && strings.HasSuffix(pg.ConstraintName, "_idempotency")))
+		(pg.Code == "23505" && (strings.HasSuffix(pg.ConstraintName, "_idempotency") || strings.HasSuffix(pg.ConstraintName, "_refund"))))
 }
 
 // isolable tells whether a batch's failure may come from some of its

@@ -39,7 +39,8 @@ var ctx = context.Background()
 
 // newEnv migrates 8 shards over two servers and returns a store with
 // gold and silver (can be paid) and credits (free only), gold→silver 1:100
-// and silver→credits 10:1 in namespace 1. The audit runs when the test ends.
+// and silver→credits 10:1 in namespace 1; refunds claw gold back and write
+// silver off. The audit runs when the test ends.
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	return newEnvOn(t, pgtest.Server(t, 0), pgtest.Server(t, 1))
@@ -73,7 +74,7 @@ func newEnvAt(t *testing.T, version int64, servers ...*pgserver.Server) *env {
 		t.Fatal(err)
 	}
 	cat, err := coffer.NewCatalog([]coffer.Currency{
-		{ID: 1, Code: "gold", Paid: true}, {ID: 2, Code: "silver", Paid: true}, {ID: 3, Code: "credits"},
+		{ID: 1, Code: "gold", Paid: true, RefundPolicy: coffer.RefundClawBack}, {ID: 2, Code: "silver", Paid: true}, {ID: 3, Code: "credits"},
 	}, 10*time.Minute, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -647,7 +648,7 @@ func TestRevenue(t *testing.T) {
 	must(t, err)
 	lines, err := e.store.Revenue(ctx, coffer.RevenueQuery{Namespace: 1, From: from, To: time.Now().Add(time.Minute)})
 	must(t, err)
-	want := "[{gold 150 30 0 10 0 110} {silver 0 0 1000 0 0 1000}]"
+	want := "[{gold 150 30 0 10 0 0 110} {silver 0 0 1000 0 0 0 1000}]"
 	if got := fmt.Sprint(lines); got != want {
 		t.Fatalf("revenue = %s, want %s", got, want)
 	}
@@ -773,22 +774,28 @@ func TestAuditFindsDamage(t *testing.T) {
 			e := newEnv(t)
 			e.mustChange(31, "a", free("gold", 5))
 			e.mustChange(31, "b", free("gold", 7))
-			e.damaged = true
-			s := e.router.Map().ShardOf(31)
-			if _, err := e.router.Shard(s).Exec(ctx, fmt.Sprintf(damage, s)); err != nil {
-				t.Fatal(err)
-			}
-			r, err := (&audit.Checker{Router: e.router}).Check(ctx)
-			must(t, err)
-			found := false
-			for _, v := range r.Violations {
-				found = found || v.Check == check
-			}
-			if !found {
-				t.Fatalf("audit missed %q: %+v", check, r.Violations)
-			}
+			e.auditFinds(31, check, damage)
 		})
 	}
+}
+
+// auditFinds runs damage, an SQL statement with the shard's number for
+// %d, on player's shard, and wants the audit to report check.
+func (e *env) auditFinds(player coffer.PlayerID, check, damage string) {
+	e.t.Helper()
+	e.damaged = true
+	s := e.router.Map().ShardOf(player)
+	if _, err := e.router.Shard(s).Exec(ctx, fmt.Sprintf(damage, s)); err != nil {
+		e.t.Fatal(err)
+	}
+	r, err := (&audit.Checker{Router: e.router}).Check(ctx)
+	must(e.t, err)
+	for _, v := range r.Violations {
+		if v.Check == check {
+			return
+		}
+	}
+	e.t.Fatalf("audit missed %q: %+v", check, r.Violations)
 }
 
 // TestShardDownIsUnavailableAndRecovers stops the server of one database:

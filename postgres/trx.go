@@ -60,11 +60,18 @@ type storedOp struct {
 // last step left, and a pending hold's grants.
 func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 	var t storedTrx
-	var meta, metaJSONB, pending, ops []byte
+	var meta, metaJSONB, pending, refund, ops []byte
 	err := row.Scan(append(head, &t.ID, &t.Emitter, &t.IdempotencyKey, &t.Kind, &t.Status, &t.Reason, &meta, &metaJSONB, &t.CreatedAt,
-		&t.HoldExpiresAt, &pending, &t.Hash, &t.Version, &t.pos, &ops)...)
+		&t.HoldExpiresAt, &pending, &t.Hash, &t.Version, &t.pos, &refund, &ops)...)
 	if err != nil {
 		return nil, err
+	}
+	if len(refund) > 0 {
+		var r coffer.RefundRow
+		if err := json.Unmarshal(refund, &r); err != nil {
+			return nil, err
+		}
+		t.Refund = s.catalog.Refund(&r)
 	}
 	switch {
 	case len(meta) > 0:
@@ -121,6 +128,16 @@ func purchaseJSON(p *coffer.Purchase) []byte {
 		return nil
 	}
 	raw, _ := json.Marshal(p)
+	return raw
+}
+
+// refundJSON is a refund trx's order, kind and shortfall as stored: JSON
+// (trx_N_refund indexes its store and order_id), or NULL for other trx.
+func refundJSON(r *coffer.RefundRow) []byte {
+	if r == nil {
+		return nil
+	}
+	raw, _ := json.Marshal(r)
 	return raw
 }
 

@@ -16,6 +16,7 @@ const (
 	writeRollback
 	writeExpireHold
 	writeExpireLots
+	writeRefund
 )
 
 // request is one write waiting for its batch (committer). The batch sets
@@ -26,6 +27,7 @@ type request struct {
 	scope    coffer.Scope
 	change   coffer.ValidChange
 	exchange coffer.ValidExchange
+	refund   coffer.ValidRefund
 
 	plan coffer.Plan
 	err  error
@@ -44,13 +46,16 @@ func (r *request) planOn(p *coffer.Player) coffer.Plan {
 		return p.Rollback(r.scope.Key())
 	case writeExpireHold:
 		return p.ExpireHold(r.scope.Key())
+	case writeRefund:
+		return p.Refund(r.refund)
 	}
 	return p.ExpireLots()
 }
 
 // currencies are those whose lots the plan reads; nil means all of the
 // player's (a hold's commit or rollback returns to lots of any currency,
-// the lot sweeper records every expiry).
+// the lot sweeper records every expiry, a refund's order is known only
+// once loaded).
 func (r *request) currencies() []coffer.CurrencyID {
 	switch r.kind {
 	case writeChange:
@@ -73,6 +78,8 @@ func (r *request) idsMax() int {
 		return r.change.IDsMax()
 	case writeExchange:
 		return r.exchange.IDsMax()
+	case writeRefund:
+		return r.refund.IDsMax()
 	case writeCommit:
 		return 2 + coffer.OpsMax/8
 	case writeExpireLots:
@@ -151,6 +158,18 @@ func (s *Store) Exchange(ctx context.Context, req coffer.ExchangeRequest) (coffe
 		return coffer.Trx{}, false, err
 	}
 	return s.writeOne(ctx, &request{kind: writeExchange, scope: req.Scope, exchange: v})
+}
+
+// Refund takes a store order credited to the player back
+// (coffer.Player.Refund). It touches the player's database only: the
+// order's credit, its lots and its refund, if any, are the player's rows,
+// read under the player's lock (docs/adr/0014-refunds.md).
+func (s *Store) Refund(ctx context.Context, req coffer.RefundRequest) (coffer.Trx, bool, error) {
+	v, err := s.catalog.ValidateRefund(req)
+	if err != nil {
+		return coffer.Trx{}, false, err
+	}
+	return s.writeOne(ctx, &request{kind: writeRefund, scope: req.Scope, refund: v})
 }
 
 // Commit applies a pending hold's grants (coffer.Player.Commit).

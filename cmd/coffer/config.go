@@ -131,6 +131,8 @@ type CurrencyConfig struct {
 	Code       string   `yaml:"code"`
 	Paid       bool     `yaml:"paid"`
 	SpendOrder []string `yaml:"spend_order,omitempty,flow"`
+	// RefundPolicy is write_off (the default) or claw_back.
+	RefundPolicy string `yaml:"refund_policy,omitempty"`
 }
 
 // NamespaceConfig is one namespace and its exchange pairs.
@@ -269,7 +271,7 @@ func (c *Config) service() (*coffer.Catalog, *coffer.Clients, error) {
 	}
 	var currencies []coffer.Currency
 	for _, cc := range c.Currencies {
-		cur := coffer.Currency{ID: coffer.CurrencyID(cc.ID), Code: cc.Code, Paid: cc.Paid}
+		cur := coffer.Currency{ID: coffer.CurrencyID(cc.ID), Code: cc.Code, Paid: cc.Paid, RefundPolicy: coffer.RefundPolicy(cc.RefundPolicy)}
 		for _, k := range cc.SpendOrder {
 			cur.SpendOrder = append(cur.SpendOrder, coffer.SpendKey(k))
 		}

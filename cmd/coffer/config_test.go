@@ -24,6 +24,7 @@ func TestServiceConfigErrors(t *testing.T) {
 		"no clients":        {func(c *Config) { c.Clients = nil }, "clients"},
 		"lock past request": {func(c *Config) { c.Timeouts.Lock = 2 * c.Timeouts.Request }, "timeouts.lock"},
 		"no committers":     {func(c *Config) { c.Batches.Committers = 0 }, "batches"},
+		"bad refund policy": {func(c *Config) { c.Currencies[0].RefundPolicy = "clawback" }, "currencies[0].refund_policy"},
 	} {
 		cfg := devConfig("127.0.0.1:0", "", "k")
 		c.tweak(cfg)

@@ -117,6 +117,26 @@ func TestGRPCEveryCall(t *testing.T) {
 	if len(page.Items) != 2 || page.NextCursor != "" {
 		t.Fatalf("finlog page 2 %v", page)
 	}
+	refund := &cofferv1.RefundRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "r-1", Store: "apple", OrderId: "a1", Kind: "chargeback"}
+	refunded, err := w.Refund(dev, refund, grpc.Header(&hdr))
+	must(t, err)
+	// 100 of the 900 paid silver went into credits: under silver's
+	// write_off they are the shortfall.
+	if refunded.Kind != "refund" || refunded.Refund.GetKind() != "chargeback" || len(refunded.Ops) != 1 || refunded.Ops[0].Amount != -800 ||
+		len(refunded.Refund.Shortfall) != 1 || refunded.Refund.Shortfall[0].Amount != 100 || len(hdr.Get("coffer-replay")) != 0 {
+		t.Fatalf("refund %v", refunded)
+	}
+	again, err = w.Refund(dev, refund, grpc.Header(&hdr))
+	must(t, err)
+	if hdr.Get("coffer-replay")[0] != "true" || again.Id != refunded.Id {
+		t.Fatalf("refund replay %v, header %v", again, hdr)
+	}
+	refund.IdempotencyKey = "r-2"
+	_, err = w.Refund(dev, refund)
+	wantGRPC(t, err, codes.AlreadyExists, coffer.CodeAlreadyRefunded)
+	refund.OrderId = "a2"
+	_, err = w.Refund(dev, refund)
+	wantGRPC(t, err, codes.NotFound, coffer.CodeNotFound)
 	rev, err := w.Revenue(dev, &cofferv1.RevenueRequest{Namespace: 1, From: timestamppb.New(time.Now().Add(-time.Hour)), To: timestamppb.New(time.Now().Add(time.Hour))})
 	must(t, err)
 	if len(rev.Lines) == 0 {

@@ -465,3 +465,69 @@ func TestHTTPOrderCreditedOnce(t *testing.T) {
 		t.Fatalf("other player gold %+v", b)
 	}
 }
+
+// TestHTTPRefund: a refund over HTTP takes back what is left of the
+// order's lot (gold is write_off in the dev config: the spent part is
+// the shortfall) and answers 201; its retry replays the same bytes; the
+// same key with another payload is idempotency_conflict, another key
+// already_refunded, an order not credited not_found, bad input 400 and a
+// read-only client 403, none of them writing; the Go client refunds too.
+func TestHTTPRefund(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	const p = 778001
+	tx, path := fmt.Sprintf("/v1/namespaces/1/players/%d/transactions", p), fmt.Sprintf("/v1/namespaces/1/players/%d/refunds", p)
+	buy := func(key, order string) {
+		wantStatus(t, s.call("POST", tx, devKey, `{"idempotency_key": "`+key+`", "ops": [{"currency": "gold", "amount": 500, "kind": "paid",
+		  "purchase": {"store": "google", "order_id": "`+order+`", "price": 499, "fiat": "EUR"}}]}`), http.StatusCreated, "")
+	}
+	buy("buy-1", "GPA.1")
+	wantStatus(t, s.call("POST", tx, devKey, `{"idempotency_key": "spend", "ops": [{"currency": "gold", "amount": -200}]}`), http.StatusCreated, "")
+	wantStatus(t, s.call("POST", tx, devKey, `{"idempotency_key": "reward", "ops": [{"currency": "gold", "amount": 30}]}`), http.StatusCreated, "")
+	body := `{"idempotency_key": "refund-1", "store": "google", "order_id": "GPA.1", "kind": "refund", "reason": "support ticket 9"}`
+	first := s.call("POST", path, devKey, body)
+	wantStatus(t, first, http.StatusCreated, "")
+	var trx coffer.Trx
+	must(t, json.Unmarshal(first.body, &trx))
+	if trx.Kind != coffer.TrxRefund || len(trx.Ops) != 1 || trx.Ops[0].Amount != -300 || trx.Refund == nil ||
+		trx.Refund.Kind != coffer.RefundRefund || fmt.Sprint(trx.Refund.Shortfall) != "[{gold 200}]" {
+		t.Fatalf("refund %s", first.body)
+	}
+	again := s.call("POST", path, devKey, body)
+	wantStatus(t, again, http.StatusOK, "")
+	if !bytes.Equal(again.body, first.body) {
+		t.Fatalf("replay body differs:\n%s\n%s", first.body, again.body)
+	}
+	for _, c := range []struct {
+		key, body string
+		status    int
+		code      coffer.Code
+	}{
+		{devKey, `{"idempotency_key": "refund-1", "store": "google", "order_id": "GPA.1", "kind": "chargeback", "reason": "support ticket 9"}`,
+			http.StatusConflict, coffer.CodeIdempotencyConflict},
+		{devKey, `{"idempotency_key": "refund-2", "store": "google", "order_id": "GPA.1", "kind": "chargeback"}`, http.StatusConflict, coffer.CodeAlreadyRefunded},
+		{devKey, `{"idempotency_key": "refund-3", "store": "google", "order_id": "GPA.2", "kind": "refund"}`, http.StatusNotFound, coffer.CodeNotFound},
+		{devKey, `{"idempotency_key": "refund-4", "store": "google", "order_id": "GPA.1", "kind": "REFUND"}`, http.StatusBadRequest, coffer.CodeInvalid},
+		{devKey, `{"idempotency_key": "refund-5", "store": "google", "order_id": "GPA.1"}`, http.StatusBadRequest, coffer.CodeInvalid},
+		{devKey, `{"idempotency_key": "refund-6", "store": "google", "order_id": "GPA.1", "kind": "refund", "amount": 5}`, http.StatusBadRequest, coffer.CodeInvalid},
+		{readerKey, `{"idempotency_key": "refund-7", "store": "google", "order_id": "GPA.1", "kind": "refund"}`, http.StatusForbidden, coffer.CodePermissionDenied},
+	} {
+		wantStatus(t, s.call("POST", path, c.key, c.body), c.status, c.code)
+	}
+	page, err := s.dev.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: p, Desc: true})
+	must(t, err)
+	if len(page.Items) != 4 || page.Items[0].IdempotencyKey != "refund-1" {
+		t.Fatalf("finlog: %+v", page.Items)
+	}
+	buy("buy-2", "GPA.2")
+	req := client.Refund{IdempotencyKey: "refund-8", Store: "google", OrderID: "GPA.2", Kind: coffer.RefundChargeback}
+	got, replay, err := s.dev.Refund(ctx, 1, p, req)
+	if err != nil || replay || got.Refund == nil || got.Refund.Kind != coffer.RefundChargeback || len(got.Refund.Shortfall) != 0 {
+		t.Fatalf("client refund: %+v %v %v", got, replay, err)
+	}
+	if _, replay, err := s.dev.Refund(ctx, 1, p, req); err != nil || !replay {
+		t.Fatalf("client replay: %v %v", replay, err)
+	}
+	if b := balanceOf(t, s.dev, p, "gold"); b.Total != 30 || b.Paid != 0 {
+		t.Fatalf("gold %+v", b)
+	}
+}

@@ -820,6 +820,103 @@ func (x *ExchangeRequest) GetMeta() *structpb.Struct {
 	return nil
 }
 
+// RefundRequest refunds or charges back a store order credited to the
+// player.
+type RefundRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Namespace      int32                  `protobuf:"varint,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	PlayerId       int64                  `protobuf:"varint,2,opt,name=player_id,json=playerId,proto3" json:"player_id,omitempty"`
+	IdempotencyKey string                 `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// The order, as the paid grant's purchase named it.
+	Store   string `protobuf:"bytes,4,opt,name=store,proto3" json:"store,omitempty"`
+	OrderId string `protobuf:"bytes,5,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	// refund (the store refunded the order) or chargeback (the payer's bank
+	// reversed the payment).
+	Kind          string `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"`
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefundRequest) Reset() {
+	*x = RefundRequest{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefundRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefundRequest) ProtoMessage() {}
+
+func (x *RefundRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefundRequest.ProtoReflect.Descriptor instead.
+func (*RefundRequest) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RefundRequest) GetNamespace() int32 {
+	if x != nil {
+		return x.Namespace
+	}
+	return 0
+}
+
+func (x *RefundRequest) GetPlayerId() int64 {
+	if x != nil {
+		return x.PlayerId
+	}
+	return 0
+}
+
+func (x *RefundRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *RefundRequest) GetStore() string {
+	if x != nil {
+		return x.Store
+	}
+	return ""
+}
+
+func (x *RefundRequest) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *RefundRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RefundRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // FinlogRequest selects a page of a player's finlog.
 type FinlogRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -845,7 +942,7 @@ type FinlogRequest struct {
 
 func (x *FinlogRequest) Reset() {
 	*x = FinlogRequest{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[10]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +954,7 @@ func (x *FinlogRequest) String() string {
 func (*FinlogRequest) ProtoMessage() {}
 
 func (x *FinlogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[10]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +967,7 @@ func (x *FinlogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinlogRequest.ProtoReflect.Descriptor instead.
 func (*FinlogRequest) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{10}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FinlogRequest) GetNamespace() int32 {
@@ -949,7 +1046,7 @@ type RevenueRequest struct {
 
 func (x *RevenueRequest) Reset() {
 	*x = RevenueRequest{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[11]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1058,7 @@ func (x *RevenueRequest) String() string {
 func (*RevenueRequest) ProtoMessage() {}
 
 func (x *RevenueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[11]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1071,7 @@ func (x *RevenueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevenueRequest.ProtoReflect.Descriptor instead.
 func (*RevenueRequest) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{11}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RevenueRequest) GetNamespace() int32 {
@@ -1014,7 +1111,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[12]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1123,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[12]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1136,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{12}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{13}
 }
 
 // Lot is one balance row.
@@ -1058,7 +1155,7 @@ type Lot struct {
 
 func (x *Lot) Reset() {
 	*x = Lot{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[13]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1167,7 @@ func (x *Lot) String() string {
 func (*Lot) ProtoMessage() {}
 
 func (x *Lot) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[13]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1180,7 @@ func (x *Lot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lot.ProtoReflect.Descriptor instead.
 func (*Lot) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{13}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Lot) GetId() int64 {
@@ -1149,7 +1246,7 @@ type Balance struct {
 
 func (x *Balance) Reset() {
 	*x = Balance{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[14]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1258,7 @@ func (x *Balance) String() string {
 func (*Balance) ProtoMessage() {}
 
 func (x *Balance) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[14]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1271,7 @@ func (x *Balance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Balance.ProtoReflect.Descriptor instead.
 func (*Balance) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{14}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Balance) GetCurrency() string {
@@ -1228,7 +1325,7 @@ type Balances struct {
 
 func (x *Balances) Reset() {
 	*x = Balances{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[15]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1337,7 @@ func (x *Balances) String() string {
 func (*Balances) ProtoMessage() {}
 
 func (x *Balances) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[15]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1350,7 @@ func (x *Balances) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Balances.ProtoReflect.Descriptor instead.
 func (*Balances) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{15}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Balances) GetNamespace() int32 {
@@ -1313,7 +1410,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[16]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1422,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[16]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1435,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{16}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Op) GetCurrency() string {
@@ -1402,7 +1499,7 @@ type Trx struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Id             int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	IdempotencyKey string                 `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	// change, hold, exchange or expire.
+	// change, hold, exchange, expire or refund.
 	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	// committed, pending, rolled_back or expired.
 	Status string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
@@ -1417,14 +1514,16 @@ type Trx struct {
 	Version int64 `protobuf:"varint,10,opt,name=version,proto3" json:"version,omitempty"`
 	// The player's balances right after the trx, in the currencies it
 	// touched.
-	Balances      []*Balance `protobuf:"bytes,11,rep,name=balances,proto3" json:"balances,omitempty"`
+	Balances []*Balance `protobuf:"bytes,11,rep,name=balances,proto3" json:"balances,omitempty"`
+	// A refund's order, kind and shortfall.
+	Refund        *Refund `protobuf:"bytes,12,opt,name=refund,proto3" json:"refund,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Trx) Reset() {
 	*x = Trx{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[17]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1535,7 @@ func (x *Trx) String() string {
 func (*Trx) ProtoMessage() {}
 
 func (x *Trx) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[17]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1548,7 @@ func (x *Trx) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Trx.ProtoReflect.Descriptor instead.
 func (*Trx) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{17}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Trx) GetId() int64 {
@@ -1529,6 +1628,138 @@ func (x *Trx) GetBalances() []*Balance {
 	return nil
 }
 
+func (x *Trx) GetRefund() *Refund {
+	if x != nil {
+		return x.Refund
+	}
+	return nil
+}
+
+// Refund is what a refund trx records besides its ops.
+type Refund struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Store   string                 `protobuf:"bytes,1,opt,name=store,proto3" json:"store,omitempty"`
+	OrderId string                 `protobuf:"bytes,2,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	// refund or chargeback.
+	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// What the refund could not take back, per currency: spent under
+	// write_off, or beyond what the player held under claw_back.
+	Shortfall     []*RefundAmount `protobuf:"bytes,4,rep,name=shortfall,proto3" json:"shortfall,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Refund) Reset() {
+	*x = Refund{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Refund) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Refund) ProtoMessage() {}
+
+func (x *Refund) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Refund.ProtoReflect.Descriptor instead.
+func (*Refund) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Refund) GetStore() string {
+	if x != nil {
+		return x.Store
+	}
+	return ""
+}
+
+func (x *Refund) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *Refund) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Refund) GetShortfall() []*RefundAmount {
+	if x != nil {
+		return x.Shortfall
+	}
+	return nil
+}
+
+// RefundAmount is an amount of one currency.
+type RefundAmount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Currency      string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
+	Amount        int64                  `protobuf:"varint,2,opt,name=amount,proto3" json:"amount,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefundAmount) Reset() {
+	*x = RefundAmount{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefundAmount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefundAmount) ProtoMessage() {}
+
+func (x *RefundAmount) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefundAmount.ProtoReflect.Descriptor instead.
+func (*RefundAmount) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RefundAmount) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *RefundAmount) GetAmount() int64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
 // FinlogPage is one page of trx; no next_cursor on the last page.
 type FinlogPage struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1540,7 +1771,7 @@ type FinlogPage struct {
 
 func (x *FinlogPage) Reset() {
 	*x = FinlogPage{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1783,7 @@ func (x *FinlogPage) String() string {
 func (*FinlogPage) ProtoMessage() {}
 
 func (x *FinlogPage) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1796,7 @@ func (x *FinlogPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinlogPage.ProtoReflect.Descriptor instead.
 func (*FinlogPage) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{18}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FinlogPage) GetItems() []*Trx {
@@ -1597,14 +1828,16 @@ type RevenueLine struct {
 	// Paid currency that expired in the period.
 	Expired int64 `protobuf:"varint,6,opt,name=expired,proto3" json:"expired,omitempty"`
 	// Paid currency outstanding at the end of the period: deferred revenue.
-	Deferred      int64 `protobuf:"varint,7,opt,name=deferred,proto3" json:"deferred,omitempty"`
+	Deferred int64 `protobuf:"varint,7,opt,name=deferred,proto3" json:"deferred,omitempty"`
+	// Paid currency that refunds took back in the period.
+	Refunded      int64 `protobuf:"varint,8,opt,name=refunded,proto3" json:"refunded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RevenueLine) Reset() {
 	*x = RevenueLine{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1849,7 @@ func (x *RevenueLine) String() string {
 func (*RevenueLine) ProtoMessage() {}
 
 func (x *RevenueLine) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1862,7 @@ func (x *RevenueLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevenueLine.ProtoReflect.Descriptor instead.
 func (*RevenueLine) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{19}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RevenueLine) GetCurrency() string {
@@ -1681,6 +1914,13 @@ func (x *RevenueLine) GetDeferred() int64 {
 	return 0
 }
 
+func (x *RevenueLine) GetRefunded() int64 {
+	if x != nil {
+		return x.Refunded
+	}
+	return 0
+}
+
 // RevenueReport is the revenue of a namespace in [from, to).
 type RevenueReport struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1694,7 +1934,7 @@ type RevenueReport struct {
 
 func (x *RevenueReport) Reset() {
 	*x = RevenueReport{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[20]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1946,7 @@ func (x *RevenueReport) String() string {
 func (*RevenueReport) ProtoMessage() {}
 
 func (x *RevenueReport) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[20]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1959,7 @@ func (x *RevenueReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevenueReport.ProtoReflect.Descriptor instead.
 func (*RevenueReport) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{20}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RevenueReport) GetNamespace() int32 {
@@ -1765,7 +2005,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[21]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +2017,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[21]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +2030,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{21}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Status) GetVersion() string {
@@ -1839,7 +2079,7 @@ type ShardRange struct {
 
 func (x *ShardRange) Reset() {
 	*x = ShardRange{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[22]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +2091,7 @@ func (x *ShardRange) String() string {
 func (*ShardRange) ProtoMessage() {}
 
 func (x *ShardRange) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[22]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +2104,7 @@ func (x *ShardRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRange.ProtoReflect.Descriptor instead.
 func (*ShardRange) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{22}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ShardRange) GetMin() int32 {
@@ -1912,7 +2152,7 @@ type DatabaseStatus struct {
 
 func (x *DatabaseStatus) Reset() {
 	*x = DatabaseStatus{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[23]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2164,7 @@ func (x *DatabaseStatus) String() string {
 func (*DatabaseStatus) ProtoMessage() {}
 
 func (x *DatabaseStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[23]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2177,7 @@ func (x *DatabaseStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DatabaseStatus.ProtoReflect.Descriptor instead.
 func (*DatabaseStatus) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{23}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DatabaseStatus) GetName() string {
@@ -2088,7 +2328,15 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\x02to\x18\x05 \x01(\tR\x02to\x12\x16\n" +
 	"\x06amount\x18\x06 \x01(\x03R\x06amount\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12+\n" +
-	"\x04meta\x18\b \x01(\v2\x17.google.protobuf.StructR\x04meta\"\x9e\x02\n" +
+	"\x04meta\x18\b \x01(\v2\x17.google.protobuf.StructR\x04meta\"\xd0\x01\n" +
+	"\rRefundRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x12\x1b\n" +
+	"\tplayer_id\x18\x02 \x01(\x03R\bplayerId\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12\x14\n" +
+	"\x05store\x18\x04 \x01(\tR\x05store\x12\x19\n" +
+	"\border_id\x18\x05 \x01(\tR\aorderId\x12\x12\n" +
+	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\x9e\x02\n" +
 	"\rFinlogRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x12\x1b\n" +
 	"\tplayer_id\x18\x02 \x01(\x03R\bplayerId\x12.\n" +
@@ -2135,7 +2383,7 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\x06lot_id\x18\x05 \x01(\x03R\x05lotId\x12#\n" +
 	"\rbalance_after\x18\x06 \x01(\x03R\fbalanceAfter\x12\x18\n" +
 	"\apending\x18\a \x01(\bR\apending\x12/\n" +
-	"\bpurchase\x18\b \x01(\v2\x13.coffer.v1.PurchaseR\bpurchase\"\x99\x03\n" +
+	"\bpurchase\x18\b \x01(\v2\x13.coffer.v1.PurchaseR\bpurchase\"\xc4\x03\n" +
 	"\x03Trx\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x12\n" +
@@ -2149,12 +2397,21 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\x0fhold_expires_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rholdExpiresAt\x12\x18\n" +
 	"\aversion\x18\n" +
 	" \x01(\x03R\aversion\x12.\n" +
-	"\bbalances\x18\v \x03(\v2\x12.coffer.v1.BalanceR\bbalances\"S\n" +
+	"\bbalances\x18\v \x03(\v2\x12.coffer.v1.BalanceR\bbalances\x12)\n" +
+	"\x06refund\x18\f \x01(\v2\x11.coffer.v1.RefundR\x06refund\"\x84\x01\n" +
+	"\x06Refund\x12\x14\n" +
+	"\x05store\x18\x01 \x01(\tR\x05store\x12\x19\n" +
+	"\border_id\x18\x02 \x01(\tR\aorderId\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x125\n" +
+	"\tshortfall\x18\x04 \x03(\v2\x17.coffer.v1.RefundAmountR\tshortfall\"B\n" +
+	"\fRefundAmount\x12\x1a\n" +
+	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x16\n" +
+	"\x06amount\x18\x02 \x01(\x03R\x06amount\"S\n" +
 	"\n" +
 	"FinlogPage\x12$\n" +
 	"\x05items\x18\x01 \x03(\v2\x0e.coffer.v1.TrxR\x05items\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
-	"nextCursor\"\xe5\x01\n" +
+	"nextCursor\"\x81\x02\n" +
 	"\vRevenueLine\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x1c\n" +
 	"\tdeposited\x18\x02 \x01(\x03R\tdeposited\x12\x1e\n" +
@@ -2164,7 +2421,8 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\fconverted_in\x18\x04 \x01(\x03R\vconvertedIn\x12#\n" +
 	"\rconverted_out\x18\x05 \x01(\x03R\fconvertedOut\x12\x18\n" +
 	"\aexpired\x18\x06 \x01(\x03R\aexpired\x12\x1a\n" +
-	"\bdeferred\x18\a \x01(\x03R\bdeferred\"\xb7\x01\n" +
+	"\bdeferred\x18\a \x01(\x03R\bdeferred\x12\x1a\n" +
+	"\brefunded\x18\b \x01(\x03R\brefunded\"\xb7\x01\n" +
 	"\rRevenueReport\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
@@ -2197,7 +2455,8 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\aprimary\x18\n" +
 	" \x01(\tR\aprimary\x121\n" +
 	"\x14synchronous_standbys\x18\v \x01(\x05R\x13synchronousStandbys\x12%\n" +
-	"\x0ewrites_refused\x18\f \x01(\bR\rwritesRefused2\xf8\t\n" +
+	"\x0ewrites_refused\x18\f \x01(\bR\rwritesRefused2\xef\n" +
+	"\n" +
 	"\x06Wallet\x12\x82\x01\n" +
 	"\vGetBalances\x12\x1d.coffer.v1.GetBalancesRequest\x1a\x13.coffer.v1.Balances\"?\x82\xd3\xe4\x93\x029\x127/v1/namespaces/{namespace}/players/{player_id}/balances\x12z\n" +
 	"\x06Change\x12\x18.coffer.v1.ChangeRequest\x1a\x0e.coffer.v1.Trx\"F\x82\xd3\xe4\x93\x02@:\x01*\";/v1/namespaces/{namespace}/players/{player_id}/transactions\x12\x86\x01\n" +
@@ -2205,7 +2464,8 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\x06Commit\x12\x15.coffer.v1.TrxRequest\x1a\x0e.coffer.v1.Trx\"\\\x82\xd3\xe4\x93\x02V\"T/v1/namespaces/{namespace}/players/{player_id}/transactions/{idempotency_key}/commit\x12\x91\x01\n" +
 	"\bRollback\x12\x15.coffer.v1.TrxRequest\x1a\x0e.coffer.v1.Trx\"^\x82\xd3\xe4\x93\x02X\"V/v1/namespaces/{namespace}/players/{player_id}/transactions/{idempotency_key}/rollback\x12\x86\x01\n" +
 	"\x06GetTrx\x12\x15.coffer.v1.TrxRequest\x1a\x0e.coffer.v1.Trx\"U\x82\xd3\xe4\x93\x02O\x12M/v1/namespaces/{namespace}/players/{player_id}/transactions/{idempotency_key}\x12{\n" +
-	"\bExchange\x12\x1a.coffer.v1.ExchangeRequest\x1a\x0e.coffer.v1.Trx\"C\x82\xd3\xe4\x93\x02=:\x01*\"8/v1/namespaces/{namespace}/players/{player_id}/exchanges\x12x\n" +
+	"\bExchange\x12\x1a.coffer.v1.ExchangeRequest\x1a\x0e.coffer.v1.Trx\"C\x82\xd3\xe4\x93\x02=:\x01*\"8/v1/namespaces/{namespace}/players/{player_id}/exchanges\x12u\n" +
+	"\x06Refund\x12\x18.coffer.v1.RefundRequest\x1a\x0e.coffer.v1.Trx\"A\x82\xd3\xe4\x93\x02;:\x01*\"6/v1/namespaces/{namespace}/players/{player_id}/refunds\x12x\n" +
 	"\x06Finlog\x12\x18.coffer.v1.FinlogRequest\x1a\x15.coffer.v1.FinlogPage\"=\x82\xd3\xe4\x93\x027\x125/v1/namespaces/{namespace}/players/{player_id}/finlog\x12r\n" +
 	"\aRevenue\x12\x19.coffer.v1.RevenueRequest\x1a\x18.coffer.v1.RevenueReport\"2\x82\xd3\xe4\x93\x02,\x12*/v1/namespaces/{namespace}/reports/revenue\x12L\n" +
 	"\tGetStatus\x12\x18.coffer.v1.StatusRequest\x1a\x11.coffer.v1.Status\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
@@ -2223,7 +2483,7 @@ func file_coffer_v1_wallet_proto_rawDescGZIP() []byte {
 	return file_coffer_v1_wallet_proto_rawDescData
 }
 
-var file_coffer_v1_wallet_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_coffer_v1_wallet_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_coffer_v1_wallet_proto_goTypes = []any{
 	(*GetBalancesRequest)(nil),    // 0: coffer.v1.GetBalancesRequest
 	(*Purchase)(nil),              // 1: coffer.v1.Purchase
@@ -2235,85 +2495,92 @@ var file_coffer_v1_wallet_proto_goTypes = []any{
 	(*BatchChangeResult)(nil),     // 7: coffer.v1.BatchChangeResult
 	(*TrxRequest)(nil),            // 8: coffer.v1.TrxRequest
 	(*ExchangeRequest)(nil),       // 9: coffer.v1.ExchangeRequest
-	(*FinlogRequest)(nil),         // 10: coffer.v1.FinlogRequest
-	(*RevenueRequest)(nil),        // 11: coffer.v1.RevenueRequest
-	(*StatusRequest)(nil),         // 12: coffer.v1.StatusRequest
-	(*Lot)(nil),                   // 13: coffer.v1.Lot
-	(*Balance)(nil),               // 14: coffer.v1.Balance
-	(*Balances)(nil),              // 15: coffer.v1.Balances
-	(*Op)(nil),                    // 16: coffer.v1.Op
-	(*Trx)(nil),                   // 17: coffer.v1.Trx
-	(*FinlogPage)(nil),            // 18: coffer.v1.FinlogPage
-	(*RevenueLine)(nil),           // 19: coffer.v1.RevenueLine
-	(*RevenueReport)(nil),         // 20: coffer.v1.RevenueReport
-	(*Status)(nil),                // 21: coffer.v1.Status
-	(*ShardRange)(nil),            // 22: coffer.v1.ShardRange
-	(*DatabaseStatus)(nil),        // 23: coffer.v1.DatabaseStatus
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 25: google.protobuf.Struct
-	(*status.Status)(nil),         // 26: google.rpc.Status
+	(*RefundRequest)(nil),         // 10: coffer.v1.RefundRequest
+	(*FinlogRequest)(nil),         // 11: coffer.v1.FinlogRequest
+	(*RevenueRequest)(nil),        // 12: coffer.v1.RevenueRequest
+	(*StatusRequest)(nil),         // 13: coffer.v1.StatusRequest
+	(*Lot)(nil),                   // 14: coffer.v1.Lot
+	(*Balance)(nil),               // 15: coffer.v1.Balance
+	(*Balances)(nil),              // 16: coffer.v1.Balances
+	(*Op)(nil),                    // 17: coffer.v1.Op
+	(*Trx)(nil),                   // 18: coffer.v1.Trx
+	(*Refund)(nil),                // 19: coffer.v1.Refund
+	(*RefundAmount)(nil),          // 20: coffer.v1.RefundAmount
+	(*FinlogPage)(nil),            // 21: coffer.v1.FinlogPage
+	(*RevenueLine)(nil),           // 22: coffer.v1.RevenueLine
+	(*RevenueReport)(nil),         // 23: coffer.v1.RevenueReport
+	(*Status)(nil),                // 24: coffer.v1.Status
+	(*ShardRange)(nil),            // 25: coffer.v1.ShardRange
+	(*DatabaseStatus)(nil),        // 26: coffer.v1.DatabaseStatus
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 28: google.protobuf.Struct
+	(*status.Status)(nil),         // 29: google.rpc.Status
 }
 var file_coffer_v1_wallet_proto_depIdxs = []int32{
-	24, // 0: coffer.v1.GetBalancesRequest.at:type_name -> google.protobuf.Timestamp
-	24, // 1: coffer.v1.OpRequest.expires_at:type_name -> google.protobuf.Timestamp
+	27, // 0: coffer.v1.GetBalancesRequest.at:type_name -> google.protobuf.Timestamp
+	27, // 1: coffer.v1.OpRequest.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: coffer.v1.OpRequest.purchase:type_name -> coffer.v1.Purchase
 	2,  // 3: coffer.v1.ChangeRequest.ops:type_name -> coffer.v1.OpRequest
-	25, // 4: coffer.v1.ChangeRequest.meta:type_name -> google.protobuf.Struct
+	28, // 4: coffer.v1.ChangeRequest.meta:type_name -> google.protobuf.Struct
 	5,  // 5: coffer.v1.BatchChangeRequest.changes:type_name -> coffer.v1.BatchChange
 	2,  // 6: coffer.v1.BatchChange.ops:type_name -> coffer.v1.OpRequest
-	25, // 7: coffer.v1.BatchChange.meta:type_name -> google.protobuf.Struct
+	28, // 7: coffer.v1.BatchChange.meta:type_name -> google.protobuf.Struct
 	7,  // 8: coffer.v1.BatchChangeResponse.results:type_name -> coffer.v1.BatchChangeResult
-	17, // 9: coffer.v1.BatchChangeResult.trx:type_name -> coffer.v1.Trx
-	26, // 10: coffer.v1.BatchChangeResult.error:type_name -> google.rpc.Status
-	25, // 11: coffer.v1.ExchangeRequest.meta:type_name -> google.protobuf.Struct
-	24, // 12: coffer.v1.FinlogRequest.from:type_name -> google.protobuf.Timestamp
-	24, // 13: coffer.v1.FinlogRequest.to:type_name -> google.protobuf.Timestamp
-	24, // 14: coffer.v1.RevenueRequest.from:type_name -> google.protobuf.Timestamp
-	24, // 15: coffer.v1.RevenueRequest.to:type_name -> google.protobuf.Timestamp
-	24, // 16: coffer.v1.Lot.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 17: coffer.v1.Lot.created_at:type_name -> google.protobuf.Timestamp
-	13, // 18: coffer.v1.Balance.lots:type_name -> coffer.v1.Lot
-	24, // 19: coffer.v1.Balances.at:type_name -> google.protobuf.Timestamp
-	14, // 20: coffer.v1.Balances.balances:type_name -> coffer.v1.Balance
+	18, // 9: coffer.v1.BatchChangeResult.trx:type_name -> coffer.v1.Trx
+	29, // 10: coffer.v1.BatchChangeResult.error:type_name -> google.rpc.Status
+	28, // 11: coffer.v1.ExchangeRequest.meta:type_name -> google.protobuf.Struct
+	27, // 12: coffer.v1.FinlogRequest.from:type_name -> google.protobuf.Timestamp
+	27, // 13: coffer.v1.FinlogRequest.to:type_name -> google.protobuf.Timestamp
+	27, // 14: coffer.v1.RevenueRequest.from:type_name -> google.protobuf.Timestamp
+	27, // 15: coffer.v1.RevenueRequest.to:type_name -> google.protobuf.Timestamp
+	27, // 16: coffer.v1.Lot.expires_at:type_name -> google.protobuf.Timestamp
+	27, // 17: coffer.v1.Lot.created_at:type_name -> google.protobuf.Timestamp
+	14, // 18: coffer.v1.Balance.lots:type_name -> coffer.v1.Lot
+	27, // 19: coffer.v1.Balances.at:type_name -> google.protobuf.Timestamp
+	15, // 20: coffer.v1.Balances.balances:type_name -> coffer.v1.Balance
 	1,  // 21: coffer.v1.Op.purchase:type_name -> coffer.v1.Purchase
-	25, // 22: coffer.v1.Trx.meta:type_name -> google.protobuf.Struct
-	16, // 23: coffer.v1.Trx.ops:type_name -> coffer.v1.Op
-	24, // 24: coffer.v1.Trx.created_at:type_name -> google.protobuf.Timestamp
-	24, // 25: coffer.v1.Trx.hold_expires_at:type_name -> google.protobuf.Timestamp
-	14, // 26: coffer.v1.Trx.balances:type_name -> coffer.v1.Balance
-	17, // 27: coffer.v1.FinlogPage.items:type_name -> coffer.v1.Trx
-	24, // 28: coffer.v1.RevenueReport.from:type_name -> google.protobuf.Timestamp
-	24, // 29: coffer.v1.RevenueReport.to:type_name -> google.protobuf.Timestamp
-	19, // 30: coffer.v1.RevenueReport.lines:type_name -> coffer.v1.RevenueLine
-	24, // 31: coffer.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	23, // 32: coffer.v1.Status.databases:type_name -> coffer.v1.DatabaseStatus
-	22, // 33: coffer.v1.DatabaseStatus.shards:type_name -> coffer.v1.ShardRange
-	24, // 34: coffer.v1.DatabaseStatus.checked_at:type_name -> google.protobuf.Timestamp
-	0,  // 35: coffer.v1.Wallet.GetBalances:input_type -> coffer.v1.GetBalancesRequest
-	3,  // 36: coffer.v1.Wallet.Change:input_type -> coffer.v1.ChangeRequest
-	4,  // 37: coffer.v1.Wallet.BatchChange:input_type -> coffer.v1.BatchChangeRequest
-	8,  // 38: coffer.v1.Wallet.Commit:input_type -> coffer.v1.TrxRequest
-	8,  // 39: coffer.v1.Wallet.Rollback:input_type -> coffer.v1.TrxRequest
-	8,  // 40: coffer.v1.Wallet.GetTrx:input_type -> coffer.v1.TrxRequest
-	9,  // 41: coffer.v1.Wallet.Exchange:input_type -> coffer.v1.ExchangeRequest
-	10, // 42: coffer.v1.Wallet.Finlog:input_type -> coffer.v1.FinlogRequest
-	11, // 43: coffer.v1.Wallet.Revenue:input_type -> coffer.v1.RevenueRequest
-	12, // 44: coffer.v1.Wallet.GetStatus:input_type -> coffer.v1.StatusRequest
-	15, // 45: coffer.v1.Wallet.GetBalances:output_type -> coffer.v1.Balances
-	17, // 46: coffer.v1.Wallet.Change:output_type -> coffer.v1.Trx
-	6,  // 47: coffer.v1.Wallet.BatchChange:output_type -> coffer.v1.BatchChangeResponse
-	17, // 48: coffer.v1.Wallet.Commit:output_type -> coffer.v1.Trx
-	17, // 49: coffer.v1.Wallet.Rollback:output_type -> coffer.v1.Trx
-	17, // 50: coffer.v1.Wallet.GetTrx:output_type -> coffer.v1.Trx
-	17, // 51: coffer.v1.Wallet.Exchange:output_type -> coffer.v1.Trx
-	18, // 52: coffer.v1.Wallet.Finlog:output_type -> coffer.v1.FinlogPage
-	20, // 53: coffer.v1.Wallet.Revenue:output_type -> coffer.v1.RevenueReport
-	21, // 54: coffer.v1.Wallet.GetStatus:output_type -> coffer.v1.Status
-	45, // [45:55] is the sub-list for method output_type
-	35, // [35:45] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	28, // 22: coffer.v1.Trx.meta:type_name -> google.protobuf.Struct
+	17, // 23: coffer.v1.Trx.ops:type_name -> coffer.v1.Op
+	27, // 24: coffer.v1.Trx.created_at:type_name -> google.protobuf.Timestamp
+	27, // 25: coffer.v1.Trx.hold_expires_at:type_name -> google.protobuf.Timestamp
+	15, // 26: coffer.v1.Trx.balances:type_name -> coffer.v1.Balance
+	19, // 27: coffer.v1.Trx.refund:type_name -> coffer.v1.Refund
+	20, // 28: coffer.v1.Refund.shortfall:type_name -> coffer.v1.RefundAmount
+	18, // 29: coffer.v1.FinlogPage.items:type_name -> coffer.v1.Trx
+	27, // 30: coffer.v1.RevenueReport.from:type_name -> google.protobuf.Timestamp
+	27, // 31: coffer.v1.RevenueReport.to:type_name -> google.protobuf.Timestamp
+	22, // 32: coffer.v1.RevenueReport.lines:type_name -> coffer.v1.RevenueLine
+	27, // 33: coffer.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	26, // 34: coffer.v1.Status.databases:type_name -> coffer.v1.DatabaseStatus
+	25, // 35: coffer.v1.DatabaseStatus.shards:type_name -> coffer.v1.ShardRange
+	27, // 36: coffer.v1.DatabaseStatus.checked_at:type_name -> google.protobuf.Timestamp
+	0,  // 37: coffer.v1.Wallet.GetBalances:input_type -> coffer.v1.GetBalancesRequest
+	3,  // 38: coffer.v1.Wallet.Change:input_type -> coffer.v1.ChangeRequest
+	4,  // 39: coffer.v1.Wallet.BatchChange:input_type -> coffer.v1.BatchChangeRequest
+	8,  // 40: coffer.v1.Wallet.Commit:input_type -> coffer.v1.TrxRequest
+	8,  // 41: coffer.v1.Wallet.Rollback:input_type -> coffer.v1.TrxRequest
+	8,  // 42: coffer.v1.Wallet.GetTrx:input_type -> coffer.v1.TrxRequest
+	9,  // 43: coffer.v1.Wallet.Exchange:input_type -> coffer.v1.ExchangeRequest
+	10, // 44: coffer.v1.Wallet.Refund:input_type -> coffer.v1.RefundRequest
+	11, // 45: coffer.v1.Wallet.Finlog:input_type -> coffer.v1.FinlogRequest
+	12, // 46: coffer.v1.Wallet.Revenue:input_type -> coffer.v1.RevenueRequest
+	13, // 47: coffer.v1.Wallet.GetStatus:input_type -> coffer.v1.StatusRequest
+	16, // 48: coffer.v1.Wallet.GetBalances:output_type -> coffer.v1.Balances
+	18, // 49: coffer.v1.Wallet.Change:output_type -> coffer.v1.Trx
+	6,  // 50: coffer.v1.Wallet.BatchChange:output_type -> coffer.v1.BatchChangeResponse
+	18, // 51: coffer.v1.Wallet.Commit:output_type -> coffer.v1.Trx
+	18, // 52: coffer.v1.Wallet.Rollback:output_type -> coffer.v1.Trx
+	18, // 53: coffer.v1.Wallet.GetTrx:output_type -> coffer.v1.Trx
+	18, // 54: coffer.v1.Wallet.Exchange:output_type -> coffer.v1.Trx
+	18, // 55: coffer.v1.Wallet.Refund:output_type -> coffer.v1.Trx
+	21, // 56: coffer.v1.Wallet.Finlog:output_type -> coffer.v1.FinlogPage
+	23, // 57: coffer.v1.Wallet.Revenue:output_type -> coffer.v1.RevenueReport
+	24, // 58: coffer.v1.Wallet.GetStatus:output_type -> coffer.v1.Status
+	48, // [48:59] is the sub-list for method output_type
+	37, // [37:48] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_coffer_v1_wallet_proto_init() }
@@ -2327,7 +2594,7 @@ func file_coffer_v1_wallet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coffer_v1_wallet_proto_rawDesc), len(file_coffer_v1_wallet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,7 @@ const (
 	Wallet_Rollback_FullMethodName    = "/coffer.v1.Wallet/Rollback"
 	Wallet_GetTrx_FullMethodName      = "/coffer.v1.Wallet/GetTrx"
 	Wallet_Exchange_FullMethodName    = "/coffer.v1.Wallet/Exchange"
+	Wallet_Refund_FullMethodName      = "/coffer.v1.Wallet/Refund"
 	Wallet_Finlog_FullMethodName      = "/coffer.v1.Wallet/Finlog"
 	Wallet_Revenue_FullMethodName     = "/coffer.v1.Wallet/Revenue"
 	Wallet_GetStatus_FullMethodName   = "/coffer.v1.Wallet/GetStatus"
@@ -76,6 +77,16 @@ type WalletClient interface {
 	// Exchange consumes one currency and grants another at the namespace's
 	// configured rate. Permission: write.
 	Exchange(ctx context.Context, in *ExchangeRequest, opts ...grpc.CallOption) (*Trx, error)
+	// Refund takes back a store order credited to the player, for a refund
+	// or a chargeback: what is left of the order's lots, and, for what the
+	// player spent, what the currency's refund_policy says (claw_back: from
+	// the player's other lots, paid first, as far as they go; write_off:
+	// nothing more). What it could not take is its shortfall. An order is
+	// refunded at most once: a second refund, under any other key, is
+	// already_refunded; an order not credited to the player not_found. A
+	// new trx answers 201, a replay of the same key and payload 200.
+	// Permission: write.
+	Refund(ctx context.Context, in *RefundRequest, opts ...grpc.CallOption) (*Trx, error)
 	// Finlog reads a page of a player's trx with their ops. Permission: read.
 	Finlog(ctx context.Context, in *FinlogRequest, opts ...grpc.CallOption) (*FinlogPage, error)
 	// Revenue reports paid currency movements of a namespace over all shards.
@@ -164,6 +175,16 @@ func (c *walletClient) Exchange(ctx context.Context, in *ExchangeRequest, opts .
 	return out, nil
 }
 
+func (c *walletClient) Refund(ctx context.Context, in *RefundRequest, opts ...grpc.CallOption) (*Trx, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Trx)
+	err := c.cc.Invoke(ctx, Wallet_Refund_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *walletClient) Finlog(ctx context.Context, in *FinlogRequest, opts ...grpc.CallOption) (*FinlogPage, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(FinlogPage)
@@ -232,6 +253,16 @@ type WalletServer interface {
 	// Exchange consumes one currency and grants another at the namespace's
 	// configured rate. Permission: write.
 	Exchange(context.Context, *ExchangeRequest) (*Trx, error)
+	// Refund takes back a store order credited to the player, for a refund
+	// or a chargeback: what is left of the order's lots, and, for what the
+	// player spent, what the currency's refund_policy says (claw_back: from
+	// the player's other lots, paid first, as far as they go; write_off:
+	// nothing more). What it could not take is its shortfall. An order is
+	// refunded at most once: a second refund, under any other key, is
+	// already_refunded; an order not credited to the player not_found. A
+	// new trx answers 201, a replay of the same key and payload 200.
+	// Permission: write.
+	Refund(context.Context, *RefundRequest) (*Trx, error)
 	// Finlog reads a page of a player's trx with their ops. Permission: read.
 	Finlog(context.Context, *FinlogRequest) (*FinlogPage, error)
 	// Revenue reports paid currency movements of a namespace over all shards.
@@ -270,6 +301,9 @@ func (UnimplementedWalletServer) GetTrx(context.Context, *TrxRequest) (*Trx, err
 }
 func (UnimplementedWalletServer) Exchange(context.Context, *ExchangeRequest) (*Trx, error) {
 	return nil, status.Error(codes.Unimplemented, "method Exchange not implemented")
+}
+func (UnimplementedWalletServer) Refund(context.Context, *RefundRequest) (*Trx, error) {
+	return nil, status.Error(codes.Unimplemented, "method Refund not implemented")
 }
 func (UnimplementedWalletServer) Finlog(context.Context, *FinlogRequest) (*FinlogPage, error) {
 	return nil, status.Error(codes.Unimplemented, "method Finlog not implemented")
@@ -427,6 +461,24 @@ func _Wallet_Exchange_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Wallet_Refund_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RefundRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WalletServer).Refund(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Wallet_Refund_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WalletServer).Refund(ctx, req.(*RefundRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Wallet_Finlog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(FinlogRequest)
 	if err := dec(in); err != nil {
@@ -515,6 +567,10 @@ var Wallet_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Exchange",
 			Handler:    _Wallet_Exchange_Handler,
+		},
+		{
+			MethodName: "Refund",
+			Handler:    _Wallet_Refund_Handler,
 		},
 		{
 			MethodName: "Finlog",

@@ -1,0 +1,312 @@
+package postgres_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cofferhq/coffer"
+)
+
+func refundOf(player coffer.PlayerID, key, order string) coffer.RefundRequest {
+	return coffer.RefundRequest{Scope: scope(player, key), Store: "steam", OrderID: order, Kind: coffer.RefundRefund, Reason: "store refund"}
+}
+
+func (e *env) refund(req coffer.RefundRequest) (coffer.Trx, bool, error) {
+	return e.store.Refund(ctx, req)
+}
+
+func (e *env) mustRefund(req coffer.RefundRequest) coffer.Trx {
+	e.t.Helper()
+	trx, replay, err := e.refund(req)
+	if err != nil || replay {
+		e.t.Fatalf("refund %s: %v (replay %v)", req.IdempotencyKey, err, replay)
+	}
+	return trx
+}
+
+// taken sums a refund's ops per currency and paid or free, as "gold
+// paid 40", and checks each names a lot and is a refund's consume.
+func taken(t *testing.T, trx coffer.Trx) string {
+	t.Helper()
+	out := ""
+	for _, op := range trx.Ops {
+		if op.Kind != coffer.OpConsume || op.LotID == 0 || op.Amount >= 0 {
+			t.Fatalf("refund op %+v: want a consume naming its lot", op)
+		}
+		kind := "free"
+		if op.Paid {
+			kind = "paid"
+		}
+		out += fmt.Sprintf("[%s %s %d]", op.Currency, kind, -op.Amount)
+	}
+	return out
+}
+
+// TestRefundOfAnUnspentPurchase takes the whole purchase back from its
+// own lot and nothing else; the trx is a refund naming its order, the
+// finlog shows it, and the player keeps its other coins.
+func TestRefundOfAnUnspentPurchase(t *testing.T) {
+	e := newEnv(t)
+	buy := e.mustChange(20, "buy", paid("gold", 500, "o-1"), free("gold", 50))
+	trx := e.mustRefund(refundOf(20, "r-1", "o-1"))
+	if trx.Kind != coffer.TrxRefund || trx.Status != coffer.StatusCommitted || trx.Refund == nil ||
+		fmt.Sprint(*trx.Refund) != fmt.Sprint(coffer.Refund{Store: "steam", OrderID: "o-1", Kind: coffer.RefundRefund}) {
+		t.Fatalf("refund trx = %+v, refund %+v", trx, trx.Refund)
+	}
+	if got := taken(t, trx); got != "[gold paid 500]" || trx.Ops[0].LotID != buy.Ops[0].LotID {
+		t.Fatalf("took %s from lot %d, want 500 paid from lot %d", got, trx.Ops[0].LotID, buy.Ops[0].LotID)
+	}
+	if b := e.balance(20, "gold"); b.Total != 50 || b.Paid != 0 || len(trx.Balances) != 1 || trx.Balances[0].Total != 50 {
+		t.Fatalf("gold = %+v, trx balances %+v", b, trx.Balances)
+	}
+	page, err := e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: 20, Desc: true, Limit: 1})
+	must(t, err)
+	if len(page.Items) != 1 || page.Items[0].Kind != coffer.TrxRefund || page.Items[0].Refund == nil || page.Items[0].Refund.OrderID != "o-1" {
+		t.Fatalf("finlog = %+v", page.Items)
+	}
+	lines, err := e.store.Revenue(ctx, coffer.RevenueQuery{Namespace: 1, From: buy.CreatedAt, To: time.Now().Add(time.Minute)})
+	must(t, err)
+	if len(lines) != 1 || lines[0].Deposited != 500 || lines[0].Refunded != 500 || lines[0].Recognised != 0 || lines[0].Deferred != 0 {
+		t.Fatalf("revenue = %+v", lines)
+	}
+}
+
+// TestRefundOfAPartlySpentPurchase: what is left of the purchase comes
+// from its own lot; the rest, under claw_back (gold), from the player's
+// other lots, paid before free, as far as they go, and what they lack is
+// the shortfall; under write_off (silver) all of the rest is.
+func TestRefundOfAPartlySpentPurchase(t *testing.T) {
+	for _, tc := range []struct {
+		currency  string
+		took      string
+		shortfall coffer.Amount
+		left      coffer.Amount
+	}{
+		{"gold", "[gold paid 40][gold paid 20][gold free 10]", 30, 0},
+		{"silver", "[silver paid 40]", 60, 30},
+	} {
+		t.Run(tc.currency, func(t *testing.T) {
+			e := newEnv(t)
+			c := tc.currency
+			e.mustChange(21, "buy", paid(c, 100, "o-a"))
+			e.mustChange(21, "spend", free(c, -60))
+			e.mustChange(21, "more", free(c, 10), paid(c, 20, "o-b"))
+			trx := e.mustRefund(refundOf(21, "r", "o-a"))
+			if got := taken(t, trx); got != tc.took {
+				t.Fatalf("took %s, want %s", got, tc.took)
+			}
+			want := []coffer.RefundAmount{{Currency: c, Amount: tc.shortfall}}
+			if fmt.Sprint(trx.Refund.Shortfall) != fmt.Sprint(want) {
+				t.Fatalf("shortfall %+v, want %+v", trx.Refund.Shortfall, want)
+			}
+			if b := e.balance(21, c); b.Total != tc.left {
+				t.Fatalf("%s left %+v, want %d", c, b, tc.left)
+			}
+		})
+	}
+}
+
+// TestRefundOfASpentPurchase: a purchase spent to 0 gives nothing back
+// from its lot; the refund is recorded all the same, its shortfall the
+// whole purchase where nothing else can be clawed back.
+func TestRefundOfASpentPurchase(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []string{"gold", "silver"} {
+		e.mustChange(22, "buy-"+c, paid(c, 100, "o-"+c))
+		e.mustChange(22, "spend-"+c, free(c, -100))
+		trx := e.mustRefund(refundOf(22, "r-"+c, "o-"+c))
+		if len(trx.Ops) != 0 || fmt.Sprint(trx.Refund.Shortfall) != fmt.Sprint([]coffer.RefundAmount{{Currency: c, Amount: 100}}) {
+			t.Fatalf("%s: refund %+v, shortfall %+v", c, trx.Ops, trx.Refund.Shortfall)
+		}
+		got, err := e.store.Trx(ctx, scope(22, "r-"+c))
+		must(t, err)
+		if got.Refund == nil || fmt.Sprint(got.Refund.Shortfall) != fmt.Sprint(trx.Refund.Shortfall) {
+			t.Fatalf("stored refund %+v", got.Refund)
+		}
+	}
+}
+
+// TestRefundAfterTheLotExpired records the expiry first; the expired
+// coins are not there to take, and the policy decides about them as
+// about spent ones.
+func TestRefundAfterTheLotExpired(t *testing.T) {
+	e := newEnv(t)
+	soon := time.Now().Add(300 * time.Millisecond)
+	buy := paid("silver", 100, "o-x")
+	buy.ExpiresAt = &soon
+	e.mustChange(23, "buy", buy, free("silver", 5))
+	time.Sleep(time.Until(soon) + 50*time.Millisecond)
+	trx := e.mustRefund(refundOf(23, "r", "o-x"))
+	if len(trx.Ops) != 0 || fmt.Sprint(trx.Refund.Shortfall) != fmt.Sprint([]coffer.RefundAmount{{Currency: "silver", Amount: 100}}) {
+		t.Fatalf("refund ops %+v, shortfall %+v", trx.Ops, trx.Refund.Shortfall)
+	}
+	if x := e.expiries(23); len(x) != 1 || x[0].Amount != -100 {
+		t.Fatalf("expiries %+v", x)
+	}
+	if b := e.balance(23, "silver"); b.Total != 5 {
+		t.Fatalf("silver = %+v", b)
+	}
+}
+
+// TestRefundLeavesWhatHoldsReserve: the coins a pending hold reserves
+// from the purchase's lot are not taken; under write_off they are
+// shortfall, and a rollback returns them to the lot as for any hold.
+func TestRefundLeavesWhatHoldsReserve(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(24, "buy", paid("silver", 100, "o-h"))
+	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(24, "hold"), Ops: []coffer.OpRequest{free("silver", -30)}, Hold: true})
+	must(t, err)
+	trx := e.mustRefund(refundOf(24, "r", "o-h"))
+	if got := taken(t, trx); got != "[silver paid 70]" || fmt.Sprint(trx.Refund.Shortfall) != "[{silver 30}]" {
+		t.Fatalf("took %s, shortfall %+v", got, trx.Refund.Shortfall)
+	}
+	_, _, err = e.store.Rollback(ctx, scope(24, "hold"))
+	must(t, err)
+	if b := e.balance(24, "silver"); b.Total != 30 {
+		t.Fatalf("silver after the rollback = %+v", b)
+	}
+}
+
+// TestRefundReplayConflictAndSecondRefund: the same key and payload
+// replays the first answer; the same key with another payload is
+// idempotency_conflict; another key, whatever its kind, already_refunded.
+func TestRefundReplayConflictAndSecondRefund(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(25, "buy", paid("gold", 100, "o-r"))
+	first := e.mustRefund(refundOf(25, "r", "o-r"))
+	again, replay, err := e.refund(refundOf(25, "r", "o-r"))
+	if err != nil || !replay {
+		t.Fatalf("replay: %v %v", replay, err)
+	}
+	sameAnswer(t, first, again)
+	changed := refundOf(25, "r", "o-r")
+	changed.Kind = coffer.RefundChargeback
+	_, _, err = e.refund(changed)
+	wantCode(t, err, coffer.CodeIdempotencyConflict)
+	other := refundOf(25, "r-2", "o-r")
+	other.Kind = coffer.RefundChargeback
+	_, _, err = e.refund(other)
+	wantCode(t, err, coffer.CodeAlreadyRefunded)
+	_, err = e.store.Trx(ctx, scope(25, "r-2"))
+	wantCode(t, err, coffer.CodeNotFound)
+}
+
+// TestRefundOfAnUnknownOrder: an order never credited, credited to
+// another player, or only pending in a hold is not_found, and the
+// refund writes nothing: the same key works once the order is credited.
+func TestRefundOfAnUnknownOrder(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(26, "buy", paid("gold", 100, "o-26"))
+	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(27, "hold"), Ops: []coffer.OpRequest{paid("gold", 10, "o-27")}, Hold: true})
+	must(t, err)
+	before, err := e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: 27})
+	must(t, err)
+	for _, order := range []string{"o-none", "o-26", "o-27"} {
+		_, _, err := e.refund(refundOf(27, "r", order))
+		wantCode(t, err, coffer.CodeNotFound)
+	}
+	after, err := e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: 27})
+	must(t, err)
+	if after.Version != before.Version {
+		t.Fatalf("a refused refund wrote: version %d → %d", before.Version, after.Version)
+	}
+	_, _, err = e.store.Commit(ctx, scope(27, "hold"))
+	must(t, err)
+	if got := taken(t, e.mustRefund(refundOf(27, "r", "o-27"))); got != "[gold paid 10]" {
+		t.Fatalf("took %s", got)
+	}
+}
+
+// TestRefundBadInput: a clear invalid_argument, and nothing written.
+func TestRefundBadInput(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(28, "buy", paid("gold", 100, "o-b"))
+	long := string(make([]byte, 129))
+	for name, mutate := range map[string]func(*coffer.RefundRequest){
+		"kind":      func(r *coffer.RefundRequest) { r.Kind = "gift" },
+		"no kind":   func(r *coffer.RefundRequest) { r.Kind = "" },
+		"store":     func(r *coffer.RefundRequest) { r.Store = "" },
+		"order":     func(r *coffer.RefundRequest) { r.OrderID = long },
+		"key":       func(r *coffer.RefundRequest) { r.IdempotencyKey = "" },
+		"reason":    func(r *coffer.RefundRequest) { r.Reason = "bad\x00" },
+		"player":    func(r *coffer.RefundRequest) { r.PlayerID = 0 },
+		"namespace": func(r *coffer.RefundRequest) { r.Namespace = -1 },
+	} {
+		req := refundOf(28, "r", "o-b")
+		mutate(&req)
+		_, _, err := e.refund(req)
+		if coffer.ErrorCode(err) != coffer.CodeInvalid {
+			t.Fatalf("%s: %v, want invalid_argument", name, err)
+		}
+	}
+	if b := e.balance(28, "gold"); b.Total != 100 {
+		t.Fatalf("gold = %+v", b)
+	}
+	e.mustRefund(refundOf(28, "r", "o-b"))
+}
+
+// TestConcurrentRefundsOfOneOrder sends the refund of one order from
+// many goroutines at once, each with its own key, and each key twice:
+// exactly one key refunds it (its twin replays), every other is
+// already_refunded, and the purchase is taken back once.
+func TestConcurrentRefundsOfOneOrder(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(29, "buy", paid("gold", 100, "o-c"), free("gold", 1000))
+	e.mustChange(29, "spend", free("gold", -1050)) // the purchase has 50 left
+	var mu sync.Mutex
+	won, replays, refused := map[string]int{}, 0, 0
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 16 {
+		for range 2 {
+			wg.Go(func() {
+				<-start
+				trx, replay, err := e.refund(refundOf(29, fmt.Sprintf("r-%d", i), "o-c"))
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil && replay:
+					replays++
+				case err == nil:
+					won[trx.IdempotencyKey]++
+				case coffer.ErrorCode(err) == coffer.CodeAlreadyRefunded:
+					refused++
+				default:
+					t.Errorf("refund: %v", err)
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	if len(won) != 1 || replays != 1 || refused != 30 {
+		t.Fatalf("won %v, replays %d, refused %d", won, replays, refused)
+	}
+	// 50 from the purchase, 50 clawed back from the free gold.
+	if b := e.balance(29, "gold"); b.Total != 0 {
+		t.Fatalf("gold = %+v", b)
+	}
+}
+
+// TestAuditFindsRefundDamage corrupts refunds behind the store's back;
+// the audit must report each kind of damage.
+func TestAuditFindsRefundDamage(t *testing.T) {
+	for check, damage := range map[string]string{
+		"refund of an order not credited": `UPDATE trx_%d SET refund = jsonb_set(refund, '{order_id}', '"o-none"') WHERE refund IS NOT NULL`,
+		"order refunded twice": `INSERT INTO trx_%[1]d (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status,
+			reason, version, pos, refund)
+			SELECT ns, player_id + 1, created_at, trx_id + 1000, emitter, idempotency_key, request_hash, kind, status, reason, version, pos, refund
+			FROM trx_%[1]d WHERE refund IS NOT NULL`,
+		"refund differs from its order": `UPDATE trx_%d SET refund = jsonb_set(refund, '{shortfall}', '[{"currency": 1, "amount": 59}]') WHERE refund IS NOT NULL`,
+	} {
+		t.Run(check, func(t *testing.T) {
+			e := newEnv(t)
+			e.mustChange(32, "buy", paid("gold", 100, "o-d"))
+			e.mustChange(32, "spend", free("gold", -60))
+			e.mustRefund(refundOf(32, "r", "o-d"))
+			e.auditFinds(32, check, damage)
+		})
+	}
+}
