@@ -65,8 +65,9 @@ var batchStatements = batchSQL{
 		FROM unnest($1::int[], $2::bigint[], $3::int[]) AS u(ns, player_id, currency)
 		JOIN lot_N l ON l.ns = u.ns AND l.player_id = u.player_id
 		WHERE u.currency = 0 AND (l.amount > 0 OR l.reserved > 0)`,
-	// The stored trx under the keys the batch's writes name.
-	trx: `SELECT t.ns, t.player_id, ` + trxColumns + `
+	// The stored trx under the keys the batch's writes name, with the
+	// time a hold was finished at (attempt.applied).
+	trx: `SELECT t.ns, t.player_id, t.finished_at, ` + trxColumns + `
 		FROM unnest($1::int[], $2::bigint[], $3::int[], $4::text[]) AS u(ns, player_id, emitter, idempotency_key)
 		JOIN trx_N t ON t.ns = u.ns AND t.player_id = u.player_id AND t.emitter = u.emitter AND t.idempotency_key = u.idempotency_key`,
 	// The orders the players' refunds name: the lots their grants created

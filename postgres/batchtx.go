@@ -137,6 +137,9 @@ type batchPlayer struct {
 
 	locked bool
 	state  coffer.PlayerState
+	// finished are the times its trx under the batch's keys were
+	// finished at (a hold's commit or rollback), for attempt.applied.
+	finished map[coffer.TrxKey]time.Time
 	// stored is the player row's time as the lock read it.
 	stored time.Time
 	ids    []int64
@@ -167,8 +170,10 @@ type attempt struct {
 // that attempt would leave it (its times are the database's clock and
 // strictly increase, so no other write leaves the same), or a write's key
 // holding the trx it planned (the same id, or the hold finished at the
-// same version). Then its plans are the answers, as new writes: they are
-// not replays of another request.
+// same time: another instance may have finished it meanwhile with the
+// same status at the same version, and the attempt's other writes are
+// then lost, not applied). Then its plans are the answers, as new
+// writes: they are not replays of another request.
 func (a *attempt) applied(players []*batchPlayer, reqs []*request, of []int) bool {
 	for _, p := range players {
 		if w, ok := a.written[p.key]; ok && w.version == p.state.Version && w.pos == p.state.Pos && w.at.Equal(p.stored) {
@@ -186,7 +191,7 @@ func (a *attempt) applied(players []*batchPlayer, reqs []*request, of []int) boo
 			continue
 		}
 		st := players[of[i]].state.Trx[j]
-		if f := plan.Finish; f != nil && st.Status == f.Status && st.Version == f.Version {
+		if f := plan.Finish; f != nil && st.Status == f.Status && st.Version == f.Version && players[of[i]].finished[k].Equal(f.FinishedAt) {
 			return true
 		}
 		if plan.Finish == nil && st.ID == plan.Trx.ID {
@@ -433,12 +438,19 @@ func (l *loading) lots(rows pgx.Rows) error {
 func (l *loading) trx(rows pgx.Rows) error {
 	for rows.Next() {
 		var k playerKey
-		st, err := l.s.scanTrx(rows, &k.ns, &k.id)
+		var finished *time.Time
+		st, err := l.s.scanTrx(rows, &k.ns, &k.id, &finished)
 		if err != nil {
 			return err
 		}
 		if p := l.byKey[k]; p != nil {
 			p.state.Trx = append(p.state.Trx, &st.StoredTrx)
+			if finished != nil {
+				if p.finished == nil {
+					p.finished = map[coffer.TrxKey]time.Time{}
+				}
+				p.finished[coffer.TrxKey{Emitter: st.Emitter, IdempotencyKey: st.IdempotencyKey}] = *finished
+			}
 		}
 	}
 	return rows.Err()

@@ -692,3 +692,91 @@ func (e *env) lockElsewhere(player coffer.PlayerID) pgx.Tx {
 	must(e.t, err)
 	return tx
 }
+
+// TestCutBatchIsNotTakenForAnotherInstancesWrite: a batch commits a hold
+// and grants to another player; its connection is cut before its COMMIT
+// ran, so nothing of it is applied. Before it runs again, another
+// instance commits the same hold, which is then stored with the status
+// and version the batch planned for it. The batch must not take that for
+// its own write: it runs again, answers the hold's commit as the replay
+// it now is, and applies the grant (answering it as applied while it was
+// lost would lose the player's currency).
+func TestCutBatchIsNotTakenForAnotherInstancesWrite(t *testing.T) {
+	e := newEnv(t)
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second})
+	defer store.Close()
+	ps := e.playersOn(0, 1, 3)
+	holder, granted, blocker := ps[0], ps[1], ps[2]
+	e.mustChange(holder, "seed", free("gold", 10))
+	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(holder, "h"), Hold: true,
+		Ops: []coffer.OpRequest{free("gold", -4), free("silver", 3)}})
+	must(t, err)
+	// An uncommitted trx under the grant's key (an instance that does not
+	// lock the player first): the batch's write waits for it.
+	id := e.router.Map().ShardOf(granted)
+	rogue, err := e.router.Shard(id).Begin(ctx)
+	must(t, err)
+	defer rogue.Rollback(ctx)
+	_, err = rogue.Exec(ctx, fmt.Sprintf(`INSERT INTO trx_%d (ns, player_id, created_at, trx_id, emitter, idempotency_key,
+		request_hash, kind, status, reason, version, pos) VALUES (1, $1, now(), -1, 7, 'k', '\x00', 'change', 'committed', 'rogue', 1, 1)`, id), granted)
+	must(t, err)
+
+	// The hold's commit and the grant queue behind a batch that waits for
+	// a player locked elsewhere: they leave as one batch.
+	tx := e.lockElsewhere(blocker)
+	blocked := make(chan error, 1)
+	go func() {
+		_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(blocker, "a"), Ops: []coffer.OpRequest{free("gold", 1)}})
+		blocked <- err
+	}()
+	e.waitForBackend(0, "%locked%")
+	var commit, grant coffer.ChangeResult
+	answered := make(chan struct{}, 2)
+	go func() {
+		commit.Trx, commit.Replay, commit.Err = store.Commit(ctx, scope(holder, "h"))
+		answered <- struct{}{}
+	}()
+	for store.Queued(0) < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	go func() {
+		grant.Trx, grant.Replay, grant.Err = store.Change(ctx, coffer.ChangeRequest{Scope: scope(granted, "k"), Ops: []coffer.OpRequest{free("gold", 5)}})
+		answered <- struct{}{}
+	}()
+	for store.Queued(0) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	must(t, tx.Rollback(ctx))
+	must(t, <-blocked)
+	pid := e.waitForBackend(0, "%INSERT INTO trx_%")
+
+	// Another instance commits the hold as soon as the batch lets go of
+	// its player: it waits for the lock before the batch is cut.
+	other := make(chan error, 1)
+	go func() {
+		_, _, err := e.store.Commit(ctx, scope(holder, "h"))
+		other <- err
+	}()
+	e.waitForBackend(0, "%locked%", pid)
+	var killed bool
+	must(t, e.router.Database(0).QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed))
+	if !killed {
+		t.Fatalf("backend %d not terminated", pid)
+	}
+	must(t, <-other)
+	must(t, rogue.Rollback(ctx))
+	<-answered
+	<-answered
+
+	stored, err := e.store.Trx(ctx, scope(holder, "h"))
+	must(t, err)
+	if commit.Err != nil || !commit.Replay {
+		t.Errorf("the hold's commit, committed by another instance first: replay %v, %v; want a replay", commit.Replay, commit.Err)
+	} else {
+		sameAnswer(t, commit.Trx, stored)
+	}
+	must(t, grant.Err)
+	if b := e.balance(granted, "gold"); grant.Replay || b.Total != 5 {
+		t.Fatalf("the grant answered applied (replay %v), the player holds %d gold", grant.Replay, b.Total)
+	}
+}
