@@ -2,6 +2,7 @@ package coffer
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
 	"time"
 )
@@ -34,8 +35,45 @@ type BookLot struct {
 	CreatedAt time.Time
 	// TrxID is the trx whose grant created the lot.
 	TrxID int64
+	// Worth is what the lot's coins cost: its origin and value.
+	Worth
+	// ValueReserved is what the Reserved coins cost, in minor units of
+	// Fiat: what a rollback returns to Value, or a commit recognises.
+	ValueReserved Amount
 	// New lots are inserted; Changed ones updated.
 	New, Changed bool
+}
+
+// Worth is the real money behind paid coins. Store and OrderID name the
+// store order they were bought by: a paid grant's purchase, or, for a lot
+// an exchange made, the order of the paid lot it consumed — the lineage a
+// refund follows. Value is what the coins cost, in minor units of Fiat
+// (an ISO 4217 code). Free coins, and the lots of purchases credited
+// before V0015, have no Fiat and no Value.
+type Worth struct {
+	Store, OrderID, Fiat string
+	Value                Amount
+}
+
+// ValueShare is the value that k coins take out of n coins worth v (0 ≤
+// k ≤ n, v ≥ 0): v×k/n rounded to the nearest minor unit, a half down,
+// and all of v when k = n, so that the last coin out of a lot takes what
+// is left and the parts of a lot's value add up to its price exactly.
+// It is computed on 128 bits: v×k never overflows.
+func ValueShare(v, k, n Amount) Amount {
+	switch {
+	case k >= n:
+		return v
+	case k <= 0 || v <= 0:
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(v), uint64(k))
+	// v×k/n < v fits 64 bits, so hi < n: Div64 cannot overflow.
+	q, r := bits.Div64(hi, lo, uint64(n))
+	if r > uint64(n)-r {
+		q++
+	}
+	return Amount(q)
 }
 
 // held tells whether the lot counts towards LotsMax: it has an amount, or
@@ -53,6 +91,11 @@ type BookOp struct {
 	BalanceAfter Amount
 	PaidAfter    Amount
 	Purchase     *Purchase
+	// Value is what the op moved of its lot's value, in minor units of
+	// Fiat, signed as Amount; Fiat is the lot's, empty for a lot without
+	// value.
+	Value Amount
+	Fiat  string
 }
 
 // Book plans the ops of one trx on one player's lots, in memory, under the
@@ -88,8 +131,8 @@ type bookCurrency struct {
 // the currency's sums would pass int64 (a damaged ledger: the audit says
 // where).
 func (b *Book) Add(l *BookLot) error {
-	if l.Amount < 0 || l.Reserved < 0 {
-		return Errorf(CodeInternal, "lot %d has amount %d and reserves %d", l.ID, l.Amount, l.Reserved)
+	if l.Amount < 0 || l.Reserved < 0 || l.Value < 0 || l.ValueReserved < 0 {
+		return Errorf(CodeInternal, "lot %d has amount %d worth %d and reserves %d worth %d", l.ID, l.Amount, l.Value, l.Reserved, l.ValueReserved)
 	}
 	amount, reserved := l.Amount, l.Reserved
 	l.Amount, l.Reserved = 0, 0
@@ -185,17 +228,19 @@ func (b *Book) Totals(cur CurrencyID) (total, paid Amount) {
 	return total, paid
 }
 
-func (b *Book) op(l *BookLot, kind OpKind, cause OpCause, amount Amount) BookOp {
+// op is an op that moved amount, worth value, on lot l.
+func (b *Book) op(l *BookLot, kind OpKind, cause OpCause, amount, value Amount) BookOp {
 	c := b.currency(l.Currency)
 	return BookOp{Currency: l.Currency, LotID: l.ID, Kind: kind, Cause: cause, Amount: amount,
-		Paid: l.Paid, BalanceAfter: c.total, PaidAfter: c.paid}
+		Paid: l.Paid, BalanceAfter: c.total, PaidAfter: c.paid, Value: value, Fiat: l.Fiat}
 }
 
 // Expire empties every expired lot that still has an amount, in the
 // currencies only (all of them if only is nil), in expiry order, and
 // returns the expire ops. Writes call it first, so that the balance_after
 // chain of each currency includes every expiry before the ops that follow
-// it. A reservation stays on its lot: a rollback returns it, and it
+// it. The lot's value expires with its amount (breakage). A reservation
+// stays on its lot, with its value: a rollback returns it, and it
 // expires then.
 func (b *Book) Expire(only []CurrencyID) []BookOp {
 	var expired []*BookLot
@@ -212,10 +257,10 @@ func (b *Book) Expire(only []CurrencyID) []BookOp {
 	})
 	var ops []BookOp
 	for _, l := range expired {
-		amount := l.Amount
+		amount, value := l.Amount, l.Value
 		_ = b.set(l, 0, l.Reserved) // takes away: no sum can overflow
-		l.Changed = true
-		ops = append(ops, b.op(l, OpExpire, CauseChange, -amount))
+		l.Value, l.Changed = 0, true
+		ops = append(ops, b.op(l, OpExpire, CauseChange, -amount, -value))
 	}
 	return ops
 }
@@ -225,8 +270,20 @@ func (b *Book) Expire(only []CurrencyID) []BookOp {
 // priority, so that rewards do not pile up lots. Errors: invalid_argument
 // when the balance plus what pending holds reserve would pass BalanceMax;
 // too_many_lots when it needs a lot beyond LotsMax, or the trx an op
-// beyond TrxOpsMax. Nothing is changed on an error.
+// beyond TrxOpsMax. Nothing is changed on an error. A purchase's lot is
+// worth its price, in its fiat (Worth).
 func (b *Book) Grant(cur *Currency, amount Amount, paid bool, expiresAt *time.Time, priority int32, purchase *Purchase, cause OpCause) (BookOp, error) {
+	var w Worth
+	if purchase != nil {
+		w = Worth{Store: purchase.Store, OrderID: purchase.OrderID, Fiat: purchase.Fiat, Value: Amount(purchase.Price)}
+	}
+	op, err := b.grant(cur, amount, paid, expiresAt, priority, w, cause)
+	op.Purchase = purchase
+	return op, err
+}
+
+// grant is Grant of coins worth w (nothing, for free coins).
+func (b *Book) grant(cur *Currency, amount Amount, paid bool, expiresAt *time.Time, priority int32, w Worth, cause OpCause) (BookOp, error) {
 	c := b.currency(cur.ID)
 	if amount <= 0 || amount > BalanceMax || c.total+c.reserved > BalanceMax-amount {
 		return BookOp{}, Errorf(CodeInvalid, "%s: the balance would overflow: %d, and %d reserved by pending holds, plus %d is more than %d",
@@ -250,7 +307,7 @@ func (b *Book) Grant(cur *Currency, amount Amount, paid bool, expiresAt *time.Ti
 				cur.Code, c.held)
 		}
 		lot = &BookLot{ID: b.NewID(), Currency: cur.ID, Paid: paid, ExpiresAt: expiresAt, Priority: priority, CreatedAt: b.Now,
-			TrxID: b.TrxID, New: true}
+			TrxID: b.TrxID, Worth: w, New: true}
 		b.keep(lot)
 	}
 	if err := b.set(lot, lot.Amount+amount, lot.Reserved); err != nil {
@@ -258,18 +315,17 @@ func (b *Book) Grant(cur *Currency, amount Amount, paid bool, expiresAt *time.Ti
 	}
 	lot.Changed = true
 	b.planned++
-	op := b.op(lot, OpGrant, cause, amount)
-	op.Purchase = purchase
-	return op, nil
+	return b.op(lot, OpGrant, cause, amount, w.Value), nil
 }
 
 func tooManyOps() error {
 	return Errorf(CodeTooManyLots, "the trx would move more than %d lots; split it into smaller ones", TrxOpsMax)
 }
 
-// Consume takes amount from live lots in spend order. With reserve (a
-// hold's begin) what it takes stays reserved on each lot, for a rollback
-// to return or a commit to settle. It returns the ops and the paid part
+// Consume takes amount from live lots in spend order, and from each lot
+// its ValueShare of the lot's value. With reserve (a hold's begin) what
+// it takes stays reserved on each lot, with its value, for a rollback to
+// return or a commit to settle. It returns the ops and the paid part
 // taken. Errors: insufficient_funds; too_many_lots when the trx would
 // write more than TrxOpsMax ops. Nothing is changed on an error.
 func (b *Book) Consume(cur *Currency, amount Amount, cause OpCause, reserve bool) ([]BookOp, Amount, error) {
@@ -327,6 +383,7 @@ func (b *Book) spend(lots []SpendLot, amount Amount, cause OpCause, reserve bool
 	for _, s := range lots[:n] {
 		l := b.byID[s.ID]
 		take := min(l.Amount, amount-taken)
+		value := ValueShare(l.Value, take, l.Amount)
 		reserved := l.Reserved
 		if reserve {
 			reserved += take // at most the lot's amount before: no overflow
@@ -334,12 +391,16 @@ func (b *Book) spend(lots []SpendLot, amount Amount, cause OpCause, reserve bool
 		if err := b.set(l, l.Amount-take, reserved); err != nil {
 			return nil, 0, 0, err
 		}
+		l.Value -= value
+		if reserve {
+			l.ValueReserved += value // at most the lot's value before
+		}
 		l.Changed = true
 		taken += take
 		if l.Paid {
 			paidTaken += take
 		}
-		ops = append(ops, b.op(l, OpConsume, cause, -take))
+		ops = append(ops, b.op(l, OpConsume, cause, -take, -value))
 	}
 	b.planned += n
 	return ops, paidTaken, taken, nil
@@ -349,7 +410,8 @@ func (b *Book) spend(lots []SpendLot, amount Amount, cause OpCause, reserve bool
 // back what is left of a purchase from the purchase's own lot. What
 // pending holds reserve from the lot is not its to give. A lot the Book
 // does not hold (it has nothing left), or an expired one, gives nothing:
-// taken is 0 and there is no op. Errors: too_many_lots, as Consume's.
+// taken is 0 and there is no op. The coins take their ValueShare of the
+// lot's value. Errors: too_many_lots, as Consume's.
 func (b *Book) Take(lotID int64, amount Amount, cause OpCause) (op BookOp, taken Amount, err error) {
 	l := b.byID[lotID]
 	if l == nil || !b.live(l) || amount <= 0 {
@@ -359,54 +421,57 @@ func (b *Book) Take(lotID int64, amount Amount, cause OpCause) (op BookOp, taken
 		return BookOp{}, 0, tooManyOps()
 	}
 	taken = min(l.Amount, amount)
+	value := ValueShare(l.Value, taken, l.Amount)
 	if err := b.set(l, l.Amount-taken, l.Reserved); err != nil {
 		return BookOp{}, 0, err
 	}
+	l.Value -= value
 	l.Changed = true
 	b.planned++
-	return b.op(l, OpConsume, cause, -taken), taken, nil
+	return b.op(l, OpConsume, cause, -taken, -value), taken, nil
 }
 
-// Release returns amount, reserved by a hold, to the lot it came from (a
-// hold rolled back or expired). The lot may have expired meanwhile; the
+// Release returns amount, reserved by a hold, and value, what it was
+// worth, to the lot it came from (a hold rolled back or expired). The lot may have expired meanwhile; the
 // amount then expires with it. It cannot overflow: the reservation counted
 // towards BalanceMax all along, and it is not bounded by TrxOpsMax, since
 // a hold's begin was. Errors: internal, when the lot is not in the Book or
-// does not reserve amount (a damaged ledger).
-func (b *Book) Release(lotID int64, amount Amount) (BookOp, error) {
-	l, err := b.reserving(lotID, amount)
+// does not reserve amount and value (a damaged ledger).
+func (b *Book) Release(lotID int64, amount, value Amount) (BookOp, error) {
+	l, err := b.reserving(lotID, amount, value)
 	if err != nil {
 		return BookOp{}, err
 	}
 	if err := b.set(l, l.Amount+amount, l.Reserved-amount); err != nil {
 		return BookOp{}, err
 	}
-	l.Changed = true
-	return b.op(l, OpGrant, CauseRelease, amount), nil
+	// The lot's value was v − value when it reserved: no overflow.
+	l.Value, l.ValueReserved, l.Changed = l.Value+value, l.ValueReserved-value, true
+	return b.op(l, OpGrant, CauseRelease, amount, value), nil
 }
 
-// Settle ends amount of a lot's reservation for good: the hold that took it
-// is committed. It writes no op (the consume was written at the begin).
-// Errors: as Release.
-func (b *Book) Settle(lotID int64, amount Amount) error {
-	l, err := b.reserving(lotID, amount)
+// Settle ends amount of a lot's reservation, worth value, for good: the
+// hold that took it is committed, and its value is recognised. It writes
+// no op (the consume was written at the begin). Errors: as Release.
+func (b *Book) Settle(lotID int64, amount, value Amount) error {
+	l, err := b.reserving(lotID, amount, value)
 	if err != nil {
 		return err
 	}
 	if err := b.set(l, l.Amount, l.Reserved-amount); err != nil {
 		return err
 	}
-	l.Changed = true
+	l.ValueReserved, l.Changed = l.ValueReserved-value, true
 	return nil
 }
 
-func (b *Book) reserving(lotID int64, amount Amount) (*BookLot, error) {
+func (b *Book) reserving(lotID int64, amount, value Amount) (*BookLot, error) {
 	l := b.byID[lotID]
 	switch {
 	case l == nil:
 		return nil, Errorf(CodeInternal, "lot %d of a hold is missing", lotID)
-	case amount <= 0 || l.Reserved < amount:
-		return nil, Errorf(CodeInternal, "lot %d reserves %d; a hold returns %d", lotID, l.Reserved, amount)
+	case amount <= 0 || l.Reserved < amount || value < 0 || l.ValueReserved < value:
+		return nil, Errorf(CodeInternal, "lot %d reserves %d worth %d; a hold returns %d worth %d", lotID, l.Reserved, l.ValueReserved, amount, value)
 	}
 	return l, nil
 }

@@ -73,7 +73,7 @@ func TestBookRollbacksCannotOverflow(t *testing.T) {
 	if _, err := b.Grant(gold, half, false, nil, 0, nil, CauseChange); ErrorCode(err) != CodeInvalid {
 		t.Fatalf("refill while a hold reserves the balance: %v", err)
 	}
-	op, err := b.Release(1, half)
+	op, err := b.Release(1, half, 0)
 	if err != nil || op.BalanceAfter != half || b.Lots()[0].Reserved != 0 {
 		t.Fatalf("release: %+v %v", op, err)
 	}
@@ -81,7 +81,7 @@ func TestBookRollbacksCannotOverflow(t *testing.T) {
 	// returns, as long as int64 holds it; one past int64 is refused, not
 	// wrapped.
 	b = newBook(t, &BookLot{ID: 1, Currency: 1, Amount: math.MaxInt64 - 10, Reserved: 10})
-	if _, err := b.Release(1, 10); err != nil {
+	if _, err := b.Release(1, 10, 0); err != nil {
 		t.Fatalf("release to exactly int64: %v", err)
 	}
 	if err := (&Book{}).Add(&BookLot{ID: 1, Currency: 1, Amount: math.MaxInt64, Reserved: 1}); ErrorCode(err) != CodeInternal {
@@ -101,13 +101,13 @@ func TestBookSettleAndRelease(t *testing.T) {
 	if l := b.Lots()[0]; l.Amount != 3 || l.Reserved != 7 {
 		t.Fatalf("reserved lot = %+v", l)
 	}
-	if _, err := b.Release(1, 8); ErrorCode(err) != CodeInternal {
+	if _, err := b.Release(1, 8, 0); ErrorCode(err) != CodeInternal {
 		t.Fatalf("release of more than reserved: %v", err)
 	}
-	if err := b.Settle(1, 7); err != nil || b.Lots()[0].Reserved != 0 || b.Lots()[0].Amount != 3 {
+	if err := b.Settle(1, 7, 0); err != nil || b.Lots()[0].Reserved != 0 || b.Lots()[0].Amount != 3 {
 		t.Fatalf("settle: %+v %v", b.Lots()[0], err)
 	}
-	if _, err := b.Release(1, 7); ErrorCode(err) != CodeInternal {
+	if _, err := b.Release(1, 7, 0); ErrorCode(err) != CodeInternal {
 		t.Fatalf("release after settle: %v", err)
 	}
 }
@@ -258,5 +258,23 @@ func TestRevenueLineAddNeverWraps(t *testing.T) {
 	}
 	if err := l.Add(RevenueLine{Deposited: 1, Deferred: 1}); ErrorCode(err) != CodeInternal || l.Deposited != 12 {
 		t.Fatalf("add past int64: %+v %v; want internal, the line unchanged", l, err)
+	}
+}
+
+// TestValueShare: v×k/n to the nearest minor unit, a half down, all of v
+// for the last coin, on 128 bits.
+func TestValueShare(t *testing.T) {
+	for _, c := range []struct{ v, k, n, want Amount }{
+		{100, 1, 3, 33}, {67, 1, 2, 33}, {34, 1, 1, 34}, // a 3-coin lot priced 100, spent a coin at a time
+		{200, 1, 3, 67}, {133, 1, 2, 66}, // 66.7 up, 66.5 down
+		{1, 1, 2, 0}, {3, 1, 2, 1}, {5, 1, 3, 2}, {1, 1, 3, 0},
+		{100, 3, 3, 100}, {0, 2, 3, 0}, {100, 0, 3, 0},
+		{7, 5, 5, 7}, {499, 100, 500, 100}, // 99.8
+		{math.MaxInt64, BalanceMax - 1, BalanceMax, math.MaxInt64 - 9}, // 9.22e18 × (1 − 1e-18): no overflow
+		{math.MaxInt64, 1, BalanceMax, 9},
+	} {
+		if got := ValueShare(c.v, c.k, c.n); got != c.want {
+			t.Errorf("ValueShare(%d, %d, %d) = %d, want %d", c.v, c.k, c.n, got, c.want)
+		}
 	}
 }

@@ -137,8 +137,12 @@ func (c *Catalog) CurrencyOf(id CurrencyID) *Currency {
 func (c *Catalog) Ops(ops []BookOp) []Op {
 	out := make([]Op, 0, len(ops))
 	for _, o := range ops {
-		out = append(out, Op{Currency: c.CurrencyOf(o.Currency).Code, Amount: o.Amount, Kind: o.Kind, Paid: o.Paid,
-			LotID: o.LotID, BalanceAfter: o.BalanceAfter, Purchase: o.Purchase})
+		op := Op{Currency: c.CurrencyOf(o.Currency).Code, Amount: o.Amount, Kind: o.Kind, Paid: o.Paid,
+			LotID: o.LotID, BalanceAfter: o.BalanceAfter, Purchase: o.Purchase}
+		if o.Fiat != "" {
+			op.Value = &Money{Amount: o.Value, Fiat: o.Fiat}
+		}
+		out = append(out, op)
 	}
 	return out
 }

@@ -157,6 +157,25 @@ type Op struct {
 	BalanceAfter Amount    `json:"balance_after"`
 	Pending      bool      `json:"pending,omitempty"`
 	Purchase     *Purchase `json:"purchase,omitempty"`
+	// Value is the real money the op moved, signed as Amount: a paid
+	// grant's price, what a consume took of its lot's value (for a
+	// consume that is recognised, what the player paid for what it
+	// bought), what expired. Only the ops of lots with a value have one.
+	Value *Money `json:"value,omitempty"`
+}
+
+// Money is an amount of real money: minor units of an ISO 4217 code.
+type Money struct {
+	Amount Amount `json:"amount"`
+	Fiat   string `json:"fiat"`
+}
+
+// value is the op's Value in minor units, 0 without one.
+func (o Op) value() Amount {
+	if o.Value == nil {
+		return 0
+	}
+	return o.Value.Amount
 }
 
 // Trx is one accepted request, the unit of idempotency.

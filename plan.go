@@ -300,10 +300,12 @@ func (p *Player) Change(v ValidChange) Plan {
 }
 
 // Exchange plans an exchange: it consumes From in spend order and grants
-// To at the rate; the paid share carries over (Rate.Exchange). Paid From
-// that becomes paid To is converted, not consumed: revenue is recognised
-// only when To cannot be paid. Errors: as Change's, and invalid_argument
-// when the exchange yields nothing.
+// To at the rate; the paid share carries over (Rate.Exchange), in a paid
+// lot per paid lot consumed, with its value and store order
+// (exchangePaid). Paid From that becomes paid To is converted, not
+// consumed: revenue is recognised only for paid coins that become free
+// (all of them when To cannot be paid). Errors: as Change's, and
+// invalid_argument when the exchange yields nothing.
 func (p *Player) Exchange(v ValidExchange) Plan {
 	if st := p.trx[v.Key()]; st != nil {
 		return replay(st, v.Hash)
@@ -324,14 +326,15 @@ func (p *Player) Exchange(v ValidExchange) Plan {
 	if !ok || total <= 0 {
 		return Plan{Err: Errorf(CodeInvalid, "exchange yields nothing")}
 	}
-	for _, part := range []struct {
-		amount Amount
-		paid   bool
-	}{{paid, true}, {total - paid, false}} {
-		if part.amount == 0 {
-			continue
+	if paid > 0 {
+		grants, err := exchangePaid(w.book, v, ops)
+		if err != nil {
+			return Plan{Err: err}
 		}
-		g, err := w.book.Grant(v.To, part.amount, part.paid, nil, 0, nil, CauseExchange)
+		ops = append(ops, grants...)
+	}
+	if total > paid {
+		g, err := w.book.Grant(v.To, total-paid, false, nil, 0, nil, CauseExchange)
 		if err != nil {
 			return Plan{Err: err}
 		}
@@ -344,6 +347,43 @@ func (p *Player) Exchange(v ValidExchange) Plan {
 	w.keep(trx, v.Emitter, v.Hash.Sum, nil)
 	w.plan.Trx = trx
 	return w.done()
+}
+
+// exchangePaid grants the paid part of an exchange into a currency that
+// can be paid: one lot per paid lot consumed (ops, the exchange's
+// consumes, in spend order), holding that lot's share of the paid part —
+// the paid part of the consumes up to and including it, at the rate,
+// less that of those before it, so that the shares add up to the paid
+// part (Rate.Exchange) — and all the value the consume took, with the
+// consumed lot's store order and fiat: a refund of the order follows its
+// coins there. A paid lot whose share rounds to nothing has its coins
+// turned into free ones: its consume becomes revenue (cause change), as
+// into a currency that cannot be paid.
+func exchangePaid(book *Book, v ValidExchange, ops []BookOp) ([]BookOp, error) {
+	var grants []BookOp
+	var paidSoFar, sharesBefore Amount
+	for i := range ops {
+		o := &ops[i]
+		if !o.Paid {
+			continue
+		}
+		paidSoFar -= o.Amount // a consume's amount is negative; the sum is at most v.Amount
+		_, shares, _ := v.Rate.Exchange(paidSoFar, paidSoFar, true)
+		share := shares - sharesBefore
+		sharesBefore = shares
+		if share == 0 {
+			o.Cause = CauseChange
+			continue
+		}
+		from := book.byID[o.LotID].Worth
+		from.Value = -o.Value
+		g, err := book.grant(v.To, share, true, nil, 0, from, CauseExchange)
+		if err != nil {
+			return nil, err
+		}
+		grants = append(grants, g)
+	}
+	return grants, nil
 }
 
 // Commit plans a pending hold's commit: its reservations are settled and
@@ -489,7 +529,7 @@ func settledOps(ops []Op) []Op {
 func commitHold(book *Book, c *Catalog, h *StoredTrx) ([]BookOp, error) {
 	for _, o := range h.Ops {
 		if o.Kind == OpConsume {
-			if err := book.Settle(o.LotID, -o.Amount); err != nil {
+			if err := book.Settle(o.LotID, -o.Amount, -o.value()); err != nil {
 				return nil, err
 			}
 		}
@@ -513,7 +553,7 @@ func releaseHold(book *Book, h *StoredTrx) ([]BookOp, error) {
 		if o.Kind != OpConsume {
 			continue
 		}
-		op, err := book.Release(o.LotID, -o.Amount)
+		op, err := book.Release(o.LotID, -o.Amount, -o.value())
 		if err != nil {
 			return nil, err
 		}
@@ -541,6 +581,7 @@ func (v ValidExchange) Currencies() []CurrencyID { return []CurrencyID{v.From.ID
 // expiries, and a lot per grant.
 func (v ValidChange) IDsMax() int { return 2 + len(v.Ops) }
 
-// IDsMax is how many new ids an exchange's plan may draw: its trx, a trx
-// of expiries, and a paid and a free lot.
+// IDsMax is how many new ids an exchange's plan draws at least: its trx,
+// a trx of expiries, a paid and a free lot. One that consumes several
+// paid lots draws a paid lot for each; the store fetches the ids beyond.
 func (v ValidExchange) IDsMax() int { return 4 }

@@ -13,7 +13,9 @@ import (
 // step per line, "error <code>" for a refused request, "replay <id>" for
 // a replay, and otherwise each trx row ("trx <id> <kind> <status> v<version>
 // @<pos>"), each op below it ("<kind> <currency> <amount> lot <id> =
-// <balance_after>/<paid_after> @<pos>") and a hold's finish.
+// <balance_after>/<paid_after> @<pos>", then "<fiat> <value>" for an op
+// that moved value, and "(exchange)" for the ops an exchange carries paid
+// value by) and a hold's finish.
 
 // planT0 is the time of the first write of a test's player.
 var planT0 = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -67,6 +69,12 @@ func render(c *Catalog, p Plan) string {
 			if o.TrxID == trxID {
 				fmt.Fprintf(&out, "\n  %s %s %d lot %d = %d/%d @%d", o.Kind, c.CurrencyOf(o.Currency).Code, o.Amount, o.LotID,
 					o.BalanceAfter, o.PaidAfter, o.Pos)
+				if o.Fiat != "" {
+					fmt.Fprintf(&out, " %s %d", o.Fiat, o.Value)
+				}
+				if o.Cause == CauseExchange {
+					out.WriteString(" (exchange)")
+				}
 				if first < 0 {
 					first = o.Pos
 				}
@@ -159,9 +167,9 @@ func TestPlanChange(t *testing.T) {
 			return []step{
 				{changeOf(t, c, "a", false, OpRequest{Currency: "gold", Amount: 1, Priority: 1}), "trx 100 change committed v4 @11\n  grant gold 1 lot 101 = 23/5 @12"},
 				{changeOf(t, c, "b", false, later), "trx 102 change committed v5 @13\n  grant gold 4 lot 103 = 27/5 @14"},
-				{changeOf(t, c, "c", false, paidOp("gold", 2)), "trx 104 change committed v6 @15\n  grant gold 2 lot 105 = 29/7 @16"},
+				{changeOf(t, c, "c", false, paidOp("gold", 2)), "trx 104 change committed v6 @15\n  grant gold 2 lot 105 = 29/7 @16 USD 1"},
 				// A second paid grant does not join the first.
-				{changeOf(t, c, "d", false, paidOp("gold", 2)), "trx 106 change committed v7 @17\n  grant gold 2 lot 107 = 31/9 @18"},
+				{changeOf(t, c, "d", false, paidOp("gold", 2)), "trx 106 change committed v7 @17\n  grant gold 2 lot 107 = 31/9 @18 USD 1"},
 			}
 		}},
 		{"a consume takes lots in spend order: priority, soonest-expiring, free, paid", live, func(t *testing.T) []step {
@@ -358,12 +366,158 @@ func TestPlanExchange(t *testing.T) {
 		{ID: 3, Currency: 2, Paid: true, Amount: 19}})
 	runSteps(t, c, p, []step{
 		{exchangeOf(t, c, "x", "gold", "silver", 3),
-			"trx 100 exchange committed v4 @11\n  consume gold -2 lot 1 = 3/3 @12\n  consume gold -1 lot 2 = 2/2 @13\n" +
-				"  grant silver 100 lot 101 = 119/119 @14\n  grant silver 200 lot 102 = 319/119 @15"},
+			"trx 100 exchange committed v4 @11\n  consume gold -2 lot 1 = 3/3 @12 (exchange)\n  consume gold -1 lot 2 = 2/2 @13 (exchange)\n" +
+				"  grant silver 100 lot 101 = 119/119 @14 (exchange)\n  grant silver 200 lot 102 = 319/119 @15 (exchange)"},
 		{exchangeOf(t, c, "z", "gold", "silver", 3), "error insufficient_funds"},
 	})
 	y := exchangeOf(t, c, "w", "silver", "credits", 19)(p)
 	if y.Err != nil || y.Ops[0].Cause != CauseChange || y.Ops[len(y.Ops)-1].Paid {
 		t.Fatalf("exchange into a free-only currency: %+v", y)
 	}
+}
+
+// purchased is a paid lot of a purchase: amount coins that cost value.
+func purchased(id int64, cur CurrencyID, amount, value Amount, order string) BookLot {
+	return BookLot{ID: id, Currency: cur, Paid: true, Amount: amount, CreatedAt: planT0.Add(-time.Duration(100-id) * time.Minute),
+		Worth: Worth{Store: "steam", OrderID: order, Fiat: "USD", Value: value}}
+}
+
+// TestPlanValue: the value of a lot follows its coins through every
+// movement (ValueShare): consumes take their share and the last coin the
+// rest, an expiry takes what is left, a hold reserves a share that its
+// rollback returns and its commit settles.
+func TestPlanValue(t *testing.T) {
+	c := requestCatalog(t)
+	three := []BookLot{purchased(1, 1, 3, 100, "o")}
+	for _, sc := range []struct {
+		name  string
+		lots  []BookLot
+		steps func(t *testing.T) []step
+		// lot is the lot's value and reserved value after the steps.
+		lot string
+	}{
+		{"1-coin consumes of 3 coins that cost 100: 33, 33 and the last coin the remainder, 34", three, func(t *testing.T) []step {
+			return []step{
+				{changeOf(t, c, "a", false, freeOp("gold", -1)), "trx 100 change committed v4 @11\n  consume gold -1 lot 1 = 2/2 @12 USD -33"},
+				{changeOf(t, c, "b", false, freeOp("gold", -1)), "trx 101 change committed v5 @13\n  consume gold -1 lot 1 = 1/1 @14 USD -33"},
+				{changeOf(t, c, "c", false, freeOp("gold", -1)), "trx 102 change committed v6 @15\n  consume gold -1 lot 1 = 0/0 @16 USD -34"},
+			}
+		}, "0/0"},
+		{"a share rounds to the nearest unit, a half down", []BookLot{purchased(1, 1, 3, 200, "o")}, func(t *testing.T) []step {
+			return []step{
+				// 200/3 = 66.7 → 67; then 133/2 = 66.5 → 66; the last 67.
+				{changeOf(t, c, "a", false, freeOp("gold", -1)), "trx 100 change committed v4 @11\n  consume gold -1 lot 1 = 2/2 @12 USD -67"},
+				{changeOf(t, c, "b", false, freeOp("gold", -1)), "trx 101 change committed v5 @13\n  consume gold -1 lot 1 = 1/1 @14 USD -66"},
+			}
+		}, "67/0"},
+		{"a purchase's grant is worth its price", nil, func(t *testing.T) []step {
+			return []step{{changeOf(t, c, "a", false, OpRequest{Currency: "gold", Amount: 500, Kind: "paid",
+				Purchase: &Purchase{Store: "steam", OrderID: "7731", Price: 499, Fiat: "EUR"}}),
+				"trx 100 change committed v4 @11\n  grant gold 500 lot 101 = 500/500 @12 EUR 499"}}
+		}, "499/0"},
+		{"an expiry after a partial spend takes what is left of the value", []BookLot{func() BookLot {
+			l := purchased(1, 1, 3, 100, "o")
+			l.ExpiresAt = at(time.Microsecond)
+			return l
+		}()}, func(t *testing.T) []step {
+			return []step{
+				{changeOf(t, c, "a", false, freeOp("gold", -1)), "trx 100 change committed v4 @11\n  consume gold -1 lot 1 = 2/2 @12 USD -33"},
+				{func(p *Player) Plan { return p.ExpireLots() }, "trx 101 expire committed v5 @13\n  expire gold -2 lot 1 = 0/0 @14 USD -67"},
+			}
+		}, "0/0"},
+		{"a hold reserves a share; its rollback returns it to the lot", three, func(t *testing.T) []step {
+			return []step{
+				{changeOf(t, c, "h", true, freeOp("gold", -1)), "trx 100 hold pending v4 @11\n  consume gold -1 lot 1 = 2/2 @12 USD -33"},
+				{func(p *Player) Plan { return p.Rollback(key("h")) }, "finish 100 rolled_back v5\n  grant gold 1 lot 1 = 3/3 @13 USD 33"},
+				{changeOf(t, c, "a", false, freeOp("gold", -3)), "trx 101 change committed v6 @14\n  consume gold -3 lot 1 = 0/0 @15 USD -100"},
+			}
+		}, "0/0"},
+		{"a hold reserves a share; its commit settles it, and the rest stays on the lot", three, func(t *testing.T) []step {
+			return []step{
+				{changeOf(t, c, "h", true, freeOp("gold", -2)), "trx 100 hold pending v4 @11\n  consume gold -2 lot 1 = 1/1 @12 USD -67"},
+				{func(p *Player) Plan { return p.Commit(key("h")) }, "finish 100 committed v5"},
+				{changeOf(t, c, "a", false, freeOp("gold", -1)), "trx 101 change committed v6 @13\n  consume gold -1 lot 1 = 0/0 @14 USD -33"},
+			}
+		}, "0/0"},
+		{"a hold's expired reservation returns its value, which expires with it", []BookLot{func() BookLot {
+			l := purchased(1, 1, 2, 100, "o")
+			l.Reserved, l.ValueReserved, l.ExpiresAt = 1, 50, at(-time.Second)
+			return l
+		}()}, func(t *testing.T) []step {
+			return []step{
+				{func(p *Player) Plan { return p.ExpireLots() }, "trx 100 expire committed v4 @11\n  expire gold -2 lot 1 = 0/0 @12 USD -100"},
+			}
+		}, "0/50"},
+		{"free coins carry no value", []BookLot{{ID: 1, Currency: 1, Amount: 5}}, func(t *testing.T) []step {
+			return []step{{changeOf(t, c, "a", false, freeOp("gold", -2)), "trx 100 change committed v4 @11\n  consume gold -2 lot 1 = 3/0 @12"}}
+		}, ""},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			p := testPlayer(t, c, sc.lots)
+			runSteps(t, c, p, sc.steps(t))
+			var got []string
+			for _, l := range p.Lots() {
+				if l.Paid {
+					got = append(got, fmt.Sprintf("%d/%d", l.Value, l.ValueReserved))
+				}
+			}
+			if strings.Join(got, " ") != sc.lot {
+				t.Fatalf("lot value/reserved = %v, want %s", got, sc.lot)
+			}
+		})
+	}
+}
+
+// TestPlanExchangeValue: an exchange into a currency that can be paid
+// makes one paid lot per paid lot it consumed, with that lot's share of
+// the paid part, all the value it took and its store order (a refund
+// follows the coins there); a paid lot whose share rounds to nothing is
+// revenue. Into a currency that cannot be paid, the value taken is
+// revenue: the consumes are of cause change.
+func TestPlanExchangeValue(t *testing.T) {
+	c := requestCatalog(t)
+	if err := c.AddRate(1, "silver", "credits", Rate{Num: 1, Den: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddRate(1, "silver", "gold", Rate{Num: 1, Den: 100}); err != nil {
+		t.Fatal(err)
+	}
+	lots := []BookLot{{ID: 1, Currency: 1, Amount: 2, CreatedAt: planT0.Add(-time.Hour)},
+		purchased(2, 1, 3, 100, "a"), purchased(3, 1, 4, 50, "b")}
+	t.Run("into a paid currency", func(t *testing.T) {
+		p := testPlayer(t, c, lots)
+		runSteps(t, c, p, []step{{exchangeOf(t, c, "x", "gold", "silver", 6),
+			"trx 100 exchange committed v4 @11\n" +
+				"  consume gold -2 lot 1 = 7/7 @12 (exchange)\n" +
+				"  consume gold -3 lot 2 = 4/4 @13 USD -100 (exchange)\n" +
+				"  consume gold -1 lot 3 = 3/3 @14 USD -12 (exchange)\n" +
+				"  grant silver 300 lot 101 = 300/300 @15 USD 100 (exchange)\n" +
+				"  grant silver 100 lot 102 = 400/400 @16 USD 12 (exchange)\n" +
+				"  grant silver 200 lot 103 = 600/400 @17 (exchange)"}})
+		var got []string
+		for _, l := range p.Lots() {
+			got = append(got, fmt.Sprintf("%d:%d %s/%s %s %d", l.ID, l.Amount, l.Store, l.OrderID, l.Fiat, l.Value))
+		}
+		want := "1:0 /  0 2:0 steam/a USD 0 3:3 steam/b USD 38 101:300 steam/a USD 100 102:100 steam/b USD 12 103:200 /  0"
+		if strings.Join(got, " ") != want {
+			t.Fatalf("lots:\n%s\nwant\n%s", strings.Join(got, " "), want)
+		}
+	})
+	t.Run("a paid lot whose share rounds to nothing is revenue", func(t *testing.T) {
+		// 150 paid silver at 100:1 is 1 gold: the first lot's 50 coins
+		// are 0 of it, the second's 100 coins 1.
+		p := testPlayer(t, c, []BookLot{purchased(1, 2, 50, 10, "a"), purchased(2, 2, 100, 20, "b")})
+		runSteps(t, c, p, []step{{exchangeOf(t, c, "x", "silver", "gold", 150),
+			"trx 100 exchange committed v4 @11\n" +
+				"  consume silver -50 lot 1 = 100/100 @12 USD -10\n" +
+				"  consume silver -100 lot 2 = 0/0 @13 USD -20 (exchange)\n" +
+				"  grant gold 1 lot 101 = 1/1 @14 USD 20 (exchange)"}})
+	})
+	t.Run("into a currency that cannot be paid", func(t *testing.T) {
+		p := testPlayer(t, c, []BookLot{purchased(1, 2, 19, 10, "a")})
+		runSteps(t, c, p, []step{{exchangeOf(t, c, "x", "silver", "credits", 19),
+			"trx 100 exchange committed v4 @11\n" +
+				"  consume silver -19 lot 1 = 0/0 @12 USD -10\n" +
+				"  grant credits 1 lot 101 = 1/0 @13 (exchange)"}})
+	})
 }

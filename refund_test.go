@@ -108,8 +108,8 @@ func TestPlanRefund(t *testing.T) {
 		{"a refund after the credit in one batch finds it, as it would alone", nil, []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"}}}, func(t *testing.T) []step {
 			return []step{
 				{refundOf(t, c, "r0", "o", RefundRefund), "error not_found"},
-				{changeOf(t, c, "buy", false, paidOp("gold", 30)), "trx 100 change committed v4 @11\n  grant gold 30 lot 101 = 30/30 @12"},
-				{refundOf(t, c, "r", "o", RefundRefund), "trx 102 refund committed v5 @13\n  consume gold -30 lot 101 = 0/0 @14\nshortfall []"},
+				{changeOf(t, c, "buy", false, paidOp("gold", 30)), "trx 100 change committed v4 @11\n  grant gold 30 lot 101 = 30/30 @12 USD 1"},
+				{refundOf(t, c, "r", "o", RefundRefund), "trx 102 refund committed v5 @13\n  consume gold -30 lot 101 = 0/0 @14 USD -1\nshortfall []"},
 			}
 		}},
 	} {

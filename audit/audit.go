@@ -65,7 +65,8 @@ type check struct {
 }
 
 var checks = []check{
-	{"negative lot", `SELECT ns, player_id, lot_id, amount, reserved FROM lot_N WHERE amount < 0 OR reserved < 0`},
+	{"negative lot", `SELECT ns, player_id, lot_id, amount, reserved, value, value_reserved FROM lot_N
+		WHERE amount < 0 OR reserved < 0 OR value < 0 OR value_reserved < 0`},
 	{"lot reservation differs from pending holds", `SELECT COALESCE(l.ns, h.ns), COALESCE(l.player_id, h.player_id), COALESCE(l.lot_id, h.lot_id),
 			l.reserved, h.reserved
 		FROM (SELECT ns, player_id, lot_id, reserved FROM lot_N WHERE reserved <> 0) l
@@ -74,6 +75,30 @@ var checks = []check{
 				WHERE t.status = 'pending' AND o.kind = 'consume' GROUP BY 1, 2, 3) h
 			ON h.ns = l.ns AND h.player_id = l.player_id AND h.lot_id = l.lot_id
 		WHERE l.reserved IS DISTINCT FROM h.reserved`},
+	{"lot value reservation differs from pending holds", `SELECT COALESCE(l.ns, h.ns), COALESCE(l.player_id, h.player_id), COALESCE(l.lot_id, h.lot_id),
+			l.value_reserved, h.value_reserved
+		FROM (SELECT ns, player_id, lot_id, value_reserved FROM lot_N WHERE value_reserved <> 0) l
+		FULL JOIN (SELECT o.ns, o.player_id, o.lot_id, -sum(o.value) AS value_reserved FROM op_N o
+				JOIN trx_N t ON t.trx_id = o.trx_id AND t.ns = o.ns AND t.player_id = o.player_id
+				WHERE t.status = 'pending' AND o.kind = 'consume' AND o.value <> 0 GROUP BY 1, 2, 3) h
+			ON h.ns = l.ns AND h.player_id = l.player_id AND h.lot_id = l.lot_id
+		WHERE l.value_reserved IS DISTINCT FROM h.value_reserved`},
+	// The value of a lot is what its coins cost (coffer.Worth): only
+	// paid lots have one, in their fiat, and the last coin out of a lot
+	// takes what is left of it (coffer.ValueShare).
+	{"lot value without its coins", `SELECT ns, player_id, lot_id, paid, fiat, amount, value, reserved, value_reserved FROM lot_N
+		WHERE (amount = 0 AND value <> 0) OR (reserved = 0 AND value_reserved <> 0)
+			OR (fiat IS NULL AND (value <> 0 OR value_reserved <> 0)) OR (NOT paid AND (fiat IS NOT NULL OR store IS NOT NULL))`},
+	{"op value differs from its lot's fiat", `SELECT o.ns, o.player_id, o.trx_id, o.seq, o.fiat, l.fiat FROM op_N o
+		JOIN lot_N l ON l.ns = o.ns AND l.player_id = o.player_id AND l.lot_id = o.lot_id
+		WHERE o.fiat IS DISTINCT FROM l.fiat OR (o.fiat IS NULL) <> (o.value IS NULL)`},
+	{"purchase value differs from its price", `SELECT ns, player_id, trx_id, seq, value, fiat, purchase FROM op_N
+		WHERE kind = 'grant' AND purchase IS NOT NULL AND fiat IS NOT NULL
+			AND (value <> (purchase->>'price')::numeric OR fiat <> purchase->>'fiat')`},
+	// An exchange moves value from the lots it consumes into the lots it
+	// makes, or makes it revenue (cause change): it creates none.
+	{"exchange makes value", `SELECT ns, player_id, trx_id, fiat, sum(value) FROM op_N
+		WHERE cause = 'exchange' AND value IS NOT NULL GROUP BY 1, 2, 3, 4 HAVING sum(value) <> 0`},
 	// The bounds of coffer.BalanceMax and coffer.LotsMax, per player and
 	// currency; sums in numeric, which never overflows.
 	{"balance above its bound", `SELECT ns, player_id, currency, sum(amount), sum(reserved) FROM lot_N
@@ -81,10 +106,10 @@ var checks = []check{
 	{"too many lots", `SELECT ns, player_id, currency, count(*) FROM lot_N WHERE amount > 0 OR reserved > 0
 		GROUP BY 1, 2, 3 HAVING count(*) > ` + strconv.Itoa(coffer.LotsMax)},
 	{"lot differs from its ops", `SELECT COALESCE(l.ns, o.ns), COALESCE(l.player_id, o.player_id), COALESCE(l.lot_id, o.lot_id),
-			l.amount, o.total
-		FROM lot_N l FULL JOIN (SELECT ns, player_id, lot_id, sum(amount) AS total FROM op_N GROUP BY 1, 2, 3) o
+			l.amount, o.total, l.value, o.value
+		FROM lot_N l FULL JOIN (SELECT ns, player_id, lot_id, sum(amount) AS total, COALESCE(sum(value), 0) AS value FROM op_N GROUP BY 1, 2, 3) o
 			ON o.ns = l.ns AND o.player_id = l.player_id AND o.lot_id = l.lot_id
-		WHERE l.amount IS DISTINCT FROM o.total`},
+		WHERE l.amount IS DISTINCT FROM o.total OR l.value IS DISTINCT FROM o.value`},
 	{"balance differs from its ops", `SELECT COALESCE(l.ns, o.ns), COALESCE(l.player_id, o.player_id), COALESCE(l.currency, o.currency), l.total, o.total
 		FROM (SELECT ns, player_id, currency, sum(amount) AS total FROM lot_N GROUP BY 1, 2, 3) l
 		FULL JOIN (SELECT ns, player_id, currency, sum(amount) AS total FROM op_N GROUP BY 1, 2, 3) o

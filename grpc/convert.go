@@ -92,6 +92,13 @@ func exchangeRequest(req *cofferv1.ExchangeRequest, sc coffer.Scope) (coffer.Exc
 		Reason: req.Reason, Meta: meta}, nil
 }
 
+func toMoney(m *coffer.Money) *cofferv1.Money {
+	if m == nil {
+		return nil
+	}
+	return &cofferv1.Money{Amount: int64(m.Amount), Fiat: m.Fiat}
+}
+
 func toPurchase(p *coffer.Purchase) *cofferv1.Purchase {
 	if p == nil {
 		return nil
@@ -128,7 +135,7 @@ func toTrx(t coffer.Trx) (*cofferv1.Trx, error) {
 	}
 	for _, op := range t.Ops {
 		out.Ops = append(out.Ops, &cofferv1.Op{Currency: op.Currency, Amount: int64(op.Amount), Kind: string(op.Kind), Paid: op.Paid,
-			LotId: op.LotID, BalanceAfter: int64(op.BalanceAfter), Pending: op.Pending, Purchase: toPurchase(op.Purchase)})
+			LotId: op.LotID, BalanceAfter: int64(op.BalanceAfter), Pending: op.Pending, Purchase: toPurchase(op.Purchase), Value: toMoney(op.Value)})
 	}
 	for _, b := range t.Balances {
 		out.Balances = append(out.Balances, toBalance(b))

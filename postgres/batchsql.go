@@ -117,21 +117,27 @@ var writeBranches = []struct {
 		$17::jsonb[])
 		AS u(ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, meta,
 			hold_expires_at, pending_grants, version, pos, finished_at, refund)`, 17},
+	// An op of a lot without a value (fiat NULL) stores no value.
 	{"ops", `INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
-		balance_after, paid_after, created_at, purchase, pos)
+		balance_after, paid_after, created_at, purchase, pos, fiat, value)
 	SELECT trx_id, seq, ns, player_id, currency, lot_id, kind::op_kind, cause::op_cause, amount, paid,
-		balance_after, paid_after, created_at, purchase, pos
+		balance_after, paid_after, created_at, purchase, pos, NULLIF(fiat, ''), CASE WHEN fiat <> '' THEN value END
 	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::int[], $6::int[], $7::bigint[], $8::text[],
-		$9::text[], $10::bigint[], $11::bool[], $12::bigint[], $13::bigint[], $14::jsonb[], $15::bigint[])
+		$9::text[], $10::bigint[], $11::bool[], $12::bigint[], $13::bigint[], $14::jsonb[], $15::bigint[], $16::text[], $17::bigint[])
 		AS u(ns, player_id, created_at, trx_id, seq, currency, lot_id, kind, cause, amount, paid,
-			balance_after, paid_after, purchase, pos)`, 15},
-	{"new_lots", `INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id)
-	SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::int[], $5::bool[], $6::bigint[], $7::bigint[],
-		$8::timestamptz[], $9::int[], $10::timestamptz[], $11::bigint[])`, 11},
-	{"lots", `UPDATE lot_N l SET amount = u.amount, reserved = u.reserved
-	FROM unnest($1::int[], $2::bigint[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[])
-		AS u(ns, player_id, currency, lot_id, amount, reserved)
-	WHERE l.ns = u.ns AND l.player_id = u.player_id AND l.currency = u.currency AND l.lot_id = u.lot_id`, 6},
+			balance_after, paid_after, purchase, pos, fiat, value)`, 17},
+	{"new_lots", `INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id,
+		store, order_id, fiat, value, value_reserved)
+	SELECT ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id,
+		NULLIF(store, ''), NULLIF(order_id, ''), NULLIF(fiat, ''), value, value_reserved
+	FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::int[], $5::bool[], $6::bigint[], $7::bigint[],
+		$8::timestamptz[], $9::int[], $10::timestamptz[], $11::bigint[], $12::text[], $13::text[], $14::text[], $15::bigint[], $16::bigint[])
+		AS u(ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id,
+			store, order_id, fiat, value, value_reserved)`, 16},
+	{"lots", `UPDATE lot_N l SET amount = u.amount, reserved = u.reserved, value = u.value, value_reserved = u.value_reserved
+	FROM unnest($1::int[], $2::bigint[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[])
+		AS u(ns, player_id, currency, lot_id, amount, reserved, value, value_reserved)
+	WHERE l.ns = u.ns AND l.player_id = u.player_id AND l.currency = u.currency AND l.lot_id = u.lot_id`, 8},
 	{"finished", `UPDATE trx_N t SET status = u.status::trx_status, version = u.version, finished_at = u.finished_at
 	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::text[], $6::bigint[], $7::timestamptz[])
 		AS u(ns, player_id, created_at, trx_id, status, version, finished_at)

@@ -541,7 +541,7 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan)
 		}
 		for _, o := range plan.Ops {
 			ops.add(p.shard, ns, id, o.CreatedAt, o.TrxID, o.Seq, int32(o.Currency), o.LotID, string(o.Kind), string(o.Cause),
-				int64(o.Amount), o.Paid, int64(o.BalanceAfter), int64(o.PaidAfter), purchaseJSON(o.Purchase), o.Pos)
+				int64(o.Amount), o.Paid, int64(o.BalanceAfter), int64(o.PaidAfter), purchaseJSON(o.Purchase), o.Pos, o.Fiat, int64(o.Value))
 		}
 		if f := plan.Finish; f != nil && inserted[f.ID] == nil {
 			finished.add(p.shard, ns, id, f.CreatedAt, f.ID, string(f.Status), f.Version, f.FinishedAt)
@@ -555,9 +555,10 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan)
 		for _, l := range p.player.Lots() {
 			switch {
 			case l.New:
-				newLots.add(p.shard, ns, id, l.ID, int32(l.Currency), l.Paid, int64(l.Amount), int64(l.Reserved), l.ExpiresAt, l.Priority, l.CreatedAt, l.TrxID)
+				newLots.add(p.shard, ns, id, l.ID, int32(l.Currency), l.Paid, int64(l.Amount), int64(l.Reserved), l.ExpiresAt, l.Priority, l.CreatedAt, l.TrxID,
+					l.Store, l.OrderID, l.Fiat, int64(l.Value), int64(l.ValueReserved))
 			case l.Changed:
-				lots.add(p.shard, ns, id, int32(l.Currency), l.ID, int64(l.Amount), int64(l.Reserved))
+				lots.add(p.shard, ns, id, int32(l.Currency), l.ID, int64(l.Amount), int64(l.Reserved), int64(l.Value), int64(l.ValueReserved))
 			}
 		}
 		if version, pos, at, ok := p.player.Written(); ok {

@@ -50,6 +50,8 @@ type storedOp struct {
 	PaidAfter    coffer.Amount     `json:"q"`
 	Purchase     *coffer.Purchase  `json:"u"`
 	Cause        coffer.OpCause    `json:"z"`
+	Fiat         string            `json:"x"`
+	Value        coffer.Amount     `json:"v"`
 	// Last tells the op was written by the trx's last step: its start,
 	// or the finish of a hold.
 	Last bool `json:"f"`
@@ -87,7 +89,7 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 	var last []coffer.BookOp
 	for i, o := range sops {
 		all[i] = coffer.BookOp{Currency: o.Currency, LotID: o.LotID, Kind: o.Kind, Cause: o.Cause, Amount: o.Amount,
-			Paid: o.Paid, BalanceAfter: o.BalanceAfter, PaidAfter: o.PaidAfter, Purchase: o.Purchase}
+			Paid: o.Paid, BalanceAfter: o.BalanceAfter, PaidAfter: o.PaidAfter, Purchase: o.Purchase, Fiat: o.Fiat, Value: o.Value}
 		if o.Last {
 			last = append(last, all[i])
 		}
@@ -118,7 +120,8 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 // scanLot reads one row of lotColumns, after the columns in head.
 func scanLot(rows pgx.Rows, head ...any) (*coffer.BookLot, error) {
 	l := &coffer.BookLot{}
-	err := rows.Scan(append(head, &l.ID, &l.Currency, &l.Paid, &l.Amount, &l.Reserved, &l.ExpiresAt, &l.Priority, &l.CreatedAt)...)
+	err := rows.Scan(append(head, &l.ID, &l.Currency, &l.Paid, &l.Amount, &l.Reserved, &l.ExpiresAt, &l.Priority, &l.CreatedAt,
+		&l.Store, &l.OrderID, &l.Fiat, &l.Value, &l.ValueReserved)...)
 	return l, err
 }
 

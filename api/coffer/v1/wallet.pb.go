@@ -1402,8 +1402,12 @@ type Op struct {
 	// The player's total in the currency after the op.
 	BalanceAfter int64 `protobuf:"varint,6,opt,name=balance_after,json=balanceAfter,proto3" json:"balance_after,omitempty"`
 	// A hold's grant that waits for commit.
-	Pending       bool      `protobuf:"varint,7,opt,name=pending,proto3" json:"pending,omitempty"`
-	Purchase      *Purchase `protobuf:"bytes,8,opt,name=purchase,proto3" json:"purchase,omitempty"`
+	Pending  bool      `protobuf:"varint,7,opt,name=pending,proto3" json:"pending,omitempty"`
+	Purchase *Purchase `protobuf:"bytes,8,opt,name=purchase,proto3" json:"purchase,omitempty"`
+	// The real money the op moved, signed as amount: a paid grant's price,
+	// what a consume took of its lot's value (what the player paid for what
+	// it bought), what expired. Only the ops of lots with a value have one.
+	Value         *Money `protobuf:"bytes,9,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1494,6 +1498,68 @@ func (x *Op) GetPurchase() *Purchase {
 	return nil
 }
 
+func (x *Op) GetValue() *Money {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+// Money is an amount of real money.
+type Money struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Minor units of fiat.
+	Amount int64 `protobuf:"varint,1,opt,name=amount,proto3" json:"amount,omitempty"`
+	// ISO 4217 code, e.g. USD.
+	Fiat          string `protobuf:"bytes,2,opt,name=fiat,proto3" json:"fiat,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Money) Reset() {
+	*x = Money{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Money) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Money) ProtoMessage() {}
+
+func (x *Money) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Money.ProtoReflect.Descriptor instead.
+func (*Money) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Money) GetAmount() int64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
+func (x *Money) GetFiat() string {
+	if x != nil {
+		return x.Fiat
+	}
+	return ""
+}
+
 // Trx is one accepted request, the unit of idempotency.
 type Trx struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -1523,7 +1589,7 @@ type Trx struct {
 
 func (x *Trx) Reset() {
 	*x = Trx{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1601,7 @@ func (x *Trx) String() string {
 func (*Trx) ProtoMessage() {}
 
 func (x *Trx) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1614,7 @@ func (x *Trx) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Trx.ProtoReflect.Descriptor instead.
 func (*Trx) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{18}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Trx) GetId() int64 {
@@ -1651,7 +1717,7 @@ type Refund struct {
 
 func (x *Refund) Reset() {
 	*x = Refund{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1729,7 @@ func (x *Refund) String() string {
 func (*Refund) ProtoMessage() {}
 
 func (x *Refund) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1742,7 @@ func (x *Refund) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refund.ProtoReflect.Descriptor instead.
 func (*Refund) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{19}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Refund) GetStore() string {
@@ -1718,7 +1784,7 @@ type RefundAmount struct {
 
 func (x *RefundAmount) Reset() {
 	*x = RefundAmount{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[20]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1796,7 @@ func (x *RefundAmount) String() string {
 func (*RefundAmount) ProtoMessage() {}
 
 func (x *RefundAmount) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[20]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1809,7 @@ func (x *RefundAmount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefundAmount.ProtoReflect.Descriptor instead.
 func (*RefundAmount) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{20}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RefundAmount) GetCurrency() string {
@@ -1771,7 +1837,7 @@ type FinlogPage struct {
 
 func (x *FinlogPage) Reset() {
 	*x = FinlogPage{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[21]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1849,7 @@ func (x *FinlogPage) String() string {
 func (*FinlogPage) ProtoMessage() {}
 
 func (x *FinlogPage) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[21]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1862,7 @@ func (x *FinlogPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinlogPage.ProtoReflect.Descriptor instead.
 func (*FinlogPage) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{21}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FinlogPage) GetItems() []*Trx {
@@ -1837,7 +1903,7 @@ type RevenueLine struct {
 
 func (x *RevenueLine) Reset() {
 	*x = RevenueLine{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[22]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +1915,7 @@ func (x *RevenueLine) String() string {
 func (*RevenueLine) ProtoMessage() {}
 
 func (x *RevenueLine) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[22]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +1928,7 @@ func (x *RevenueLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevenueLine.ProtoReflect.Descriptor instead.
 func (*RevenueLine) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{22}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RevenueLine) GetCurrency() string {
@@ -1934,7 +2000,7 @@ type RevenueReport struct {
 
 func (x *RevenueReport) Reset() {
 	*x = RevenueReport{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[23]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2012,7 @@ func (x *RevenueReport) String() string {
 func (*RevenueReport) ProtoMessage() {}
 
 func (x *RevenueReport) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[23]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2025,7 @@ func (x *RevenueReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevenueReport.ProtoReflect.Descriptor instead.
 func (*RevenueReport) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{23}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RevenueReport) GetNamespace() int32 {
@@ -2005,7 +2071,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[24]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2083,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[24]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2096,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{24}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Status) GetVersion() string {
@@ -2079,7 +2145,7 @@ type ShardRange struct {
 
 func (x *ShardRange) Reset() {
 	*x = ShardRange{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[25]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2157,7 @@ func (x *ShardRange) String() string {
 func (*ShardRange) ProtoMessage() {}
 
 func (x *ShardRange) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[25]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2170,7 @@ func (x *ShardRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRange.ProtoReflect.Descriptor instead.
 func (*ShardRange) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{25}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ShardRange) GetMin() int32 {
@@ -2152,7 +2218,7 @@ type DatabaseStatus struct {
 
 func (x *DatabaseStatus) Reset() {
 	*x = DatabaseStatus{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[26]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2230,7 @@ func (x *DatabaseStatus) String() string {
 func (*DatabaseStatus) ProtoMessage() {}
 
 func (x *DatabaseStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[26]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2243,7 @@ func (x *DatabaseStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DatabaseStatus.ProtoReflect.Descriptor instead.
 func (*DatabaseStatus) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{26}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DatabaseStatus) GetName() string {
@@ -2374,7 +2440,7 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\tplayer_id\x18\x02 \x01(\x03R\bplayerId\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x03R\aversion\x12*\n" +
 	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12.\n" +
-	"\bbalances\x18\x05 \x03(\v2\x12.coffer.v1.BalanceR\bbalances\"\xe7\x01\n" +
+	"\bbalances\x18\x05 \x03(\v2\x12.coffer.v1.BalanceR\bbalances\"\x8f\x02\n" +
 	"\x02Op\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x16\n" +
 	"\x06amount\x18\x02 \x01(\x03R\x06amount\x12\x12\n" +
@@ -2383,7 +2449,11 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\x06lot_id\x18\x05 \x01(\x03R\x05lotId\x12#\n" +
 	"\rbalance_after\x18\x06 \x01(\x03R\fbalanceAfter\x12\x18\n" +
 	"\apending\x18\a \x01(\bR\apending\x12/\n" +
-	"\bpurchase\x18\b \x01(\v2\x13.coffer.v1.PurchaseR\bpurchase\"\xc4\x03\n" +
+	"\bpurchase\x18\b \x01(\v2\x13.coffer.v1.PurchaseR\bpurchase\x12&\n" +
+	"\x05value\x18\t \x01(\v2\x10.coffer.v1.MoneyR\x05value\"3\n" +
+	"\x05Money\x12\x16\n" +
+	"\x06amount\x18\x01 \x01(\x03R\x06amount\x12\x12\n" +
+	"\x04fiat\x18\x02 \x01(\tR\x04fiat\"\xc4\x03\n" +
 	"\x03Trx\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x12\n" +
@@ -2483,7 +2553,7 @@ func file_coffer_v1_wallet_proto_rawDescGZIP() []byte {
 	return file_coffer_v1_wallet_proto_rawDescData
 }
 
-var file_coffer_v1_wallet_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_coffer_v1_wallet_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_coffer_v1_wallet_proto_goTypes = []any{
 	(*GetBalancesRequest)(nil),    // 0: coffer.v1.GetBalancesRequest
 	(*Purchase)(nil),              // 1: coffer.v1.Purchase
@@ -2503,84 +2573,86 @@ var file_coffer_v1_wallet_proto_goTypes = []any{
 	(*Balance)(nil),               // 15: coffer.v1.Balance
 	(*Balances)(nil),              // 16: coffer.v1.Balances
 	(*Op)(nil),                    // 17: coffer.v1.Op
-	(*Trx)(nil),                   // 18: coffer.v1.Trx
-	(*Refund)(nil),                // 19: coffer.v1.Refund
-	(*RefundAmount)(nil),          // 20: coffer.v1.RefundAmount
-	(*FinlogPage)(nil),            // 21: coffer.v1.FinlogPage
-	(*RevenueLine)(nil),           // 22: coffer.v1.RevenueLine
-	(*RevenueReport)(nil),         // 23: coffer.v1.RevenueReport
-	(*Status)(nil),                // 24: coffer.v1.Status
-	(*ShardRange)(nil),            // 25: coffer.v1.ShardRange
-	(*DatabaseStatus)(nil),        // 26: coffer.v1.DatabaseStatus
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 28: google.protobuf.Struct
-	(*status.Status)(nil),         // 29: google.rpc.Status
+	(*Money)(nil),                 // 18: coffer.v1.Money
+	(*Trx)(nil),                   // 19: coffer.v1.Trx
+	(*Refund)(nil),                // 20: coffer.v1.Refund
+	(*RefundAmount)(nil),          // 21: coffer.v1.RefundAmount
+	(*FinlogPage)(nil),            // 22: coffer.v1.FinlogPage
+	(*RevenueLine)(nil),           // 23: coffer.v1.RevenueLine
+	(*RevenueReport)(nil),         // 24: coffer.v1.RevenueReport
+	(*Status)(nil),                // 25: coffer.v1.Status
+	(*ShardRange)(nil),            // 26: coffer.v1.ShardRange
+	(*DatabaseStatus)(nil),        // 27: coffer.v1.DatabaseStatus
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 29: google.protobuf.Struct
+	(*status.Status)(nil),         // 30: google.rpc.Status
 }
 var file_coffer_v1_wallet_proto_depIdxs = []int32{
-	27, // 0: coffer.v1.GetBalancesRequest.at:type_name -> google.protobuf.Timestamp
-	27, // 1: coffer.v1.OpRequest.expires_at:type_name -> google.protobuf.Timestamp
+	28, // 0: coffer.v1.GetBalancesRequest.at:type_name -> google.protobuf.Timestamp
+	28, // 1: coffer.v1.OpRequest.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: coffer.v1.OpRequest.purchase:type_name -> coffer.v1.Purchase
 	2,  // 3: coffer.v1.ChangeRequest.ops:type_name -> coffer.v1.OpRequest
-	28, // 4: coffer.v1.ChangeRequest.meta:type_name -> google.protobuf.Struct
+	29, // 4: coffer.v1.ChangeRequest.meta:type_name -> google.protobuf.Struct
 	5,  // 5: coffer.v1.BatchChangeRequest.changes:type_name -> coffer.v1.BatchChange
 	2,  // 6: coffer.v1.BatchChange.ops:type_name -> coffer.v1.OpRequest
-	28, // 7: coffer.v1.BatchChange.meta:type_name -> google.protobuf.Struct
+	29, // 7: coffer.v1.BatchChange.meta:type_name -> google.protobuf.Struct
 	7,  // 8: coffer.v1.BatchChangeResponse.results:type_name -> coffer.v1.BatchChangeResult
-	18, // 9: coffer.v1.BatchChangeResult.trx:type_name -> coffer.v1.Trx
-	29, // 10: coffer.v1.BatchChangeResult.error:type_name -> google.rpc.Status
-	28, // 11: coffer.v1.ExchangeRequest.meta:type_name -> google.protobuf.Struct
-	27, // 12: coffer.v1.FinlogRequest.from:type_name -> google.protobuf.Timestamp
-	27, // 13: coffer.v1.FinlogRequest.to:type_name -> google.protobuf.Timestamp
-	27, // 14: coffer.v1.RevenueRequest.from:type_name -> google.protobuf.Timestamp
-	27, // 15: coffer.v1.RevenueRequest.to:type_name -> google.protobuf.Timestamp
-	27, // 16: coffer.v1.Lot.expires_at:type_name -> google.protobuf.Timestamp
-	27, // 17: coffer.v1.Lot.created_at:type_name -> google.protobuf.Timestamp
+	19, // 9: coffer.v1.BatchChangeResult.trx:type_name -> coffer.v1.Trx
+	30, // 10: coffer.v1.BatchChangeResult.error:type_name -> google.rpc.Status
+	29, // 11: coffer.v1.ExchangeRequest.meta:type_name -> google.protobuf.Struct
+	28, // 12: coffer.v1.FinlogRequest.from:type_name -> google.protobuf.Timestamp
+	28, // 13: coffer.v1.FinlogRequest.to:type_name -> google.protobuf.Timestamp
+	28, // 14: coffer.v1.RevenueRequest.from:type_name -> google.protobuf.Timestamp
+	28, // 15: coffer.v1.RevenueRequest.to:type_name -> google.protobuf.Timestamp
+	28, // 16: coffer.v1.Lot.expires_at:type_name -> google.protobuf.Timestamp
+	28, // 17: coffer.v1.Lot.created_at:type_name -> google.protobuf.Timestamp
 	14, // 18: coffer.v1.Balance.lots:type_name -> coffer.v1.Lot
-	27, // 19: coffer.v1.Balances.at:type_name -> google.protobuf.Timestamp
+	28, // 19: coffer.v1.Balances.at:type_name -> google.protobuf.Timestamp
 	15, // 20: coffer.v1.Balances.balances:type_name -> coffer.v1.Balance
 	1,  // 21: coffer.v1.Op.purchase:type_name -> coffer.v1.Purchase
-	28, // 22: coffer.v1.Trx.meta:type_name -> google.protobuf.Struct
-	17, // 23: coffer.v1.Trx.ops:type_name -> coffer.v1.Op
-	27, // 24: coffer.v1.Trx.created_at:type_name -> google.protobuf.Timestamp
-	27, // 25: coffer.v1.Trx.hold_expires_at:type_name -> google.protobuf.Timestamp
-	15, // 26: coffer.v1.Trx.balances:type_name -> coffer.v1.Balance
-	19, // 27: coffer.v1.Trx.refund:type_name -> coffer.v1.Refund
-	20, // 28: coffer.v1.Refund.shortfall:type_name -> coffer.v1.RefundAmount
-	18, // 29: coffer.v1.FinlogPage.items:type_name -> coffer.v1.Trx
-	27, // 30: coffer.v1.RevenueReport.from:type_name -> google.protobuf.Timestamp
-	27, // 31: coffer.v1.RevenueReport.to:type_name -> google.protobuf.Timestamp
-	22, // 32: coffer.v1.RevenueReport.lines:type_name -> coffer.v1.RevenueLine
-	27, // 33: coffer.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	26, // 34: coffer.v1.Status.databases:type_name -> coffer.v1.DatabaseStatus
-	25, // 35: coffer.v1.DatabaseStatus.shards:type_name -> coffer.v1.ShardRange
-	27, // 36: coffer.v1.DatabaseStatus.checked_at:type_name -> google.protobuf.Timestamp
-	0,  // 37: coffer.v1.Wallet.GetBalances:input_type -> coffer.v1.GetBalancesRequest
-	3,  // 38: coffer.v1.Wallet.Change:input_type -> coffer.v1.ChangeRequest
-	4,  // 39: coffer.v1.Wallet.BatchChange:input_type -> coffer.v1.BatchChangeRequest
-	8,  // 40: coffer.v1.Wallet.Commit:input_type -> coffer.v1.TrxRequest
-	8,  // 41: coffer.v1.Wallet.Rollback:input_type -> coffer.v1.TrxRequest
-	8,  // 42: coffer.v1.Wallet.GetTrx:input_type -> coffer.v1.TrxRequest
-	9,  // 43: coffer.v1.Wallet.Exchange:input_type -> coffer.v1.ExchangeRequest
-	10, // 44: coffer.v1.Wallet.Refund:input_type -> coffer.v1.RefundRequest
-	11, // 45: coffer.v1.Wallet.Finlog:input_type -> coffer.v1.FinlogRequest
-	12, // 46: coffer.v1.Wallet.Revenue:input_type -> coffer.v1.RevenueRequest
-	13, // 47: coffer.v1.Wallet.GetStatus:input_type -> coffer.v1.StatusRequest
-	16, // 48: coffer.v1.Wallet.GetBalances:output_type -> coffer.v1.Balances
-	18, // 49: coffer.v1.Wallet.Change:output_type -> coffer.v1.Trx
-	6,  // 50: coffer.v1.Wallet.BatchChange:output_type -> coffer.v1.BatchChangeResponse
-	18, // 51: coffer.v1.Wallet.Commit:output_type -> coffer.v1.Trx
-	18, // 52: coffer.v1.Wallet.Rollback:output_type -> coffer.v1.Trx
-	18, // 53: coffer.v1.Wallet.GetTrx:output_type -> coffer.v1.Trx
-	18, // 54: coffer.v1.Wallet.Exchange:output_type -> coffer.v1.Trx
-	18, // 55: coffer.v1.Wallet.Refund:output_type -> coffer.v1.Trx
-	21, // 56: coffer.v1.Wallet.Finlog:output_type -> coffer.v1.FinlogPage
-	23, // 57: coffer.v1.Wallet.Revenue:output_type -> coffer.v1.RevenueReport
-	24, // 58: coffer.v1.Wallet.GetStatus:output_type -> coffer.v1.Status
-	48, // [48:59] is the sub-list for method output_type
-	37, // [37:48] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	18, // 22: coffer.v1.Op.value:type_name -> coffer.v1.Money
+	29, // 23: coffer.v1.Trx.meta:type_name -> google.protobuf.Struct
+	17, // 24: coffer.v1.Trx.ops:type_name -> coffer.v1.Op
+	28, // 25: coffer.v1.Trx.created_at:type_name -> google.protobuf.Timestamp
+	28, // 26: coffer.v1.Trx.hold_expires_at:type_name -> google.protobuf.Timestamp
+	15, // 27: coffer.v1.Trx.balances:type_name -> coffer.v1.Balance
+	20, // 28: coffer.v1.Trx.refund:type_name -> coffer.v1.Refund
+	21, // 29: coffer.v1.Refund.shortfall:type_name -> coffer.v1.RefundAmount
+	19, // 30: coffer.v1.FinlogPage.items:type_name -> coffer.v1.Trx
+	28, // 31: coffer.v1.RevenueReport.from:type_name -> google.protobuf.Timestamp
+	28, // 32: coffer.v1.RevenueReport.to:type_name -> google.protobuf.Timestamp
+	23, // 33: coffer.v1.RevenueReport.lines:type_name -> coffer.v1.RevenueLine
+	28, // 34: coffer.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	27, // 35: coffer.v1.Status.databases:type_name -> coffer.v1.DatabaseStatus
+	26, // 36: coffer.v1.DatabaseStatus.shards:type_name -> coffer.v1.ShardRange
+	28, // 37: coffer.v1.DatabaseStatus.checked_at:type_name -> google.protobuf.Timestamp
+	0,  // 38: coffer.v1.Wallet.GetBalances:input_type -> coffer.v1.GetBalancesRequest
+	3,  // 39: coffer.v1.Wallet.Change:input_type -> coffer.v1.ChangeRequest
+	4,  // 40: coffer.v1.Wallet.BatchChange:input_type -> coffer.v1.BatchChangeRequest
+	8,  // 41: coffer.v1.Wallet.Commit:input_type -> coffer.v1.TrxRequest
+	8,  // 42: coffer.v1.Wallet.Rollback:input_type -> coffer.v1.TrxRequest
+	8,  // 43: coffer.v1.Wallet.GetTrx:input_type -> coffer.v1.TrxRequest
+	9,  // 44: coffer.v1.Wallet.Exchange:input_type -> coffer.v1.ExchangeRequest
+	10, // 45: coffer.v1.Wallet.Refund:input_type -> coffer.v1.RefundRequest
+	11, // 46: coffer.v1.Wallet.Finlog:input_type -> coffer.v1.FinlogRequest
+	12, // 47: coffer.v1.Wallet.Revenue:input_type -> coffer.v1.RevenueRequest
+	13, // 48: coffer.v1.Wallet.GetStatus:input_type -> coffer.v1.StatusRequest
+	16, // 49: coffer.v1.Wallet.GetBalances:output_type -> coffer.v1.Balances
+	19, // 50: coffer.v1.Wallet.Change:output_type -> coffer.v1.Trx
+	6,  // 51: coffer.v1.Wallet.BatchChange:output_type -> coffer.v1.BatchChangeResponse
+	19, // 52: coffer.v1.Wallet.Commit:output_type -> coffer.v1.Trx
+	19, // 53: coffer.v1.Wallet.Rollback:output_type -> coffer.v1.Trx
+	19, // 54: coffer.v1.Wallet.GetTrx:output_type -> coffer.v1.Trx
+	19, // 55: coffer.v1.Wallet.Exchange:output_type -> coffer.v1.Trx
+	19, // 56: coffer.v1.Wallet.Refund:output_type -> coffer.v1.Trx
+	22, // 57: coffer.v1.Wallet.Finlog:output_type -> coffer.v1.FinlogPage
+	24, // 58: coffer.v1.Wallet.Revenue:output_type -> coffer.v1.RevenueReport
+	25, // 59: coffer.v1.Wallet.GetStatus:output_type -> coffer.v1.Status
+	49, // [49:60] is the sub-list for method output_type
+	38, // [38:49] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_coffer_v1_wallet_proto_init() }
@@ -2594,7 +2666,7 @@ func file_coffer_v1_wallet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coffer_v1_wallet_proto_rawDesc), len(file_coffer_v1_wallet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
