@@ -278,3 +278,37 @@ func TestValueShare(t *testing.T) {
 		}
 	}
 }
+
+// TestRevenueLineReconciles: opening + deposited + converted_in =
+// recognised + converted_out + expired + refunded + deferred, in coins
+// and in value, exactly, also near int64.
+func TestRevenueLineReconciles(t *testing.T) {
+	ok := RevenueLine{Opening: 1, Deposited: 10, ConvertedIn: 5, Recognised: 3, ConvertedOut: 2, Expired: 4, Refunded: 1, Deferred: 6,
+		OpeningValue: 34, DepositedValue: 100, ConvertedInValue: 30, RecognisedValue: 33, ConvertedOutValue: 30, ExpiredValue: 67,
+		RefundedValue: 0, DeferredValue: 34, RefundShortfall: 99, RefundShortfallValue: 99}
+	for _, c := range []struct {
+		name  string
+		bend  func(*RevenueLine)
+		valid bool
+	}{
+		{"reconciles; the shortfall is not part of it", func(*RevenueLine) {}, true},
+		{"a coin deferred too many", func(l *RevenueLine) { l.Deferred++ }, false},
+		{"a cent recognised too few", func(l *RevenueLine) { l.RecognisedValue-- }, false},
+		{"figures past int64 in sum", func(l *RevenueLine) {
+			*l = RevenueLine{Deposited: math.MaxInt64, ConvertedIn: math.MaxInt64, Recognised: math.MaxInt64, Deferred: math.MaxInt64}
+		}, true},
+		{"a wrapped figure", func(l *RevenueLine) {
+			*l = RevenueLine{Deposited: math.MaxInt64, ConvertedIn: 1, Deferred: math.MinInt64}
+		}, false},
+	} {
+		l := ok
+		c.bend(&l)
+		if err := l.Reconciles(); (err == nil) != c.valid {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	l := ok
+	if err := l.Add(RevenueLine{DeferredValue: math.MaxInt64}); ErrorCode(err) != CodeInternal || l != ok {
+		t.Fatalf("a value past int64 added: %+v %v", l, err)
+	}
+}

@@ -3,6 +3,8 @@ package coffer
 import (
 	"cmp"
 	"context"
+	"fmt"
+	"math/big"
 	"sort"
 	"strings"
 	"time"
@@ -51,46 +53,111 @@ type RevenueQuery struct {
 	Currency  string
 }
 
-// RevenueLine is the report of one currency, in its minor units.
+// RevenueLine is the report of one currency and fiat over [From, To):
+// each figure in coins (minor units of the currency) and, in the field
+// named with Value, in real money (minor units of Fiat). Coins bought
+// before V0015 carry no value: their line has no Fiat. The figures
+// reconcile exactly (Reconciles):
+//
+//	Opening + Deposited + ConvertedIn = Recognised + ConvertedOut + Expired + Refunded + Deferred
+//
+// and over all currencies of one fiat ConvertedIn and ConvertedOut cancel
+// in value (an exchange moves value, it makes none): what was paid is
+// recognised, expired, refunded or still deferred.
 type RevenueLine struct {
 	Currency string `json:"currency"`
+	Fiat     string `json:"fiat"`
+	// Opening is paid currency outstanding at From: Deferred of the
+	// period before (0 from the ledger's start).
+	Opening Amount `json:"opening"`
 	// Deposited is paid currency granted by purchases in the period.
 	Deposited Amount `json:"deposited"`
-	// Recognised is paid currency consumed in the period, net of hold
-	// reservations returned: revenue recognised.
+	// Recognised is paid currency consumed in the period: revenue
+	// recognised. A hold's consume counts when the hold commits; until
+	// then it is deferred.
 	Recognised Amount `json:"recognised"`
 	// ConvertedIn and ConvertedOut are paid currency carried over by
 	// exchanges (paid A into paid B): not revenue.
 	ConvertedIn  Amount `json:"converted_in"`
 	ConvertedOut Amount `json:"converted_out"`
-	// Expired is paid currency that expired in the period.
+	// Expired is paid currency that expired in the period (breakage).
 	Expired Amount `json:"expired"`
-	// Refunded is paid currency that refunds took back in the period:
-	// from the refunded purchases' lots, and paid coins clawed back from
-	// the player's other lots.
-	Refunded Amount `json:"refunded"`
-	// Deferred is the paid currency outstanding at the end of the period.
+	// Refunded is paid currency taken back by refunds and chargebacks
+	// in the period; RefundShortfall what they could not take back
+	// (already spent), which stays recognised.
+	Refunded        Amount `json:"refunded"`
+	RefundShortfall Amount `json:"refund_shortfall"`
+	// Deferred is paid currency outstanding at To, with what pending
+	// holds reserve: deferred revenue.
 	Deferred Amount `json:"deferred"`
+
+	OpeningValue         Amount `json:"opening_value"`
+	DepositedValue       Amount `json:"deposited_value"`
+	RecognisedValue      Amount `json:"recognised_value"`
+	ConvertedInValue     Amount `json:"converted_in_value"`
+	ConvertedOutValue    Amount `json:"converted_out_value"`
+	ExpiredValue         Amount `json:"expired_value"`
+	RefundedValue        Amount `json:"refunded_value"`
+	RefundShortfallValue Amount `json:"refund_shortfall_value"`
+	DeferredValue        Amount `json:"deferred_value"`
 }
 
-// Add adds r's figures to l's (the lines of one currency from two
-// shards). Errors: internal, when a figure would pass int64, with l
+// Figures are the line's figures, in coins then in value, each in the
+// order of the fields: the order a store reads them in.
+func (l *RevenueLine) Figures() []*Amount {
+	return []*Amount{&l.Opening, &l.Deposited, &l.Recognised, &l.ConvertedIn, &l.ConvertedOut, &l.Expired, &l.Refunded,
+		&l.RefundShortfall, &l.Deferred,
+		&l.OpeningValue, &l.DepositedValue, &l.RecognisedValue, &l.ConvertedInValue, &l.ConvertedOutValue, &l.ExpiredValue,
+		&l.RefundedValue, &l.RefundShortfallValue, &l.DeferredValue}
+}
+
+// Add adds r's figures to l's (the lines of one currency and fiat from
+// two shards). Errors: internal, when a figure would pass int64, with l
 // unchanged: a report never answers a wrapped sum.
 func (l *RevenueLine) Add(r RevenueLine) error {
 	sum := *l
-	for _, f := range []struct {
-		to *Amount
-		v  Amount
-	}{{&sum.Deposited, r.Deposited}, {&sum.Recognised, r.Recognised},
-		{&sum.ConvertedIn, r.ConvertedIn}, {&sum.ConvertedOut, r.ConvertedOut}, {&sum.Expired, r.Expired},
-		{&sum.Refunded, r.Refunded}, {&sum.Deferred, r.Deferred}} {
-		v, ok := f.to.Add(f.v)
+	for i, f := range r.Figures() {
+		to := sum.Figures()[i]
+		v, ok := to.Add(*f)
 		if !ok {
-			return Errorf(CodeInternal, "revenue of %s: a figure passes int64 minor units", l.Currency)
+			return Errorf(CodeInternal, "revenue of %s %s: a figure passes int64 minor units", l.Currency, l.Fiat)
 		}
-		*f.to = v
+		*to = v
 	}
 	*l = sum
+	return nil
+}
+
+// Reconciles checks the line's identity, in coins and in value: Opening
+// + Deposited + ConvertedIn = Recognised + ConvertedOut + Expired +
+// Refunded + Deferred. The sums are exact (big integers): a damaged
+// figure near int64 is reported, never wrapped. The error says by how
+// much each side differs.
+func (l RevenueLine) Reconciles() error {
+	var errs []string
+	for _, side := range []struct {
+		unit string
+		in   []Amount
+		out  []Amount
+	}{
+		{"coins", []Amount{l.Opening, l.Deposited, l.ConvertedIn}, []Amount{l.Recognised, l.ConvertedOut, l.Expired, l.Refunded, l.Deferred}},
+		{"value", []Amount{l.OpeningValue, l.DepositedValue, l.ConvertedInValue},
+			[]Amount{l.RecognisedValue, l.ConvertedOutValue, l.ExpiredValue, l.RefundedValue, l.DeferredValue}},
+	} {
+		diff := new(big.Int)
+		for _, a := range side.in {
+			diff.Add(diff, big.NewInt(int64(a)))
+		}
+		for _, a := range side.out {
+			diff.Sub(diff, big.NewInt(int64(a)))
+		}
+		if diff.Sign() != 0 {
+			errs = append(errs, fmt.Sprintf("in %s, opening + deposited + converted_in exceeds recognised + converted_out + expired + refunded + deferred by %s", side.unit, diff))
+		}
+	}
+	if len(errs) > 0 {
+		return Errorf(CodeInternal, "revenue of %s %s does not reconcile: %s", l.Currency, l.Fiat, strings.Join(errs, "; "))
+	}
 	return nil
 }
 
@@ -206,7 +273,8 @@ type Ledger interface {
 	// invalid_argument, shard_unavailable, internal.
 	Finlog(ctx context.Context, q FinlogQuery) (FinlogPage, error)
 	// Revenue reports paid currency movements of a namespace over every
-	// shard. Errors: invalid_argument, shard_unavailable, internal.
+	// shard, per currency and fiat. Errors: invalid_argument,
+	// shard_unavailable, internal.
 	Revenue(ctx context.Context, q RevenueQuery) ([]RevenueLine, error)
 }
 

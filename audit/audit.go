@@ -216,6 +216,7 @@ func (c *Checker) checkShard(ctx context.Context, id coffer.ShardID, r *Report) 
 	name := "pending hold past its TTL"
 	fail(name, c.collect(ctx, id, name, strings.ReplaceAll(staleHolds, "_N", sfx), r, c.HoldGrace.Seconds()))
 	c.checkClaims(ctx, id, r)
+	c.checkRevenue(ctx, id, r)
 	fail("totals", c.sum(ctx, id, strings.ReplaceAll(totals, "_N", sfx), r.Totals))
 	fail("reserved", c.sum(ctx, id, strings.ReplaceAll(reserved, "_N", sfx), r.Reserved))
 }

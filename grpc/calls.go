@@ -121,8 +121,12 @@ func (s *Server) Revenue(ctx context.Context, req *cofferv1.RevenueRequest) (*co
 	out := &cofferv1.RevenueReport{Namespace: req.Namespace, From: req.From, To: req.To}
 	for _, l := range lines {
 		out.Lines = append(out.Lines, &cofferv1.RevenueLine{
-			Currency: l.Currency, Deposited: int64(l.Deposited), Recognised: int64(l.Recognised),
-			ConvertedIn: int64(l.ConvertedIn), ConvertedOut: int64(l.ConvertedOut), Expired: int64(l.Expired), Refunded: int64(l.Refunded), Deferred: int64(l.Deferred),
+			Currency: l.Currency, Fiat: l.Fiat, Opening: int64(l.Opening), Deposited: int64(l.Deposited), Recognised: int64(l.Recognised),
+			ConvertedIn: int64(l.ConvertedIn), ConvertedOut: int64(l.ConvertedOut), Expired: int64(l.Expired),
+			Refunded: int64(l.Refunded), RefundShortfall: int64(l.RefundShortfall), Deferred: int64(l.Deferred),
+			OpeningValue: int64(l.OpeningValue), DepositedValue: int64(l.DepositedValue), RecognisedValue: int64(l.RecognisedValue),
+			ConvertedInValue: int64(l.ConvertedInValue), ConvertedOutValue: int64(l.ConvertedOutValue), ExpiredValue: int64(l.ExpiredValue),
+			RefundedValue: int64(l.RefundedValue), RefundShortfallValue: int64(l.RefundShortfallValue), DeferredValue: int64(l.DeferredValue),
 		})
 	}
 	return out, nil

@@ -1,6 +1,9 @@
 package postgres
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/cofferhq/coffer"
 )
 
@@ -58,16 +61,7 @@ func newQueries(id coffer.ShardID) *queries {
 			WHERE expires_at <= now() AND expires_at > $2 AND amount > 0 LIMIT $1`),
 		pending: n(`SELECT ns, player_id, emitter, idempotency_key FROM trx_N
 			WHERE status = 'pending' AND hold_expires_at <= now() ORDER BY hold_expires_at LIMIT $1`),
-		revenue: n(`SELECT currency,
-				COALESCE(sum(amount) FILTER (WHERE kind = 'grant' AND cause = 'change' AND created_at >= $2), 0),
-				COALESCE(sum(-amount) FILTER (WHERE kind = 'consume' AND cause = 'change' AND created_at >= $2), 0)
-					- COALESCE(sum(amount) FILTER (WHERE kind = 'grant' AND cause = 'release' AND created_at >= $2), 0),
-				COALESCE(sum(amount) FILTER (WHERE kind = 'grant' AND cause = 'exchange' AND created_at >= $2), 0),
-				COALESCE(sum(-amount) FILTER (WHERE kind = 'consume' AND cause = 'exchange' AND created_at >= $2), 0),
-				COALESCE(sum(-amount) FILTER (WHERE kind = 'expire' AND created_at >= $2), 0),
-				COALESCE(sum(-amount) FILTER (WHERE kind = 'consume' AND cause = 'refund' AND created_at >= $2), 0),
-				COALESCE(sum(amount), 0)
-			FROM op_N WHERE ns = $1 AND paid AND created_at < $3 GROUP BY currency`),
+		revenue: n(revenueSQL()),
 	}
 }
 
@@ -87,4 +81,66 @@ func finlogSQL(desc bool) string {
 		AND ($7::timestamptz IS NULL OR (t.created_at, t.pos) ` + cmp + ` ($7, $8))
 		ORDER BY t.created_at ` + dir + `, t.pos ` + dir + `
 		LIMIT $9`
+}
+
+// revenueSQL is the revenue report of a namespace ($1) over [$2, $3) on
+// one shard: per currency and fiat, the figures of coffer.RevenueLine in
+// the order of its Figures, coins then value. It reads:
+//
+//   - the namespace's paid ops up to $3, in op_N_revenue (an index-only
+//     scan: Deferred needs all of them since the first);
+//   - the paid consumes of the holds pending at some time in [$2, $3], in
+//     trx_N_holds: a hold's consume is written at its begin but is
+//     revenue only when the hold commits, so what holds pending at a
+//     moment reserve is deferred then (recognised net of what they
+//     reserve at $3, plus what they reserved at $2), and a rollback's
+//     release returns it;
+//   - the shortfalls of the period's refunds, in trx_N_refunds, each under
+//     the fiat of its order's grant in that currency (op_N_order).
+func revenueSQL() string {
+	sum := func(filter string) string { return "COALESCE(sum(%[1]s) FILTER (WHERE " + filter + "), 0)" }
+	const op = "kind IN ('grant', 'consume', 'expire')"
+	lines := []string{
+		// opening
+		sum(op+" AND NOT within") + " + " + sum("at_from"),
+		// deposited
+		sum("within AND kind = 'grant' AND cause = 'change'"),
+		// recognised
+		"-" + sum("within AND kind = 'consume' AND cause = 'change'") + " - " + sum("within AND kind = 'grant' AND cause = 'release'") +
+			" - " + sum("at_to") + " + " + sum("at_from"),
+		// converted_in, converted_out
+		sum("within AND kind = 'grant' AND cause = 'exchange'"),
+		"-" + sum("within AND kind = 'consume' AND cause = 'exchange'"),
+		// expired
+		"-" + sum("within AND kind = 'expire'"),
+		// refunded, and the shortfall
+		"-" + sum("within AND kind = 'consume' AND cause = 'refund'"),
+		sum("kind = 'shortfall'"),
+		// deferred
+		sum(op) + " + " + sum("at_to"),
+	}
+	var cols []string
+	for _, col := range []string{"amount", "value"} {
+		for _, l := range lines {
+			cols = append(cols, fmt.Sprintf(l, col))
+		}
+	}
+	return `SELECT currency, fiat, ` + strings.Join(cols, ",\n\t") + `
+	FROM (SELECT currency, COALESCE(fiat, '') AS fiat, kind::text AS kind, cause::text AS cause, amount, COALESCE(value, 0) AS value,
+			created_at >= $2 AS within, false AS at_from, false AS at_to
+		FROM op_N WHERE ns = $1 AND paid AND created_at < $3
+	UNION ALL
+	SELECT o.currency, COALESCE(o.fiat, ''), 'held', '', -o.amount, -COALESCE(o.value, 0), false,
+			t.created_at < $2 AND COALESCE(t.finished_at, 'infinity'::timestamptz) >= $2, COALESCE(t.finished_at, 'infinity'::timestamptz) >= $3
+		FROM trx_N t JOIN op_N o ON o.trx_id = t.trx_id
+		WHERE t.ns = $1 AND t.kind = 'hold' AND COALESCE(t.finished_at, 'infinity'::timestamptz) >= $2 AND t.created_at < $3
+			AND o.kind = 'consume' AND o.paid
+	UNION ALL
+	SELECT (s->>'currency')::int, COALESCE((SELECT g.fiat FROM op_N g WHERE g.ns = t.ns AND g.player_id = t.player_id
+				AND g.purchase IS NOT NULL AND g.purchase->>'store' = t.refund->>'store' AND g.purchase->>'order_id' = t.refund->>'order_id'
+				AND g.kind = 'grant' AND g.currency = (s->>'currency')::int LIMIT 1), ''),
+			'shortfall', '', (s->>'amount')::bigint, COALESCE((s->>'value')::bigint, 0), true, false, false
+		FROM trx_N t CROSS JOIN jsonb_array_elements(t.refund->'shortfall') s
+		WHERE t.ns = $1 AND t.refund IS NOT NULL AND t.created_at >= $2 AND t.created_at < $3) x
+	GROUP BY currency, fiat`
 }

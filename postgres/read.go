@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -296,7 +297,11 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*s.opts.Timeout)
 	defer cancel()
-	lines := map[coffer.CurrencyID]*coffer.RevenueLine{}
+	type lineKey struct {
+		currency coffer.CurrencyID
+		fiat     string
+	}
+	lines := map[lineKey]*coffer.RevenueLine{}
 	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
 		id := coffer.ShardID(sh)
 		pool, err := s.pool(id)
@@ -308,16 +313,23 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 			return nil, s.fail(id, err)
 		}
 		for rows.Next() {
-			var cur coffer.CurrencyID
+			var k lineKey
 			var r coffer.RevenueLine
-			if err := rows.Scan(&cur, &r.Deposited, &r.Recognised, &r.ConvertedIn, &r.ConvertedOut, &r.Expired, &r.Refunded, &r.Deferred); err != nil {
+			dest := []any{&k.currency, &k.fiat}
+			for _, f := range r.Figures() {
+				dest = append(dest, f)
+			}
+			if err := rows.Scan(dest...); err != nil {
 				rows.Close()
 				return nil, s.fail(id, err)
 			}
-			l := lines[cur]
+			if _, known := s.catalog.CurrencyByID(k.currency); !known || (only != nil && only.ID != k.currency) {
+				continue
+			}
+			l := lines[k]
 			if l == nil {
-				l = &coffer.RevenueLine{Currency: s.catalog.CurrencyOf(cur).Code}
-				lines[cur] = l
+				l = &coffer.RevenueLine{Currency: s.catalog.CurrencyOf(k.currency).Code, Fiat: k.fiat}
+				lines[k] = l
 			}
 			if err := l.Add(r); err != nil {
 				rows.Close()
@@ -328,11 +340,16 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 			return nil, s.fail(id, fmt.Errorf("revenue: %w", err))
 		}
 	}
-	var out []coffer.RevenueLine
-	for _, c := range s.catalog.Currencies() {
-		if l := lines[c.ID]; l != nil && (only == nil || only.ID == c.ID) {
-			out = append(out, *l)
-		}
+	keys := make([]lineKey, 0, len(lines))
+	for k := range lines {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b lineKey) int {
+		return cmp.Or(cmp.Compare(a.currency, b.currency), cmp.Compare(a.fiat, b.fiat))
+	})
+	out := make([]coffer.RevenueLine, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, *lines[k])
 	}
 	return out, nil
 }

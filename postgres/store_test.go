@@ -638,6 +638,8 @@ func TestBalanceAtEqualsFinlogReplay(t *testing.T) {
 	}
 }
 
+// TestRevenue: two purchases of 499 (USD cents), 100 and 50 gold; 30
+// spent (149.7: 150) and 10 exchanged (of 70 coins worth 349: 49.9, 50).
 func TestRevenue(t *testing.T) {
 	e := newEnv(t)
 	from := time.Now().Add(-time.Minute)
@@ -646,11 +648,12 @@ func TestRevenue(t *testing.T) {
 	e.mustChange(15, "spend", free("gold", -30))
 	_, _, err := e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(15, "ex"), From: "gold", To: "silver", Amount: 10})
 	must(t, err)
-	lines, err := e.store.Revenue(ctx, coffer.RevenueQuery{Namespace: 1, From: from, To: time.Now().Add(time.Minute)})
-	must(t, err)
-	want := "[{gold 150 30 0 10 0 0 110} {silver 0 0 1000 0 0 0 1000}]"
-	if got := fmt.Sprint(lines); got != want {
-		t.Fatalf("revenue = %s, want %s", got, want)
+	want := "gold USD: opening 0 deposited 150 recognised 30 converted 0/10 expired 0 refunded 0/0 deferred 110 | " +
+		"value: opening 0 deposited 998 recognised 150 converted 0/50 expired 0 refunded 0/0 deferred 798\n" +
+		"silver USD: opening 0 deposited 0 recognised 0 converted 1000/0 expired 0 refunded 0/0 deferred 1000 | " +
+		"value: opening 0 deposited 0 recognised 0 converted 50/0 expired 0 refunded 0/0 deferred 50"
+	if got := e.revenue(from, time.Now().Add(time.Minute)); got != want {
+		t.Fatalf("revenue:\n%s\nwant\n%s", got, want)
 	}
 }
 

@@ -1879,26 +1879,48 @@ func (x *FinlogPage) GetNextCursor() string {
 	return ""
 }
 
-// RevenueLine is the revenue report of one currency, in its minor units.
+// RevenueLine is the revenue report of one currency and fiat: each figure
+// in coins (minor units of the currency) and, in the field ending in
+// _value, in minor units of fiat. They reconcile exactly: opening +
+// deposited + converted_in = recognised + converted_out + expired +
+// refunded + deferred.
 type RevenueLine struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Currency string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
 	// Paid currency granted by purchases in the period.
 	Deposited int64 `protobuf:"varint,2,opt,name=deposited,proto3" json:"deposited,omitempty"`
-	// Paid currency consumed in the period: revenue recognised.
+	// Paid currency consumed in the period: revenue recognised. A hold's
+	// consume counts when the hold commits.
 	Recognised int64 `protobuf:"varint,3,opt,name=recognised,proto3" json:"recognised,omitempty"`
 	// Paid currency carried in by exchanges: not revenue.
 	ConvertedIn int64 `protobuf:"varint,4,opt,name=converted_in,json=convertedIn,proto3" json:"converted_in,omitempty"`
 	// Paid currency carried out by exchanges: not revenue.
 	ConvertedOut int64 `protobuf:"varint,5,opt,name=converted_out,json=convertedOut,proto3" json:"converted_out,omitempty"`
-	// Paid currency that expired in the period.
+	// Paid currency that expired in the period: breakage.
 	Expired int64 `protobuf:"varint,6,opt,name=expired,proto3" json:"expired,omitempty"`
-	// Paid currency outstanding at the end of the period: deferred revenue.
+	// Paid currency outstanding at the end of the period, with what pending
+	// holds reserve: deferred revenue.
 	Deferred int64 `protobuf:"varint,7,opt,name=deferred,proto3" json:"deferred,omitempty"`
-	// Paid currency that refunds took back in the period.
-	Refunded      int64 `protobuf:"varint,8,opt,name=refunded,proto3" json:"refunded,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Paid currency taken back by refunds and chargebacks in the period.
+	Refunded int64 `protobuf:"varint,8,opt,name=refunded,proto3" json:"refunded,omitempty"`
+	// ISO 4217 code of the _value figures; empty for coins bought before
+	// they were valued (migration V0015).
+	Fiat string `protobuf:"bytes,9,opt,name=fiat,proto3" json:"fiat,omitempty"`
+	// Paid currency outstanding at the start of the period.
+	Opening int64 `protobuf:"varint,10,opt,name=opening,proto3" json:"opening,omitempty"`
+	// What refunds could not take back (already spent): it stays recognised.
+	RefundShortfall      int64 `protobuf:"varint,11,opt,name=refund_shortfall,json=refundShortfall,proto3" json:"refund_shortfall,omitempty"`
+	OpeningValue         int64 `protobuf:"varint,12,opt,name=opening_value,json=openingValue,proto3" json:"opening_value,omitempty"`
+	DepositedValue       int64 `protobuf:"varint,13,opt,name=deposited_value,json=depositedValue,proto3" json:"deposited_value,omitempty"`
+	RecognisedValue      int64 `protobuf:"varint,14,opt,name=recognised_value,json=recognisedValue,proto3" json:"recognised_value,omitempty"`
+	ConvertedInValue     int64 `protobuf:"varint,15,opt,name=converted_in_value,json=convertedInValue,proto3" json:"converted_in_value,omitempty"`
+	ConvertedOutValue    int64 `protobuf:"varint,16,opt,name=converted_out_value,json=convertedOutValue,proto3" json:"converted_out_value,omitempty"`
+	ExpiredValue         int64 `protobuf:"varint,17,opt,name=expired_value,json=expiredValue,proto3" json:"expired_value,omitempty"`
+	RefundedValue        int64 `protobuf:"varint,18,opt,name=refunded_value,json=refundedValue,proto3" json:"refunded_value,omitempty"`
+	RefundShortfallValue int64 `protobuf:"varint,19,opt,name=refund_shortfall_value,json=refundShortfallValue,proto3" json:"refund_shortfall_value,omitempty"`
+	DeferredValue        int64 `protobuf:"varint,20,opt,name=deferred_value,json=deferredValue,proto3" json:"deferred_value,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *RevenueLine) Reset() {
@@ -1983,6 +2005,90 @@ func (x *RevenueLine) GetDeferred() int64 {
 func (x *RevenueLine) GetRefunded() int64 {
 	if x != nil {
 		return x.Refunded
+	}
+	return 0
+}
+
+func (x *RevenueLine) GetFiat() string {
+	if x != nil {
+		return x.Fiat
+	}
+	return ""
+}
+
+func (x *RevenueLine) GetOpening() int64 {
+	if x != nil {
+		return x.Opening
+	}
+	return 0
+}
+
+func (x *RevenueLine) GetRefundShortfall() int64 {
+	if x != nil {
+		return x.RefundShortfall
+	}
+	return 0
+}
+
+func (x *RevenueLine) GetOpeningValue() int64 {
+	if x != nil {
+		return x.OpeningValue
+	}
+	return 0
+}
+
+func (x *RevenueLine) GetDepositedValue() int64 {
+	if x != nil {
+		return x.DepositedValue
+	}
+	return 0
+}
+
+func (x *RevenueLine) GetRecognisedValue() int64 {
+	if x != nil {
+		return x.RecognisedValue
+	}
+	return 0
+}
+
+func (x *RevenueLine) GetConvertedInValue() int64 {
+	if x != nil {
+		return x.ConvertedInValue
+	}
+	return 0
+}
+
+func (x *RevenueLine) GetConvertedOutValue() int64 {
+	if x != nil {
+		return x.ConvertedOutValue
+	}
+	return 0
+}
+
+func (x *RevenueLine) GetExpiredValue() int64 {
+	if x != nil {
+		return x.ExpiredValue
+	}
+	return 0
+}
+
+func (x *RevenueLine) GetRefundedValue() int64 {
+	if x != nil {
+		return x.RefundedValue
+	}
+	return 0
+}
+
+func (x *RevenueLine) GetRefundShortfallValue() int64 {
+	if x != nil {
+		return x.RefundShortfallValue
+	}
+	return 0
+}
+
+func (x *RevenueLine) GetDeferredValue() int64 {
+	if x != nil {
+		return x.DeferredValue
 	}
 	return 0
 }
@@ -2481,7 +2587,7 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"FinlogPage\x12$\n" +
 	"\x05items\x18\x01 \x03(\v2\x0e.coffer.v1.TrxR\x05items\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
-	"nextCursor\"\x81\x02\n" +
+	"nextCursor\"\xda\x05\n" +
 	"\vRevenueLine\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x1c\n" +
 	"\tdeposited\x18\x02 \x01(\x03R\tdeposited\x12\x1e\n" +
@@ -2492,7 +2598,20 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\rconverted_out\x18\x05 \x01(\x03R\fconvertedOut\x12\x18\n" +
 	"\aexpired\x18\x06 \x01(\x03R\aexpired\x12\x1a\n" +
 	"\bdeferred\x18\a \x01(\x03R\bdeferred\x12\x1a\n" +
-	"\brefunded\x18\b \x01(\x03R\brefunded\"\xb7\x01\n" +
+	"\brefunded\x18\b \x01(\x03R\brefunded\x12\x12\n" +
+	"\x04fiat\x18\t \x01(\tR\x04fiat\x12\x18\n" +
+	"\aopening\x18\n" +
+	" \x01(\x03R\aopening\x12)\n" +
+	"\x10refund_shortfall\x18\v \x01(\x03R\x0frefundShortfall\x12#\n" +
+	"\ropening_value\x18\f \x01(\x03R\fopeningValue\x12'\n" +
+	"\x0fdeposited_value\x18\r \x01(\x03R\x0edepositedValue\x12)\n" +
+	"\x10recognised_value\x18\x0e \x01(\x03R\x0frecognisedValue\x12,\n" +
+	"\x12converted_in_value\x18\x0f \x01(\x03R\x10convertedInValue\x12.\n" +
+	"\x13converted_out_value\x18\x10 \x01(\x03R\x11convertedOutValue\x12#\n" +
+	"\rexpired_value\x18\x11 \x01(\x03R\fexpiredValue\x12%\n" +
+	"\x0erefunded_value\x18\x12 \x01(\x03R\rrefundedValue\x124\n" +
+	"\x16refund_shortfall_value\x18\x13 \x01(\x03R\x14refundShortfallValue\x12%\n" +
+	"\x0edeferred_value\x18\x14 \x01(\x03R\rdeferredValue\"\xb7\x01\n" +
 	"\rRevenueReport\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
