@@ -521,3 +521,59 @@ func TestPlanExchangeValue(t *testing.T) {
 				"  grant credits 1 lot 101 = 1/0 @13 (exchange)"}})
 	})
 }
+
+// TestPlanRefundValue: a refund takes back the value of what is left of
+// the order's lot (refunded); what it could not take back is the
+// shortfall, worth its share of what the missing coins cost: all of it
+// under write_off, none of it when claw_back finds the coins, in part
+// when it finds some.
+func TestPlanRefundValue(t *testing.T) {
+	c := refundCatalog(t)
+	spent := purchased(1, 1, 2, 67, "o") // 3 coins bought for 100, one spent (33)
+	order := func(cur CurrencyID) []*OrderState {
+		return []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"},
+			Lots: []OrderLot{{LotID: 1, Currency: cur, Share: 3, ShareValue: 100}}}}
+	}
+	for _, sc := range []struct {
+		name string
+		lots []BookLot
+		cur  CurrencyID
+		want string
+	}{
+		{"write_off: the spent coin is the shortfall, with what it cost", []BookLot{func() BookLot { l := spent; l.Currency = 2; return l }()}, 2,
+			"consume silver -2 lot 1 = 0/0 @12 USD -67; shortfall [{2 1 33}]"},
+		{"claw_back: another lot gives the coin back, nothing is short", []BookLot{spent, purchased(2, 1, 5, 50, "p")}, 1,
+			"consume gold -2 lot 1 = 5/5 @12 USD -67; consume gold -1 lot 2 = 4/4 @13 USD -10; shortfall []"},
+		{"claw_back: one of three missing coins found", []BookLot{{ID: 2, Currency: 1, Amount: 1, CreatedAt: planT0.Add(-time.Hour)}}, 1,
+			"consume gold -1 lot 2 = 0/0 @12; shortfall [{1 2 67}]"},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			next := int64(99)
+			st := PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0, Orders: order(sc.cur)}
+			for i := range sc.lots {
+				l := sc.lots[i]
+				st.Lots = append(st.Lots, &l)
+			}
+			p, err := NewPlayer(c, st, func() int64 { next++; return next })
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan := refundOf(t, c, "r", "o", RefundRefund)(p)
+			if plan.Err != nil {
+				t.Fatal(plan.Err)
+			}
+			var got []string
+			for _, o := range plan.Ops {
+				line := fmt.Sprintf("%s %s %d lot %d = %d/%d @%d", o.Kind, c.CurrencyOf(o.Currency).Code, o.Amount, o.LotID, o.BalanceAfter, o.PaidAfter, o.Pos)
+				if o.Fiat != "" {
+					line += fmt.Sprintf(" %s %d", o.Fiat, o.Value)
+				}
+				got = append(got, line)
+			}
+			got = append(got, fmt.Sprintf("shortfall %v", plan.Inserts[0].Refund.Shortfall))
+			if strings.Join(got, "; ") != sc.want {
+				t.Fatalf("\n%s\nwant\n%s", strings.Join(got, "; "), sc.want)
+			}
+		})
+	}
+}

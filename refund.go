@@ -78,6 +78,10 @@ type RefundAmount struct {
 type RefundBalance struct {
 	Currency CurrencyID `json:"currency"`
 	Amount   Amount     `json:"amount"`
+	// Value is what Amount of the order cost, in minor units of the
+	// order's fiat: for a shortfall, revenue recognised that the refund
+	// could not take back (the revenue report's refund_shortfall_value).
+	Value Amount `json:"value,omitempty"`
 }
 
 // RefundRow is a refund as its trx row stores it.
@@ -117,6 +121,9 @@ type OrderLot struct {
 	LotID    int64
 	Currency CurrencyID
 	Share    Amount
+	// ShareValue is what the share cost: the grant's value (its price;
+	// 0 for a grant from before V0015).
+	ShareValue Amount
 }
 
 // ValidateRefund checks a refund: the scope, the order (store 1–64 bytes,
@@ -211,7 +218,7 @@ func (p *Player) credited(ops []BookOp) {
 			o = &OrderState{Key: k}
 			p.orders[k] = o
 		}
-		o.Lots = append(o.Lots, OrderLot{LotID: op.LotID, Currency: op.Currency, Share: op.Amount})
+		o.Lots = append(o.Lots, OrderLot{LotID: op.LotID, Currency: op.Currency, Share: op.Amount, ShareValue: op.Value})
 	}
 }
 
@@ -236,10 +243,15 @@ func refundOrder(book *Book, c *Catalog, o *OrderState) ([]BookOp, []RefundBalan
 			ops = append(ops, op)
 		}
 		owed[i].Amount += l.Share - taken // at most the share: no overflow
+		// What the share cost less what the coins taken back were worth
+		// (their ValueShare of the lot, which never holds more than the
+		// share cost): at least 0.
+		owed[i].Value += l.ShareValue + op.Value
 	}
 	var shortfall []RefundBalance
 	for _, r := range owed {
 		cur := c.CurrencyOf(r.Currency)
+		owedAmount := r.Amount
 		if r.Amount > 0 && cur.RefundPolicy == RefundClawBack {
 			taken, clawed, err := book.ClawBack(cur, r.Amount, CauseRefund)
 			if err != nil {
@@ -249,6 +261,9 @@ func refundOrder(book *Book, c *Catalog, o *OrderState) ([]BookOp, []RefundBalan
 			r.Amount -= clawed
 		}
 		if r.Amount > 0 {
+			// The coins not taken back carry their share of what the
+			// missing coins cost, by the rule of every movement.
+			r.Value = ValueShare(r.Value, r.Amount, owedAmount)
 			shortfall = append(shortfall, r)
 		}
 	}

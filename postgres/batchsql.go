@@ -71,14 +71,15 @@ var batchStatements = batchSQL{
 		FROM unnest($1::int[], $2::bigint[], $3::int[], $4::text[]) AS u(ns, player_id, emitter, idempotency_key)
 		JOIN trx_N t ON t.ns = u.ns AND t.player_id = u.player_id AND t.emitter = u.emitter AND t.idempotency_key = u.idempotency_key`,
 	// The orders the players' refunds name: the lots their grants created
-	// (op_N_order), in the order of the grants, and the trx that refunded
+	// and what each grant cost (op_N_order), in the order of the grants,
+	// and the trx that refunded
 	// each, if any (trx_N_refund; a row with refunded_by > 0).
-	orders: `SELECT u.ns, u.player_id, u.store, u.order_id, o.lot_id, o.currency, o.amount, 0::bigint AS refunded_by, o.pos
+	orders: `SELECT u.ns, u.player_id, u.store, u.order_id, o.lot_id, o.currency, o.amount, COALESCE(o.value, 0), 0::bigint AS refunded_by, o.pos
 		FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[]) AS u(ns, player_id, store, order_id)
 		JOIN op_N o ON o.ns = u.ns AND o.player_id = u.player_id AND o.purchase IS NOT NULL
 			AND o.purchase->>'store' = u.store AND o.purchase->>'order_id' = u.order_id AND o.kind = 'grant'
 	UNION ALL
-	SELECT u.ns, u.player_id, u.store, u.order_id, 0, 0, 0, t.trx_id, t.pos
+	SELECT u.ns, u.player_id, u.store, u.order_id, 0, 0, 0, 0, t.trx_id, t.pos
 		FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[]) AS u(ns, player_id, store, order_id)
 		JOIN trx_N t ON t.ns = u.ns AND t.player_id = u.player_id AND t.refund IS NOT NULL
 			AND t.refund->>'store' = u.store AND t.refund->>'order_id' = u.order_id

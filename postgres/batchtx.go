@@ -463,7 +463,7 @@ func (l *loading) orders(rows pgx.Rows) error {
 		var order coffer.PurchaseKey
 		var lot coffer.OrderLot
 		var refundedBy, pos int64
-		if err := rows.Scan(&k.ns, &k.id, &order.Store, &order.OrderID, &lot.LotID, &lot.Currency, &lot.Share, &refundedBy, &pos); err != nil {
+		if err := rows.Scan(&k.ns, &k.id, &order.Store, &order.OrderID, &lot.LotID, &lot.Currency, &lot.Share, &lot.ShareValue, &refundedBy, &pos); err != nil {
 			return err
 		}
 		p := l.byKey[k]

@@ -95,8 +95,9 @@ func finlogSQL(desc bool) string {
 //     moment reserve is deferred then (recognised net of what they
 //     reserve at $3, plus what they reserved at $2), and a rollback's
 //     release returns it;
-//   - the shortfalls of the period's refunds, in trx_N_refunds, each under
-//     the fiat of its order's grant in that currency (op_N_order).
+//   - the shortfalls of the period's refunds (coins and the value the
+//     refund recorded), in trx_N_refunds, each under the fiat of its
+//     order's grant in that currency (op_N_order).
 func revenueSQL() string {
 	sum := func(filter string) string { return "COALESCE(sum(%[1]s) FILTER (WHERE " + filter + "), 0)" }
 	const op = "kind IN ('grant', 'consume', 'expire')"

@@ -153,7 +153,8 @@ func TestAuditFindsUnreconciledRevenue(t *testing.T) {
 
 // TestRevenueOfARefund: a purchase of 3 silver for 100, a coin spent
 // (33), refunded under write_off: the 2 coins left go back with their
-// value (67), the spent one is the shortfall and stays recognised.
+// value (67), the spent one is the shortfall, worth 33, and stays
+// recognised.
 func TestRevenueOfARefund(t *testing.T) {
 	e := newEnv(t)
 	from := time.Now()
@@ -165,7 +166,7 @@ func TestRevenueOfARefund(t *testing.T) {
 		t.Fatalf("refund ops' values: %s", got)
 	}
 	want := "silver USD: opening 0 deposited 3 recognised 1 converted 0/0 expired 0 refunded 2/1 deferred 0 | " +
-		"value: opening 0 deposited 100 recognised 33 converted 0/0 expired 0 refunded 67/0 deferred 0"
+		"value: opening 0 deposited 100 recognised 33 converted 0/0 expired 0 refunded 67/33 deferred 0"
 	if got := e.revenue(from, time.Now().Add(time.Minute)); got != want {
 		t.Fatalf("revenue:\n%s\nwant\n%s", got, want)
 	}
