@@ -25,6 +25,8 @@ type Counts struct {
 	// Outliving acknowledged holds ended after a lot they took from
 	// expired.
 	Expiring, Outliving int
+	// Credited and Refunded count acknowledged purchases and refunds.
+	Credited, Refunded int
 }
 
 // Count sums the books.
@@ -40,6 +42,12 @@ func Count(records []*Record) Counts {
 			}
 			if !r.Outlives.IsZero() {
 				c.Outliving++
+			}
+			switch r.Kind {
+			case Purchase:
+				c.Credited++
+			case Refund:
+				c.Refunded++
 			}
 		case Rejected:
 			c.Rejected++
@@ -62,14 +70,16 @@ func Count(records []*Record) Counts {
 // status it should have, each rejected one is absent, each unknown one is
 // there at most once (and then counts as applied), and every player's
 // balances and the totals per currency equal the books less what the
-// finlog says expired, only ever from lots of grants with an expiry. It
-// returns the violations.
+// finlog says expired, only ever from lots of grants with an expiry; each
+// store order is credited at most once, and taken back at most once, from
+// the player it was credited to. It returns the violations.
 func (w *Workload) Verify(ctx context.Context) []string {
 	rng := rand.New(rand.NewPCG(w.Seed, 99))
 	violations := append([]string(nil), w.faults...)
 	model := map[balanceKey]coffer.Amount{}
 	perPlayer := map[playerKey]int{}
 	expiring := map[playerKey]map[int64]bool{} // lots of grants with an expiry
+	orders := orderMap{}
 	for _, r := range w.records {
 		t, err := w.retry(ctx, rng, &Record{Key: r.Key}, func(c *client.Client) (coffer.Trx, error) {
 			return c.Trx(ctx, r.NS, r.Player, r.Key)
@@ -84,6 +94,9 @@ func (w *Workload) Verify(ctx context.Context) []string {
 			violations = append(violations, fmt.Sprintf("%s: acknowledged %s is missing", r.Key, r.Kind))
 		case r.Outcome == Rejected && found:
 			violations = append(violations, fmt.Sprintf("%s: rejected %s was written", r.Key, r.Kind))
+		}
+		if r.Order != "" {
+			orders.add(r, found)
 		}
 		if !found {
 			continue
@@ -101,13 +114,76 @@ func (w *Workload) Verify(ctx context.Context) []string {
 		if msg := holdCheck(r, t); msg != "" {
 			violations = append(violations, r.Key+": "+msg)
 		}
+		if r.Kind == Refund {
+			// What a refund takes depends on what was left of the order's
+			// lots: its answer says, and the balances must agree.
+			for _, op := range t.Ops {
+				model[balanceKey{r.NS, r.Player, op.Currency}] += op.Amount
+			}
+		}
 		if r.Kind != Hold || t.Status == coffer.StatusCommitted {
 			for cur, d := range r.Deltas {
 				model[balanceKey{r.NS, r.Player, cur}] += d
 			}
 		}
 	}
+	violations = append(violations, orders.check()...)
 	return append(violations, w.compareBalances(ctx, rng, model, perPlayer, expiring)...)
+}
+
+// orderKey is a store order: unique per namespace.
+type orderKey struct {
+	ns    coffer.Namespace
+	order string
+}
+
+// orderBooks are the purchases and refunds of one order found written,
+// and how many purchases were refused as already credited.
+type orderBooks struct {
+	credited, refunds []*Record
+	refused           int
+}
+
+type orderMap map[orderKey]*orderBooks
+
+func (m orderMap) add(r *Record, found bool) {
+	k := orderKey{r.NS, r.Order}
+	if m[k] == nil {
+		m[k] = &orderBooks{}
+	}
+	b := m[k]
+	switch {
+	case found && r.Kind == Purchase:
+		b.credited = append(b.credited, r)
+	case found && r.Kind == Refund:
+		b.refunds = append(b.refunds, r)
+	case r.Kind == Purchase && r.Code == coffer.CodePurchaseAlreadyCredited:
+		b.refused++
+	}
+}
+
+// check: each order credited at most once, refused as already credited
+// only when it was credited, refunded at most once and only by the
+// player it was credited to.
+func (m orderMap) check() []string {
+	var violations []string
+	for k, b := range m {
+		switch {
+		case len(b.credited) > 1:
+			violations = append(violations, fmt.Sprintf("order %q in ns %d credited %d times (%s, %s)", k.order, k.ns, len(b.credited), b.credited[0].Key, b.credited[1].Key))
+		case len(b.credited) == 0 && b.refused > 0:
+			violations = append(violations, fmt.Sprintf("order %q in ns %d refused as already credited %d times, credited nowhere", k.order, k.ns, b.refused))
+		}
+		if len(b.refunds) > 1 {
+			violations = append(violations, fmt.Sprintf("order %q in ns %d refunded %d times", k.order, k.ns, len(b.refunds)))
+		}
+		for _, r := range b.refunds {
+			if len(b.credited) != 1 || b.credited[0].Player != r.Player {
+				violations = append(violations, fmt.Sprintf("%s: refund of order %q for player %d, which it was not credited to", r.Key, k.order, r.Player))
+			}
+		}
+	}
+	return violations
 }
 
 // finlog is what Verify reads of a player's finlog: its trx written by

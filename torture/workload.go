@@ -66,6 +66,12 @@ const (
 	Consume  Kind = "consume"
 	Hold     Kind = "hold"
 	Exchange Kind = "exchange"
+	// Purchase is a paid grant of a store order that other purchases may
+	// present again (another key, another player): one of them is credited.
+	Purchase Kind = "purchase"
+	// Refund takes back an order presented earlier; its effect is what the
+	// service answers (what was left of the order's lots, the policy).
+	Refund Kind = "refund"
 )
 
 // Record is the client-side book of one write.
@@ -88,6 +94,8 @@ type Record struct {
 	// Outlives is, for a hold begun on a lot that expires before the
 	// client ends it, when the lot expires.
 	Outlives time.Time
+	// Order is the store order of a purchase or a refund.
+	Order string
 }
 
 // Workload runs clients that write and keeps their books.
@@ -107,7 +115,8 @@ type Workload struct {
 
 	mu      sync.Mutex
 	records []*Record
-	faults  []string // violations seen while running (a conflict on a retry, say)
+	faults  []string  // violations seen while running (a conflict on a retry, say)
+	orders  []*Record // purchases sent, whatever their outcome: what later purchases and refunds present again
 }
 
 // Records are the books, once Run has returned.
@@ -147,6 +156,9 @@ func (w *Workload) one(ctx context.Context, rng *rand.Rand, key string) {
 		return
 	}
 	switch p := rng.IntN(100); {
+	case p < 5:
+		w.purchase(ctx, rng, r, amount)
+		return
 	case p < 35:
 		r.Kind, r.Deltas = Grant, map[string]coffer.Amount{cur: amount}
 		change.Ops = []coffer.OpRequest{{Currency: cur, Amount: amount, ExpiresAt: w.expiry(rng)}}
@@ -163,6 +175,9 @@ func (w *Workload) one(ctx context.Context, rng *rand.Rand, key string) {
 	case p < 85:
 		w.holdOutlivingItsLot(ctx, rng, r, cur, amount)
 		return
+	case p < 88:
+		w.refund(ctx, rng, r)
+		return
 	default:
 		n := amount/50 + 1
 		r.Kind, r.Deltas = Exchange, map[string]coffer.Amount{"gold": -n, "silver": 100 * n}
@@ -171,6 +186,43 @@ func (w *Workload) one(ctx context.Context, rng *rand.Rand, key string) {
 		return
 	}
 	w.write(ctx, rng, r, w.changer(ctx, r, change))
+}
+
+// orderStore is the store of the purchases whose orders repeat.
+const orderStore = "torture-orders"
+
+// purchase credits a store order to r's player, in gold or silver (whose
+// refund_policy is claw_back in a torture run): a new order for half of
+// them, for the other half one presented before, maybe to another player,
+// which the service refuses (purchase_already_credited) unless that
+// earlier purchase was refused too.
+func (w *Workload) purchase(ctx context.Context, rng *rand.Rand, r *Record, amount coffer.Amount) {
+	cur := []string{"gold", "silver"}[rng.IntN(2)]
+	r.Kind, r.Order, r.Deltas = Purchase, r.Key, map[string]coffer.Amount{cur: amount}
+	w.mu.Lock()
+	if len(w.orders) > 0 && rng.IntN(2) == 0 {
+		r.Order = w.orders[rng.IntN(len(w.orders))].Order
+	}
+	w.orders = append(w.orders, r)
+	w.mu.Unlock()
+	w.write(ctx, rng, r, w.changer(ctx, r, client.Change{IdempotencyKey: r.Key, Ops: []coffer.OpRequest{{Currency: cur, Amount: amount,
+		Kind: "paid", Purchase: &coffer.Purchase{Store: orderStore, OrderID: r.Order, Price: 2 * int64(amount), Fiat: "EUR"}}}}))
+}
+
+// refund sends a refund or a chargeback of an order presented before, to
+// the player it was presented for: answered not_found if that purchase was
+// refused, already_refunded if the order was taken back before.
+func (w *Workload) refund(ctx context.Context, rng *rand.Rand, r *Record) {
+	w.mu.Lock()
+	if len(w.orders) == 0 {
+		w.mu.Unlock()
+		return
+	}
+	of := w.orders[rng.IntN(len(w.orders))]
+	w.mu.Unlock()
+	r.Kind, r.Order, r.NS, r.Player = Refund, of.Order, of.NS, of.Player
+	req := client.Refund{IdempotencyKey: r.Key, Store: orderStore, OrderID: r.Order, Kind: []coffer.RefundKind{coffer.RefundRefund, coffer.RefundChargeback}[rng.IntN(2)]}
+	w.write(ctx, rng, r, func(c *client.Client) (coffer.Trx, error) { return answer(c.Refund(ctx, r.NS, r.Player, req)) })
 }
 
 // write books r, sends it until the answer is definitive, and ends an

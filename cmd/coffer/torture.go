@@ -205,6 +205,8 @@ func (t *tortureRun) check(ctx context.Context, w *torture.Workload, injected *t
 		c.Holds["commit"], c.Holds["rollback"], c.Holds["abandon"], c.Outliving)
 	fmt.Fprintf(t.out, "grants acknowledged with lots that expire: %d; refused: %d insufficient_funds, %d too_many_lots\n",
 		c.Expiring, c.Refused[coffer.CodeInsufficientFunds], c.Refused[coffer.CodeTooManyLots])
+	fmt.Fprintf(t.out, "store orders: %d purchases credited, %d refused purchase_already_credited; %d refunds acknowledged, %d refused already_refunded, %d not_found\n",
+		c.Credited, c.Refused[coffer.CodePurchaseAlreadyCredited], c.Refunded, c.Refused[coffer.CodeAlreadyRefunded], c.Refused[coffer.CodeNotFound])
 	fmt.Fprintf(t.out, "faults injected:\n%s", injected.Summary())
 	for i, db := range t.direct.Databases() {
 		fmt.Fprintf(t.out, "  database %d (shards %d–%d): %s without full service\n", i, db.Shards[0], db.Shards[len(db.Shards)-1], injected.Outage[i].Round(time.Millisecond))
@@ -220,6 +222,7 @@ func (t *tortureRun) setup(ctx context.Context) error {
 	cfg.Holds.TTLDefault, cfg.Sweep.Interval = tortureHoldTTL, 500*time.Millisecond
 	cfg.Timeouts.Request, cfg.Pool.ConnectTimeout = 2*time.Second, time.Second
 	cfg.Log.Level = "info"
+	cfg.Currencies[1].RefundPolicy = string(coffer.RefundClawBack) // silver; gold keeps the default, write_off
 	ranges := [][2]int{{0, 5}, {6, 10}, {11, 15}}
 	// Where a database has a standby, coffer refuses its writes while the
 	// standby is out of sync, as production should be run.

@@ -22,9 +22,11 @@ import (
 func TestTortureShort(t *testing.T) {
 	report := passes(t, &tortureRun{duration: 75 * time.Second, seed: 1, clients: 6, standbys: true, kinds: torture.StandbyFaultKinds, finlogPage: 25})
 	// The workload reached what it is there for: lots that expire, holds
-	// that outlive their lots, collectors at the lot bound.
+	// that outlive their lots, collectors at the lot bound, store orders
+	// presented twice, refunds and second refunds.
 	for _, re := range []string{`; [1-9][0-9]* ended after a lot they took from expired`,
-		`grants acknowledged with lots that expire: [1-9]`, `[1-9][0-9]* too_many_lots`} {
+		`grants acknowledged with lots that expire: [1-9]`, `[1-9][0-9]* too_many_lots`,
+		`[1-9][0-9]* refused purchase_already_credited`, `[1-9][0-9]* refunds acknowledged, [1-9][0-9]* refused already_refunded`} {
 		if !regexp.MustCompile(re).MatchString(report) {
 			t.Errorf("the report does not match %q", re)
 		}
