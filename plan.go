@@ -345,6 +345,7 @@ func (p *Player) Exchange(v ValidExchange) Plan {
 	w.insert(TrxRow{ID: id, Emitter: v.Emitter, IdempotencyKey: v.IdempotencyKey, Hash: v.Hash.Sum, Kind: TrxExchange,
 		Status: StatusCommitted, Reason: v.Reason, Meta: v.Meta}, ops)
 	w.keep(trx, v.Emitter, v.Hash.Sum, nil)
+	p.exchanged(id, ops)
 	w.plan.Trx = trx
 	return w.done()
 }

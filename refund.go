@@ -59,12 +59,15 @@ type ValidRefund struct {
 }
 
 // Refund is what a refund trx records besides its ops: the order, why,
-// and in each currency what it could not take back (its shortfall: spent
-// under write_off, or beyond what the player held under claw_back).
+// in each currency of the order what the coins it took back from lots
+// the order's exchanges made count for (Exchanged), and what it could not
+// take back (its shortfall: spent under write_off, or beyond what the
+// player held under claw_back).
 type Refund struct {
 	Store     string         `json:"store"`
 	OrderID   string         `json:"order_id"`
 	Kind      RefundKind     `json:"kind"`
+	Exchanged []RefundAmount `json:"exchanged,omitempty"`
 	Shortfall []RefundAmount `json:"shortfall,omitempty"`
 }
 
@@ -84,11 +87,15 @@ type RefundBalance struct {
 	Value Amount `json:"value,omitempty"`
 }
 
-// RefundRow is a refund as its trx row stores it.
+// RefundRow is a refund as its trx row stores it. Exchanged is, per
+// currency of the order, what the coins taken back from lots its
+// exchanges made count for in that currency (the audit adds it to the
+// coins taken back there).
 type RefundRow struct {
 	Store     string          `json:"store"`
 	OrderID   string          `json:"order_id"`
 	Kind      RefundKind      `json:"kind"`
+	Exchanged []RefundBalance `json:"exchanged,omitempty"`
 	Shortfall []RefundBalance `json:"shortfall,omitempty"`
 }
 
@@ -97,21 +104,44 @@ func (c *Catalog) Refund(r *RefundRow) *Refund {
 	if r == nil {
 		return nil
 	}
-	out := &Refund{Store: r.Store, OrderID: r.OrderID, Kind: r.Kind}
-	for _, s := range r.Shortfall {
-		out.Shortfall = append(out.Shortfall, RefundAmount{Currency: c.CurrencyOf(s.Currency).Code, Amount: s.Amount})
+	return &Refund{Store: r.Store, OrderID: r.OrderID, Kind: r.Kind, Exchanged: c.refundAmounts(r.Exchanged), Shortfall: c.refundAmounts(r.Shortfall)}
+}
+
+func (c *Catalog) refundAmounts(in []RefundBalance) []RefundAmount {
+	var out []RefundAmount
+	for _, s := range in {
+		out = append(out, RefundAmount{Currency: c.CurrencyOf(s.Currency).Code, Amount: s.Amount})
 	}
 	return out
 }
 
 // OrderState is a store order as the player's ledger holds it, for its
-// refund: the lots its grants created, and the trx that refunded it.
+// refund: the lots its grants created, the exchanges that made lots of
+// its coins, and the trx that refunded it.
 type OrderState struct {
 	Key PurchaseKey
 	// Lots are the order's lots, each with what of the order it took in.
 	Lots []OrderLot
+	// Exchanges are the ops of the exchanges that made lots carrying the
+	// order (Worth: a lot an exchange makes from a paid lot carries its
+	// order), in the player's order: a refund follows the order's coins
+	// through them. A store lists every op of those exchanges, each
+	// exchange's ops together; ops of other orders are ignored.
+	Exchanges []ExchangeOp
 	// RefundedBy is the trx that refunded the order, or 0.
 	RefundedBy int64
+}
+
+// ExchangeOp is an op of an exchange, as a refund reads it to follow an
+// order's coins from the lot the exchange consumed to the lot it made.
+type ExchangeOp struct {
+	TrxID    int64
+	LotID    int64
+	Currency CurrencyID
+	Kind     OpKind
+	Cause    OpCause
+	Paid     bool
+	Amount   Amount
 }
 
 // OrderLot is a lot that holds coins of an order: Share is what the
@@ -184,15 +214,19 @@ func (p *Player) Refund(v ValidRefund) Plan {
 		return Plan{Err: Errorf(CodeAlreadyRefunded, "store %q order %q was refunded already (trx %d); an order is refunded at most once",
 			v.Store, v.OrderID, o.RefundedBy)}
 	}
-	w := p.begin()
-	expired := w.book.Expire(o.currencies())
-	id := w.book.NewID()
-	w.book.TrxID = id
-	ops, shortfall, err := refundOrder(w.book, p.catalog, o)
+	lots, err := o.follow()
 	if err != nil {
 		return Plan{Err: err}
 	}
-	row := &RefundRow{Store: v.Store, OrderID: v.OrderID, Kind: v.Kind, Shortfall: shortfall}
+	w := p.begin()
+	expired := w.book.Expire(currenciesOf(lots))
+	id := w.book.NewID()
+	w.book.TrxID = id
+	ops, exchanged, shortfall, err := refundOrder(w.book, p.catalog, o, lots)
+	if err != nil {
+		return Plan{Err: err}
+	}
+	row := &RefundRow{Store: v.Store, OrderID: v.OrderID, Kind: v.Kind, Exchanged: exchanged, Shortfall: shortfall}
 	trx := w.answer(id, v.IdempotencyKey, TrxRefund, v.Reason, nil, ops)
 	trx.Refund = p.catalog.Refund(row)
 	w.expiries(expired)
@@ -222,32 +256,164 @@ func (p *Player) credited(ops []BookOp) {
 	}
 }
 
-// refundOrder plans a refund's ops on book: each of the order's lots
-// gives what it has of its share, then, per currency in order of first
-// lot, the policy decides about the rest. It returns the ops and the
-// shortfall per currency (none where everything was taken back).
-func refundOrder(book *Book, c *Catalog, o *OrderState) ([]BookOp, []RefundBalance, error) {
-	var ops []BookOp
-	var owed []RefundBalance
-	for _, l := range o.Lots {
-		i := slices.IndexFunc(owed, func(r RefundBalance) bool { return r.Currency == l.Currency })
-		if i < 0 {
-			i = len(owed)
-			owed = append(owed, RefundBalance{Currency: l.Currency})
+// orderLot is a lot holding coins of an order, as a refund follows
+// them: one of the order's own lots (parent −1), or one an exchange made
+// from lot parent (an index into the same list, always before it) by
+// consuming consumed coins there for the granted coins here. Root is the
+// index of the order's own lot (OrderState.Lots) the coins came from;
+// share is what the refund takes back from the lot at most.
+type orderLot struct {
+	id                int64
+	currency          CurrencyID
+	root, parent      int
+	share             Amount
+	consumed, granted Amount
+}
+
+// follow lists the lots holding the order's coins: its own lots, then
+// every lot an exchange made from one of them, or from a lot made so, in
+// the order the exchanges made them. Errors: internal, when an
+// exchange's paid consumes and paid grants do not pair (a damaged
+// ledger: the audit says where).
+func (o *OrderState) follow() ([]orderLot, error) {
+	lots := make([]orderLot, 0, len(o.Lots))
+	at := make(map[int64]int, len(o.Lots))
+	for i, l := range o.Lots {
+		at[l.LotID] = len(lots)
+		lots = append(lots, orderLot{id: l.LotID, currency: l.Currency, root: i, parent: -1, share: l.Share})
+	}
+	for ops := o.Exchanges; len(ops) > 0; {
+		n := 1
+		for n < len(ops) && ops[n].TrxID == ops[0].TrxID {
+			n++
 		}
-		op, taken, err := book.Take(l.LotID, l.Share, CauseRefund)
+		made, err := exchangeMade(ops[:n])
 		if err != nil {
-			return nil, nil, err
+			return nil, err
+		}
+		for _, m := range made {
+			if i, ok := at[m.parent.LotID]; ok {
+				at[m.lot.LotID] = len(lots)
+				lots = append(lots, orderLot{id: m.lot.LotID, currency: m.lot.Currency, root: lots[i].root, parent: i,
+					share: m.lot.Amount, consumed: -m.parent.Amount, granted: m.lot.Amount})
+			}
+		}
+		ops = ops[n:]
+	}
+	return lots, nil
+}
+
+// madeLot is a paid lot an exchange made (its grant), and the consume of
+// the paid lot it was made from.
+type madeLot struct{ parent, lot ExchangeOp }
+
+// exchangeMade pairs the ops of one exchange into the lots it made:
+// exchangePaid makes one paid lot per paid lot it consumed with the cause
+// exchange (one whose share rounds to nothing, and one into a currency
+// that cannot be paid, is consumed with the cause change and makes no
+// lot), in the order of the consumes. Errors: internal, when the counts
+// differ.
+func exchangeMade(ops []ExchangeOp) ([]madeLot, error) {
+	var consumes, grants []ExchangeOp
+	for _, op := range ops {
+		switch {
+		case !op.Paid || op.Cause != CauseExchange:
+		case op.Kind == OpConsume:
+			consumes = append(consumes, op)
+		case op.Kind == OpGrant:
+			grants = append(grants, op)
+		}
+	}
+	if len(consumes) != len(grants) {
+		return nil, Errorf(CodeInternal, "exchange %d consumed %d paid lots and made %d", ops[0].TrxID, len(consumes), len(grants))
+	}
+	made := make([]madeLot, len(grants))
+	for i := range grants {
+		made[i] = madeLot{parent: consumes[i], lot: grants[i]}
+	}
+	return made, nil
+}
+
+// exchanged files an accepted exchange's ops under the orders the
+// player's refunds name, so that a refund planned after it in the same
+// batch follows the coins it made, as it would had it come alone after
+// it (follow ignores the lots of other orders).
+func (p *Player) exchanged(trxID int64, ops []BookOp) {
+	if len(p.orders) == 0 {
+		return
+	}
+	xs := make([]ExchangeOp, len(ops))
+	for i, op := range ops {
+		xs[i] = ExchangeOp{TrxID: trxID, LotID: op.LotID, Currency: op.Currency, Kind: op.Kind, Cause: op.Cause, Paid: op.Paid, Amount: op.Amount}
+	}
+	for _, o := range p.orders {
+		o.Exchanges = append(o.Exchanges, xs...)
+	}
+}
+
+// refundOrder plans a refund's ops on book: each lot holding the order's
+// coins gives what it has, up to its share; then the coins taken back
+// from each lot an exchange made count, in the currency of the lot it
+// was made from, for their ValueShare of what the exchange consumed there
+// (its own ratio, rounded as value is: all of it when every coin it made
+// came back), from the last lot made back to the order's own. Per
+// currency of the order, in order of first lot, the policy decides about
+// what did not come back. It returns the ops, what the exchanged coins
+// counted for and the shortfall per currency (none where everything was
+// taken back).
+func refundOrder(book *Book, c *Catalog, o *OrderState, lots []orderLot) ([]BookOp, []RefundBalance, []RefundBalance, error) {
+	var ops []BookOp
+	back := make([]Amount, len(lots))
+	own, valueBack := make([]Amount, len(o.Lots)), make([]Amount, len(o.Lots))
+	for i, l := range lots {
+		op, taken, err := book.Take(l.id, l.share, CauseRefund)
+		if err != nil {
+			return nil, nil, nil, err
 		}
 		if taken > 0 {
 			ops = append(ops, op)
 		}
-		owed[i].Amount += l.Share - taken // at most the share: no overflow
-		// What the share cost less what the coins taken back were worth
-		// (their ValueShare of the lot, which never holds more than the
-		// share cost): at least 0.
-		owed[i].Value += l.ShareValue + op.Value
+		back[i] = taken
+		if l.parent < 0 {
+			own[l.root] = taken
+		}
+		valueBack[l.root] -= op.Value // what the coins taken back were worth
 	}
+	for i := len(lots) - 1; i >= len(o.Lots); i-- {
+		l := lots[i]
+		back[l.parent] += ValueShare(l.consumed, back[i], l.granted)
+	}
+	var owed, exchanged []RefundBalance
+	for i, l := range o.Lots {
+		j := slices.IndexFunc(owed, func(r RefundBalance) bool { return r.Currency == l.Currency })
+		if j < 0 {
+			j = len(owed)
+			owed = append(owed, RefundBalance{Currency: l.Currency})
+			exchanged = append(exchanged, RefundBalance{Currency: l.Currency})
+		}
+		// Coins come back from the lot and from what exchanges made of it,
+		// at most its share: no overflow.
+		got := min(back[i], l.Share)
+		owed[j].Amount += l.Share - got
+		exchanged[j].Amount += got - own[i] // own ≤ got: taken from the lot, at most its share
+		// What the share cost less what the coins taken back were worth
+		// (their ValueShare of each lot, which never holds more than the
+		// share cost): at least 0.
+		owed[j].Value += l.ShareValue - valueBack[i]
+	}
+	shortfall, err := applyPolicy(book, c, owed, &ops)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return ops, nonZero(exchanged), shortfall, nil
+}
+
+// applyPolicy follows each currency's policy about what is owed (in
+// order): claw_back takes it from the player's other live lots of the
+// currency, paid first, as far as they go, and appends the ops to ops;
+// write_off takes nothing more. It returns what is still missing, with
+// its ValueShare of what the owed coins cost.
+func applyPolicy(book *Book, c *Catalog, owed []RefundBalance, ops *[]BookOp) ([]RefundBalance, error) {
 	var shortfall []RefundBalance
 	for _, r := range owed {
 		cur := c.CurrencyOf(r.Currency)
@@ -255,9 +421,9 @@ func refundOrder(book *Book, c *Catalog, o *OrderState) ([]BookOp, []RefundBalan
 		if r.Amount > 0 && cur.RefundPolicy == RefundClawBack {
 			taken, clawed, err := book.ClawBack(cur, r.Amount, CauseRefund)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
-			ops = append(ops, taken...)
+			*ops = append(*ops, taken...)
 			r.Amount -= clawed
 		}
 		if r.Amount > 0 {
@@ -267,15 +433,26 @@ func refundOrder(book *Book, c *Catalog, o *OrderState) ([]BookOp, []RefundBalan
 			shortfall = append(shortfall, r)
 		}
 	}
-	return ops, shortfall, nil
+	return shortfall, nil
 }
 
-// currencies are those of the order's lots.
-func (o *OrderState) currencies() []CurrencyID {
+// nonZero is the balances with an amount.
+func nonZero(in []RefundBalance) []RefundBalance {
+	var out []RefundBalance
+	for _, r := range in {
+		if r.Amount != 0 {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// currenciesOf are those of the lots.
+func currenciesOf(lots []orderLot) []CurrencyID {
 	var out []CurrencyID
-	for _, l := range o.Lots {
-		if !slices.Contains(out, l.Currency) {
-			out = append(out, l.Currency)
+	for _, l := range lots {
+		if !slices.Contains(out, l.currency) {
+			out = append(out, l.currency)
 		}
 	}
 	return out

@@ -160,3 +160,123 @@ func TestValidateRefund(t *testing.T) {
 		t.Fatal("the hash does not tell a refund from a chargeback")
 	}
 }
+
+// renderFollow is render, and after a new refund what its row records:
+// per currency of the order, what the exchanged coins taken back counted
+// for, and the shortfall with its value.
+func renderFollow(c *Catalog, p Plan) string {
+	out := render(c, p)
+	for _, r := range p.Inserts {
+		if r.Refund != nil {
+			out += fmt.Sprintf("\nexchanged %v shortfall %v", r.Refund.Exchanged, r.Refund.Shortfall)
+		}
+	}
+	return out
+}
+
+// TestPlanRefundFollowsExchanges: a refund takes back what is left of
+// every lot carrying the order, the lots exchanges made from its own
+// included, and counts the coins from each such lot in the currency it
+// was made from, by the exchange's own ratio (ValueShare: to the nearest
+// coin, a half down; all of it when every coin made came back). Gold
+// (1) is claw_back, silver (2) write_off, credits (3) cannot be paid.
+// The order "o" has lot 1; its exchanges are trx 50, 51, 52.
+func TestPlanRefundFollowsExchanges(t *testing.T) {
+	c := refundCatalog(t)
+	order := func(cur CurrencyID, share, value Amount, xs ...ExchangeOp) []*OrderState {
+		return []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"},
+			Lots: []OrderLot{{LotID: 1, Currency: cur, Share: share, ShareValue: value}}, Exchanges: xs}}
+	}
+	// made is an exchange (trx) that consumed from lot `from` and made a
+	// paid lot.
+	made := func(trx, from int64, fromCur CurrencyID, consumed Amount, lot int64, cur CurrencyID, granted Amount) []ExchangeOp {
+		return []ExchangeOp{{TrxID: trx, LotID: from, Currency: fromCur, Kind: OpConsume, Cause: CauseExchange, Paid: true, Amount: -consumed},
+			{TrxID: trx, LotID: lot, Currency: cur, Kind: OpGrant, Cause: CauseExchange, Paid: true, Amount: granted}}
+	}
+	ofOrder := func(id int64, cur CurrencyID, amount, value Amount) BookLot {
+		return BookLot{ID: id, Currency: cur, Paid: true, Amount: amount, CreatedAt: planT0.Add(-time.Duration(10-id) * time.Hour),
+			Worth: Worth{Store: "steam", OrderID: "o", Fiat: "USD", Value: value}}
+	}
+	freeLot := func(id int64, cur CurrencyID, amount Amount) BookLot {
+		return BookLot{ID: id, Currency: cur, Amount: amount, CreatedAt: planT0.Add(-time.Duration(10-id) * time.Hour)}
+	}
+	twice := append(made(50, 1, 1, 100, 2, 2, 10000),
+		// 5000 silver into credits, which cannot be paid: recognised, no lot.
+		ExchangeOp{TrxID: 51, LotID: 2, Currency: 2, Kind: OpConsume, Cause: CauseChange, Paid: true, Amount: -5000},
+		ExchangeOp{TrxID: 51, LotID: 9, Currency: 3, Kind: OpGrant, Cause: CauseExchange, Amount: 500})
+	twice = append(twice, made(52, 2, 2, 2000, 3, 1, 20)...)
+	for _, sc := range []struct {
+		name   string
+		lots   []BookLot
+		orders []*OrderState
+		want   string
+	}{
+		{"a purchase exchanged entirely then charged back comes back from the lot the exchange made",
+			[]BookLot{ofOrder(2, 2, 10000, 999), freeLot(3, 1, 20)}, order(1, 100, 999, made(50, 1, 1, 100, 2, 2, 10000)...),
+			"trx 100 refund committed v4 @11\n  consume silver -10000 lot 2 = 0/0 @12 USD -999\nexchanged [{1 100 0}] shortfall []"},
+		{"partly exchanged and partly spent, claw_back: the rest, in the order's currency, from the other lots",
+			[]BookLot{ofOrder(1, 1, 30, 30), ofOrder(2, 2, 3000, 30), freeLot(4, 1, 50)}, order(1, 100, 100, made(50, 1, 1, 40, 2, 2, 4000)...),
+			"trx 100 refund committed v4 @11\n  consume gold -30 lot 1 = 50/0 @12 USD -30\n  consume silver -3000 lot 2 = 0/0 @13 USD -30\n" +
+				"  consume gold -40 lot 4 = 10/0 @14\nexchanged [{1 30 0}] shortfall []"},
+		{"partly exchanged and partly spent, write_off: the rest, in the order's currency, is the shortfall",
+			[]BookLot{ofOrder(1, 2, 20, 20), ofOrder(2, 1, 3, 30), freeLot(4, 2, 50)}, order(2, 100, 100, made(50, 1, 2, 50, 2, 1, 5)...),
+			"trx 100 refund committed v4 @11\n  consume silver -20 lot 1 = 50/0 @12 USD -20\n  consume gold -3 lot 2 = 0/0 @13 USD -30\n" +
+				"exchanged [{2 30 0}] shortfall [{2 50 50}]"},
+		{"exchanged twice: followed through payable exchanges, not into credits, where the coins count as spent",
+			[]BookLot{ofOrder(2, 2, 3000, 30), ofOrder(3, 1, 20, 20), freeLot(5, 1, 10), freeLot(9, 3, 500)}, order(1, 100, 100, twice...),
+			"trx 100 refund committed v4 @11\n  consume silver -3000 lot 2 = 0/0 @12 USD -30\n  consume gold -20 lot 3 = 10/0 @13 USD -20\n" +
+				"  consume gold -10 lot 5 = 0/0 @14\nexchanged [{1 50 0}] shortfall [{1 40 40}]"},
+		{"an exchanged lot partly spent counts by the exchange's ratio, a half down",
+			[]BookLot{ofOrder(2, 2, 150, 50)}, order(1, 3, 100, made(50, 1, 1, 3, 2, 2, 300)...),
+			"trx 100 refund committed v4 @11\n  consume silver -150 lot 2 = 0/0 @12 USD -50\nexchanged [{1 1 0}] shortfall [{1 2 50}]"},
+		{"what pending holds reserve from an exchanged lot is not taken",
+			[]BookLot{func() BookLot { l := ofOrder(2, 2, 6000, 60); l.Reserved, l.ValueReserved = 4000, 40; return l }()},
+			order(1, 100, 100, made(50, 1, 1, 100, 2, 2, 10000)...),
+			"trx 100 refund committed v4 @11\n  consume silver -6000 lot 2 = 0/0 @12 USD -60\nexchanged [{1 60 0}] shortfall [{1 40 40}]"},
+		{"an exchange of another order's lot is not followed", []BookLot{ofOrder(2, 2, 10000, 999)},
+			order(1, 100, 999, made(50, 7, 1, 100, 2, 2, 10000)...),
+			"trx 100 refund committed v4 @11\nexchanged [] shortfall [{1 100 999}]"},
+		{"an exchange whose paid consumes and grants do not pair is a damaged ledger", []BookLot{ofOrder(2, 2, 10000, 999)},
+			order(1, 100, 999, made(50, 1, 1, 100, 2, 2, 10000)[:1]...), "error internal"},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			next := int64(99)
+			st := PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0, Orders: sc.orders}
+			for i := range sc.lots {
+				l := sc.lots[i]
+				st.Lots = append(st.Lots, &l)
+			}
+			p, err := NewPlayer(c, st, func() int64 { next++; return next })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := renderFollow(c, refundOf(t, c, "r", "o", RefundChargeback)(p)); got != sc.want {
+				t.Fatalf("\n%s\nwant\n%s", got, sc.want)
+			}
+		})
+	}
+}
+
+// TestPlanRefundFollowsAnExchangeOfTheSameBatch: an exchange planned
+// before the refund, in one batch, is followed as a stored one.
+func TestPlanRefundFollowsAnExchangeOfTheSameBatch(t *testing.T) {
+	c := refundCatalog(t)
+	if err := c.AddRate(1, "gold", "silver", Rate{Num: 100, Den: 1}); err != nil {
+		t.Fatal(err)
+	}
+	lot := BookLot{ID: 1, Currency: 1, Paid: true, Amount: 10, CreatedAt: planT0.Add(-time.Hour), Worth: Worth{Store: "steam", OrderID: "o", Fiat: "USD", Value: 500}}
+	next := int64(99)
+	p, err := NewPlayer(c, PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0, Lots: []*BookLot{&lot},
+		Orders: []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"}, Lots: []OrderLot{{LotID: 1, Currency: 1, Share: 10, ShareValue: 500}}}}},
+		func() int64 { next++; return next })
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSteps(t, c, p, []step{{exchangeOf(t, c, "x", "gold", "silver", 4),
+		"trx 100 exchange committed v4 @11\n  consume gold -4 lot 1 = 6/6 @12 USD -200 (exchange)\n  grant silver 400 lot 101 = 400/400 @13 USD 200 (exchange)"}})
+	want := "trx 102 refund committed v5 @14\n  consume gold -6 lot 1 = 0/0 @15 USD -300\n  consume silver -400 lot 101 = 0/0 @16 USD -200\n" +
+		"exchanged [{1 4 0}] shortfall []"
+	if got := renderFollow(c, refundOf(t, c, "r", "o", RefundRefund)(p)); got != want {
+		t.Fatalf("\n%s\nwant\n%s", got, want)
+	}
+}
