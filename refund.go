@@ -125,8 +125,9 @@ type OrderState struct {
 	// Exchanges are the ops of the exchanges that made lots carrying the
 	// order (Worth: a lot an exchange makes from a paid lot carries its
 	// order), in the player's order: a refund follows the order's coins
-	// through them. A store lists every op of those exchanges, each
-	// exchange's ops together; ops of other orders are ignored.
+	// through them. A store lists at least the paid ops with the cause
+	// exchange of those exchanges, each exchange's ops together; ops of
+	// other orders are ignored.
 	Exchanges []ExchangeOp
 	// RefundedBy is the trx that refunded the order, or 0.
 	RefundedBy int64

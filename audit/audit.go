@@ -142,7 +142,10 @@ var checks = []check{
 	// before it, no order is refunded twice on a shard (with the claims'
 	// check, which keeps an order's credit on one player, nowhere), and
 	// each took, in every currency, what the order credited less its
-	// recorded shortfall.
+	// recorded shortfall: coins taken back from the order's own lots and
+	// clawed back, plus what the coins taken back from lots the order's
+	// exchanges made count for there (recorded as exchanged; the
+	// conversion is the domain's, coffer.Player.Refund).
 	{"refund of an order not credited", `SELECT t.ns, t.player_id, t.trx_id, t.refund->>'store', t.refund->>'order_id' FROM trx_N t
 		WHERE t.refund IS NOT NULL AND NOT EXISTS (SELECT 1 FROM op_N o WHERE o.ns = t.ns AND o.player_id = t.player_id
 			AND o.purchase IS NOT NULL AND o.purchase->>'store' = t.refund->>'store' AND o.purchase->>'order_id' = t.refund->>'order_id'
@@ -155,9 +158,13 @@ var checks = []check{
 				AND o.kind = 'grant'
 			GROUP BY 1, 2),
 		took AS (SELECT r.trx_id, o.currency, -sum(o.amount) AS amount FROM r
-			JOIN op_N o ON o.trx_id = r.trx_id AND o.ns = r.ns AND o.player_id = r.player_id AND o.cause = 'refund' GROUP BY 1, 2),
+			JOIN op_N o ON o.trx_id = r.trx_id AND o.ns = r.ns AND o.player_id = r.player_id AND o.cause = 'refund'
+			WHERE NOT EXISTS (SELECT 1 FROM lot_N l JOIN op_N g ON g.trx_id = l.trx_id AND g.lot_id = l.lot_id AND g.kind = 'grant' AND g.cause = 'exchange'
+				WHERE l.ns = o.ns AND l.player_id = o.player_id AND l.currency = o.currency AND l.lot_id = o.lot_id
+					AND l.store = r.refund->>'store' AND l.order_id = r.refund->>'order_id')
+			GROUP BY 1, 2),
 		short AS (SELECT r.trx_id, (s->>'currency')::int AS currency, sum((s->>'amount')::numeric) AS amount
-			FROM r, jsonb_array_elements(COALESCE(r.refund->'shortfall', '[]')) s GROUP BY 1, 2),
+			FROM r, jsonb_array_elements(COALESCE(r.refund->'shortfall', '[]') || COALESCE(r.refund->'exchanged', '[]')) s GROUP BY 1, 2),
 		took_short AS (SELECT COALESCE(t.trx_id, s.trx_id) AS trx_id, COALESCE(t.currency, s.currency) AS currency,
 				COALESCE(t.amount, 0) AS took, COALESCE(s.amount, 0) AS short
 			FROM took t FULL JOIN short s ON s.trx_id = t.trx_id AND s.currency = t.currency)

@@ -30,7 +30,7 @@ const keyedJoins = `SELECT set_config('enable_hashjoin', 'off', true), set_confi
 // batchSQL are the statements of a batch on one shard, written for shard
 // N (shardSQL names the tables).
 type batchSQL struct {
-	lock, lots, trx, orders, balances string
+	lock, lots, trx, orders, exchanges, balances string
 }
 
 var batchStatements = batchSQL{
@@ -84,6 +84,19 @@ var batchStatements = batchSQL{
 		JOIN trx_N t ON t.ns = u.ns AND t.player_id = u.player_id AND t.refund IS NOT NULL
 			AND t.refund->>'store' = u.store AND t.refund->>'order_id' = u.order_id
 	ORDER BY pos`,
+	// The exchanges that made lots of the orders the players' refunds
+	// name: the lots carrying an order (lot_N_order), the trx that
+	// created each, and of those trx the paid ops with the cause exchange
+	// (by the op key), which pair the lots an exchange consumed with
+	// those it made (coffer.OrderState.Exchanges). A purchase's own lot
+	// was created by its credit, which has no such op. In the player's
+	// order, each trx's ops together.
+	exchanges: `SELECT u.ns, u.player_id, u.store, u.order_id, o.trx_id, o.lot_id, o.currency, o.kind::text, o.cause::text, o.paid, o.amount
+		FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[]) AS u(ns, player_id, store, order_id)
+		JOIN LATERAL (SELECT DISTINCT l.trx_id FROM lot_N l
+			WHERE l.ns = u.ns AND l.player_id = u.player_id AND l.store = u.store AND l.order_id = u.order_id) x ON true
+		JOIN op_N o ON o.trx_id = x.trx_id AND o.ns = u.ns AND o.player_id = u.player_id AND o.paid AND o.cause = 'exchange'
+	ORDER BY o.pos`,
 	// Current balances of many players in one snapshot: each player's
 	// version with its live lots, under the index of its read in the
 	// batch ($3; a player read twice is answered twice).
@@ -96,7 +109,7 @@ var batchStatements = batchSQL{
 // forShard is the statements with shard id's table names.
 func (b batchSQL) forShard(id coffer.ShardID) batchSQL {
 	n := func(sql string) string { return shardSQL(sql, id) }
-	return batchSQL{lock: n(b.lock), lots: n(b.lots), trx: n(b.trx), orders: n(b.orders), balances: n(b.balances)}
+	return batchSQL{lock: n(b.lock), lots: n(b.lots), trx: n(b.trx), orders: n(b.orders), exchanges: n(b.exchanges), balances: n(b.balances)}
 }
 
 // writeBranches are the parts of a batch's write on one shard, in the

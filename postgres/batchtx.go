@@ -382,6 +382,7 @@ func (t *batchTx) load(players []*batchPlayer) error {
 		}
 		if orders[id] != nil {
 			b.Queue(q.orders, orders[id].args()...).Query(l.orders)
+			b.Queue(q.exchanges, orders[id].args()...).Query(l.exchanges)
 		}
 	}
 	t.open = true
@@ -478,6 +479,32 @@ func (l *loading) orders(rows pgx.Rows) error {
 				o.RefundedBy = refundedBy
 			default:
 				o.Lots = append(o.Lots, lot)
+			}
+		}
+	}
+	return rows.Err()
+}
+
+// exchanges reads the exchanges that made lots of the orders
+// (batchSQL.exchanges).
+func (l *loading) exchanges(rows pgx.Rows) error {
+	for rows.Next() {
+		var k playerKey
+		var order coffer.PurchaseKey
+		var op coffer.ExchangeOp
+		var kind, cause string
+		if err := rows.Scan(&k.ns, &k.id, &order.Store, &order.OrderID, &op.TrxID, &op.LotID, &op.Currency, &kind, &cause, &op.Paid, &op.Amount); err != nil {
+			return err
+		}
+		p := l.byKey[k]
+		if p == nil {
+			continue
+		}
+		order.Namespace = k.ns
+		op.Kind, op.Cause = coffer.OpKind(kind), coffer.OpCause(cause)
+		for _, o := range p.state.Orders {
+			if o.Key == order {
+				o.Exchanges = append(o.Exchanges, op)
 			}
 		}
 	}

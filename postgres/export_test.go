@@ -12,7 +12,7 @@ func (s *Store) Queued(db int) int { return len(s.writers[db].queue) }
 // settings a batch sends before them (keyedJoins).
 func BatchReads(id coffer.ShardID) (settings string, reads map[string]string) {
 	q := batchStatements.forShard(id)
-	return keyedJoins, map[string]string{"lock": q.lock, "lots": q.lots, "trx": q.trx, "balances": q.balances}
+	return keyedJoins, map[string]string{"lock": q.lock, "lots": q.lots, "trx": q.trx, "orders": q.orders, "exchanges": q.exchanges, "balances": q.balances}
 }
 
 // BatchWrite is the batch's write statement on shard id with every table.

@@ -42,6 +42,11 @@ func TestBatchPlansProbeIndexes(t *testing.T) {
 			t.Errorf("%s scans a table:\n%s", name, text)
 		}
 	}
+	// A player's lots are never deleted: a refund finds the lots of its
+	// order by the order, not among all the lots the player ever held.
+	if text := genericPlan(t, db, settings, statements["exchanges"]); !strings.Contains(text, "lot_0_order") {
+		t.Errorf("exchanges does not find the order's lots by lot_0_order:\n%s", text)
+	}
 }
 
 // genericPlan is the generic plan of sql, prepared after settings, in a

@@ -310,3 +310,53 @@ func TestAuditFindsRefundDamage(t *testing.T) {
 		})
 	}
 }
+
+// TestRefundFollowsExchangedCoins: a purchase partly exchanged into
+// silver, whose silver was partly spent and partly exchanged into
+// credits (which cannot be paid), is charged back: what is left of its
+// own lot and of the silver lot the exchange made comes back, the silver
+// counting in gold by the exchange's ratio; the rest, in gold, is clawed
+// back (gold is claw_back) as far as it goes; credits stay. The audit's
+// refund and revenue checks hold (newEnv's cleanup).
+func TestRefundFollowsExchangedCoins(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(40, "buy", paid("gold", 100, "o-x"))
+	_, _, err := e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(40, "ex"), From: "gold", To: "silver", Amount: 60})
+	must(t, err)
+	e.mustChange(40, "spend", free("silver", -1000), free("gold", 5))
+	_, _, err = e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(40, "ex2"), From: "silver", To: "credits", Amount: 1000})
+	must(t, err)
+	req := refundOf(40, "r", "o-x")
+	req.Kind = coffer.RefundChargeback
+	trx := e.mustRefund(req)
+	// 40 gold left of the purchase, 4000 silver of 6000 = 40 gold, 5 gold
+	// clawed back; 15 gold missing.
+	if got := taken(t, trx); got != "[gold paid 40][silver paid 4000][gold free 5]" {
+		t.Fatalf("took %s", got)
+	}
+	if fmt.Sprint(trx.Refund.Exchanged, trx.Refund.Shortfall) != "[{gold 40}] [{gold 15}]" {
+		t.Fatalf("exchanged %+v, shortfall %+v", trx.Refund.Exchanged, trx.Refund.Shortfall)
+	}
+	got, err := e.store.Trx(ctx, scope(40, "r"))
+	must(t, err)
+	sameAnswer(t, trx, got)
+	for cur, want := range map[string]coffer.Amount{"gold": 0, "silver": 0, "credits": 100} {
+		if b := e.balance(40, cur); b.Total != want {
+			t.Fatalf("%s = %+v, want %d", cur, b, want)
+		}
+	}
+}
+
+// TestAuditFindsRefundDamageAfterAnExchange: a refund that followed an
+// exchange is checked with what its exchanged coins counted for: clean
+// as written, and a damaged count is reported.
+func TestAuditFindsRefundDamageAfterAnExchange(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(41, "buy", paid("gold", 100, "o-e"))
+	_, _, err := e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(41, "ex"), From: "gold", To: "silver", Amount: 100})
+	must(t, err)
+	e.mustRefund(refundOf(41, "r", "o-e"))
+	e.auditClean()
+	e.auditFinds(41, "refund differs from its order",
+		`UPDATE trx_%d SET refund = jsonb_set(refund, '{exchanged}', '[{"currency": 1, "amount": 99}]') WHERE refund IS NOT NULL`)
+}
