@@ -145,6 +145,9 @@ func toTrx(t coffer.Trx) (*cofferv1.Trx, error) {
 		for _, s := range r.Shortfall {
 			out.Refund.Shortfall = append(out.Refund.Shortfall, &cofferv1.RefundAmount{Currency: s.Currency, Amount: int64(s.Amount)})
 		}
+		for _, s := range r.Exchanged {
+			out.Refund.Exchanged = append(out.Refund.Exchanged, &cofferv1.RefundAmount{Currency: s.Currency, Amount: int64(s.Amount)})
+		}
 	}
 	return out, nil
 }

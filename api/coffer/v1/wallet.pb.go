@@ -1710,7 +1710,11 @@ type Refund struct {
 	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	// What the refund could not take back, per currency: spent under
 	// write_off, or beyond what the player held under claw_back.
-	Shortfall     []*RefundAmount `protobuf:"bytes,4,rep,name=shortfall,proto3" json:"shortfall,omitempty"`
+	Shortfall []*RefundAmount `protobuf:"bytes,4,rep,name=shortfall,proto3" json:"shortfall,omitempty"`
+	// In each currency of the order, what the coins the refund took back
+	// from lots the order's exchanges made count for there (by each
+	// exchange's own ratio).
+	Exchanged     []*RefundAmount `protobuf:"bytes,5,rep,name=exchanged,proto3" json:"exchanged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1769,6 +1773,13 @@ func (x *Refund) GetKind() string {
 func (x *Refund) GetShortfall() []*RefundAmount {
 	if x != nil {
 		return x.Shortfall
+	}
+	return nil
+}
+
+func (x *Refund) GetExchanged() []*RefundAmount {
+	if x != nil {
+		return x.Exchanged
 	}
 	return nil
 }
@@ -2574,12 +2585,13 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\aversion\x18\n" +
 	" \x01(\x03R\aversion\x12.\n" +
 	"\bbalances\x18\v \x03(\v2\x12.coffer.v1.BalanceR\bbalances\x12)\n" +
-	"\x06refund\x18\f \x01(\v2\x11.coffer.v1.RefundR\x06refund\"\x84\x01\n" +
+	"\x06refund\x18\f \x01(\v2\x11.coffer.v1.RefundR\x06refund\"\xbb\x01\n" +
 	"\x06Refund\x12\x14\n" +
 	"\x05store\x18\x01 \x01(\tR\x05store\x12\x19\n" +
 	"\border_id\x18\x02 \x01(\tR\aorderId\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x125\n" +
-	"\tshortfall\x18\x04 \x03(\v2\x17.coffer.v1.RefundAmountR\tshortfall\"B\n" +
+	"\tshortfall\x18\x04 \x03(\v2\x17.coffer.v1.RefundAmountR\tshortfall\x125\n" +
+	"\texchanged\x18\x05 \x03(\v2\x17.coffer.v1.RefundAmountR\texchanged\"B\n" +
 	"\fRefundAmount\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x16\n" +
 	"\x06amount\x18\x02 \x01(\x03R\x06amount\"S\n" +
@@ -2737,41 +2749,42 @@ var file_coffer_v1_wallet_proto_depIdxs = []int32{
 	15, // 27: coffer.v1.Trx.balances:type_name -> coffer.v1.Balance
 	20, // 28: coffer.v1.Trx.refund:type_name -> coffer.v1.Refund
 	21, // 29: coffer.v1.Refund.shortfall:type_name -> coffer.v1.RefundAmount
-	19, // 30: coffer.v1.FinlogPage.items:type_name -> coffer.v1.Trx
-	28, // 31: coffer.v1.RevenueReport.from:type_name -> google.protobuf.Timestamp
-	28, // 32: coffer.v1.RevenueReport.to:type_name -> google.protobuf.Timestamp
-	23, // 33: coffer.v1.RevenueReport.lines:type_name -> coffer.v1.RevenueLine
-	28, // 34: coffer.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	27, // 35: coffer.v1.Status.databases:type_name -> coffer.v1.DatabaseStatus
-	26, // 36: coffer.v1.DatabaseStatus.shards:type_name -> coffer.v1.ShardRange
-	28, // 37: coffer.v1.DatabaseStatus.checked_at:type_name -> google.protobuf.Timestamp
-	0,  // 38: coffer.v1.Wallet.GetBalances:input_type -> coffer.v1.GetBalancesRequest
-	3,  // 39: coffer.v1.Wallet.Change:input_type -> coffer.v1.ChangeRequest
-	4,  // 40: coffer.v1.Wallet.BatchChange:input_type -> coffer.v1.BatchChangeRequest
-	8,  // 41: coffer.v1.Wallet.Commit:input_type -> coffer.v1.TrxRequest
-	8,  // 42: coffer.v1.Wallet.Rollback:input_type -> coffer.v1.TrxRequest
-	8,  // 43: coffer.v1.Wallet.GetTrx:input_type -> coffer.v1.TrxRequest
-	9,  // 44: coffer.v1.Wallet.Exchange:input_type -> coffer.v1.ExchangeRequest
-	10, // 45: coffer.v1.Wallet.Refund:input_type -> coffer.v1.RefundRequest
-	11, // 46: coffer.v1.Wallet.Finlog:input_type -> coffer.v1.FinlogRequest
-	12, // 47: coffer.v1.Wallet.Revenue:input_type -> coffer.v1.RevenueRequest
-	13, // 48: coffer.v1.Wallet.GetStatus:input_type -> coffer.v1.StatusRequest
-	16, // 49: coffer.v1.Wallet.GetBalances:output_type -> coffer.v1.Balances
-	19, // 50: coffer.v1.Wallet.Change:output_type -> coffer.v1.Trx
-	6,  // 51: coffer.v1.Wallet.BatchChange:output_type -> coffer.v1.BatchChangeResponse
-	19, // 52: coffer.v1.Wallet.Commit:output_type -> coffer.v1.Trx
-	19, // 53: coffer.v1.Wallet.Rollback:output_type -> coffer.v1.Trx
-	19, // 54: coffer.v1.Wallet.GetTrx:output_type -> coffer.v1.Trx
-	19, // 55: coffer.v1.Wallet.Exchange:output_type -> coffer.v1.Trx
-	19, // 56: coffer.v1.Wallet.Refund:output_type -> coffer.v1.Trx
-	22, // 57: coffer.v1.Wallet.Finlog:output_type -> coffer.v1.FinlogPage
-	24, // 58: coffer.v1.Wallet.Revenue:output_type -> coffer.v1.RevenueReport
-	25, // 59: coffer.v1.Wallet.GetStatus:output_type -> coffer.v1.Status
-	49, // [49:60] is the sub-list for method output_type
-	38, // [38:49] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	21, // 30: coffer.v1.Refund.exchanged:type_name -> coffer.v1.RefundAmount
+	19, // 31: coffer.v1.FinlogPage.items:type_name -> coffer.v1.Trx
+	28, // 32: coffer.v1.RevenueReport.from:type_name -> google.protobuf.Timestamp
+	28, // 33: coffer.v1.RevenueReport.to:type_name -> google.protobuf.Timestamp
+	23, // 34: coffer.v1.RevenueReport.lines:type_name -> coffer.v1.RevenueLine
+	28, // 35: coffer.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	27, // 36: coffer.v1.Status.databases:type_name -> coffer.v1.DatabaseStatus
+	26, // 37: coffer.v1.DatabaseStatus.shards:type_name -> coffer.v1.ShardRange
+	28, // 38: coffer.v1.DatabaseStatus.checked_at:type_name -> google.protobuf.Timestamp
+	0,  // 39: coffer.v1.Wallet.GetBalances:input_type -> coffer.v1.GetBalancesRequest
+	3,  // 40: coffer.v1.Wallet.Change:input_type -> coffer.v1.ChangeRequest
+	4,  // 41: coffer.v1.Wallet.BatchChange:input_type -> coffer.v1.BatchChangeRequest
+	8,  // 42: coffer.v1.Wallet.Commit:input_type -> coffer.v1.TrxRequest
+	8,  // 43: coffer.v1.Wallet.Rollback:input_type -> coffer.v1.TrxRequest
+	8,  // 44: coffer.v1.Wallet.GetTrx:input_type -> coffer.v1.TrxRequest
+	9,  // 45: coffer.v1.Wallet.Exchange:input_type -> coffer.v1.ExchangeRequest
+	10, // 46: coffer.v1.Wallet.Refund:input_type -> coffer.v1.RefundRequest
+	11, // 47: coffer.v1.Wallet.Finlog:input_type -> coffer.v1.FinlogRequest
+	12, // 48: coffer.v1.Wallet.Revenue:input_type -> coffer.v1.RevenueRequest
+	13, // 49: coffer.v1.Wallet.GetStatus:input_type -> coffer.v1.StatusRequest
+	16, // 50: coffer.v1.Wallet.GetBalances:output_type -> coffer.v1.Balances
+	19, // 51: coffer.v1.Wallet.Change:output_type -> coffer.v1.Trx
+	6,  // 52: coffer.v1.Wallet.BatchChange:output_type -> coffer.v1.BatchChangeResponse
+	19, // 53: coffer.v1.Wallet.Commit:output_type -> coffer.v1.Trx
+	19, // 54: coffer.v1.Wallet.Rollback:output_type -> coffer.v1.Trx
+	19, // 55: coffer.v1.Wallet.GetTrx:output_type -> coffer.v1.Trx
+	19, // 56: coffer.v1.Wallet.Exchange:output_type -> coffer.v1.Trx
+	19, // 57: coffer.v1.Wallet.Refund:output_type -> coffer.v1.Trx
+	22, // 58: coffer.v1.Wallet.Finlog:output_type -> coffer.v1.FinlogPage
+	24, // 59: coffer.v1.Wallet.Revenue:output_type -> coffer.v1.RevenueReport
+	25, // 60: coffer.v1.Wallet.GetStatus:output_type -> coffer.v1.Status
+	50, // [50:61] is the sub-list for method output_type
+	39, // [39:50] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_coffer_v1_wallet_proto_init() }
