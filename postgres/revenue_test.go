@@ -212,3 +212,46 @@ func TestRevenueWorkedExample(t *testing.T) {
 		t.Fatalf("the second period:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestRevenueOfAnExchangedPurchaseChargedBack is the worked example of
+// docs/ledger.md (Refunds: a purchase exchanged then charged back): 10
+// gold bought for 500, 6 exchanged into 600 silver, 1 gold and 200 silver
+// spent, then the order charged back: 3 gold and 400 silver (counting for
+// 4 gold) come back; 3 gold are the shortfall, worth 150.
+func TestRevenueOfAnExchangedPurchaseChargedBack(t *testing.T) {
+	e := newEnv(t)
+	t0 := time.Now()
+	e.mustChange(44, "buy", bought(10, "X", 500))
+	_, _, err := e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(44, "ex"), From: "gold", To: "silver", Amount: 6})
+	must(t, err)
+	e.mustChange(44, "spend", free("gold", -1), free("silver", -200))
+	t1 := time.Now()
+	want := "gold USD: opening 0 deposited 10 recognised 1 converted 0/6 expired 0 refunded 0/0 deferred 3 | " +
+		"value: opening 0 deposited 500 recognised 50 converted 0/300 expired 0 refunded 0/0 deferred 150\n" +
+		"silver USD: opening 0 deposited 0 recognised 200 converted 600/0 expired 0 refunded 0/0 deferred 400 | " +
+		"value: opening 0 deposited 0 recognised 100 converted 300/0 expired 0 refunded 0/0 deferred 200"
+	if got := e.revenue(t0, t1); got != want {
+		t.Fatalf("before the chargeback:\n%s\nwant\n%s", got, want)
+	}
+	req := refundOf(44, "cb", "X")
+	req.Kind = coffer.RefundChargeback
+	trx := e.mustRefund(req)
+	if fmt.Sprint(trx.Refund.Exchanged, trx.Refund.Shortfall) != "[{gold 4}] [{gold 3}]" {
+		t.Fatalf("exchanged %+v, shortfall %+v", trx.Refund.Exchanged, trx.Refund.Shortfall)
+	}
+	t2 := time.Now().Add(time.Minute)
+	want = "gold USD: opening 0 deposited 10 recognised 1 converted 0/6 expired 0 refunded 3/3 deferred 0 | " +
+		"value: opening 0 deposited 500 recognised 50 converted 0/300 expired 0 refunded 150/150 deferred 0\n" +
+		"silver USD: opening 0 deposited 0 recognised 200 converted 600/0 expired 0 refunded 400/0 deferred 0 | " +
+		"value: opening 0 deposited 0 recognised 100 converted 300/0 expired 0 refunded 200/0 deferred 0"
+	if got := e.revenue(t0, t2); got != want {
+		t.Fatalf("after:\n%s\nwant\n%s", got, want)
+	}
+	want = "gold USD: opening 3 deposited 0 recognised 0 converted 0/0 expired 0 refunded 3/3 deferred 0 | " +
+		"value: opening 150 deposited 0 recognised 0 converted 0/0 expired 0 refunded 150/150 deferred 0\n" +
+		"silver USD: opening 400 deposited 0 recognised 0 converted 0/0 expired 0 refunded 400/0 deferred 0 | " +
+		"value: opening 200 deposited 0 recognised 0 converted 0/0 expired 0 refunded 200/0 deferred 0"
+	if got := e.revenue(t1, t2); got != want {
+		t.Fatalf("the chargeback's period:\n%s\nwant\n%s", got, want)
+	}
+}
