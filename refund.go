@@ -4,8 +4,8 @@ import "slices"
 
 // A refund or chargeback takes a store order's currency back from the
 // player it was credited to (docs/ledger.md, Refunds): what is left of
-// each lot the order's grants created, then, for what the player spent,
-// the currency's RefundPolicy. An order is refunded at most once: its
+// each lot the order's grants created and of each lot exchanges made from
+// them, then, for what the player spent, the currency's RefundPolicy. An order is refunded at most once: its
 // refund is a trx on the player's shard, found under the player's lock by
 // the order (docs/adr/0014-refunds.md). This file holds the rules;
 // postgres/ loads the order's lots and stores the plan.
@@ -191,10 +191,12 @@ type refundPayload struct {
 func (v ValidRefund) IDsMax() int { return 2 }
 
 // Refund plans the refund of an order credited to the player. From each
-// of the order's lots it takes what is left of the order's share: the
-// lot's amount, not what pending holds reserve from it (those coins are
-// the holds' until they commit or roll back). What it could not take, in
-// each currency, follows the currency's policy: claw_back takes it from
+// of the order's lots, and each lot exchanges made of its coins
+// (follow), it takes what is left of the order's share: the lot's
+// amount, not what pending holds reserve from it (those coins are the
+// holds' until they commit or roll back). What it could not take, in
+// each currency of the order (refundOrder counts the exchanged coins
+// there), follows the currency's policy: claw_back takes it from
 // the player's other live lots of the currency, paid first, as far as they
 // go; write_off takes nothing more. What is still missing is the refund's
 // shortfall. Due expiries of the order's currencies are recorded first,
