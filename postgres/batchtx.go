@@ -544,14 +544,22 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan)
 		tables[i] = perShard{}
 	}
 	trx, ops, newLots, lots, finished, rows := tables[0], tables[1], tables[2], tables[3], tables[4], tables[5]
-	inserted := map[int64]*coffer.TrxFinish{}
-	for _, plan := range plans {
+	// The trx a batch inserts and finishes too, by player: ids come from
+	// each shard's sequence, so two players of a batch on different shards
+	// may have trx of the same id.
+	type trxOf struct {
+		player playerKey
+		id     int64
+	}
+	inserted := map[trxOf]*coffer.TrxFinish{}
+	for i, plan := range plans {
+		p := players[of[i]]
 		for _, r := range plan.Inserts {
-			inserted[r.ID] = nil
+			inserted[trxOf{p.key, r.ID}] = nil
 		}
 		if f := plan.Finish; f != nil {
-			if _, ok := inserted[f.ID]; ok {
-				inserted[f.ID] = f
+			if _, ok := inserted[trxOf{p.key, f.ID}]; ok {
+				inserted[trxOf{p.key, f.ID}] = f
 			}
 		}
 	}
@@ -560,7 +568,7 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan)
 		ns, id := int32(p.key.ns), int64(p.key.id)
 		for _, r := range plan.Inserts {
 			var finishedAt *time.Time
-			if f := inserted[r.ID]; f != nil {
+			if f := inserted[trxOf{p.key, r.ID}]; f != nil {
 				r.Status, r.Version, finishedAt = f.Status, f.Version, &f.FinishedAt
 			}
 			trx.add(p.shard, ns, id, r.CreatedAt, r.ID, int32(r.Emitter), r.IdempotencyKey, r.Hash, string(r.Kind), string(r.Status),
@@ -570,7 +578,7 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan)
 			ops.add(p.shard, ns, id, o.CreatedAt, o.TrxID, o.Seq, int32(o.Currency), o.LotID, string(o.Kind), string(o.Cause),
 				int64(o.Amount), o.Paid, int64(o.BalanceAfter), int64(o.PaidAfter), purchaseJSON(o.Purchase), o.Pos, o.Fiat, int64(o.Value))
 		}
-		if f := plan.Finish; f != nil && inserted[f.ID] == nil {
+		if f := plan.Finish; f != nil && inserted[trxOf{p.key, f.ID}] == nil {
 			finished.add(p.shard, ns, id, f.CreatedAt, f.ID, string(f.Status), f.Version, f.FinishedAt)
 		}
 	}

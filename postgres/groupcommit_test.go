@@ -780,3 +780,73 @@ func TestCutBatchIsNotTakenForAnotherInstancesWrite(t *testing.T) {
 		t.Fatalf("the grant answered applied (replay %v), the player holds %d gold", grant.Replay, b.Total)
 	}
 }
+
+// TestTrxIDsOfTwoShardsInOneBatch: trx ids come from each shard's
+// sequence, so one batch may insert a trx on one shard with the id of a
+// hold it finishes on another. Each keeps its own row: the new trx is not
+// taken for the hold (inserted finished, the hold left pending with its
+// reservation released), and the hold's commit grants what it should.
+func TestTrxIDsOfTwoShardsInOneBatch(t *testing.T) {
+	e := newEnv(t)
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second})
+	defer store.Close()
+	var holder, granted, blocker coffer.PlayerID
+	for _, p := range e.playersOn(0, 1, 40) {
+		switch s := e.router.Map().ShardOf(p); {
+		case holder == 0:
+			holder = p
+		case granted == 0 && s != e.router.Map().ShardOf(holder):
+			granted = p
+		case blocker == 0 && s != e.router.Map().ShardOf(holder) && s != e.router.Map().ShardOf(granted):
+			blocker = p
+		}
+	}
+	// Both shards hand out the same ids next: the granted player's trx
+	// gets the hold's id.
+	for _, p := range []coffer.PlayerID{holder, granted} {
+		s := e.router.Map().ShardOf(p)
+		_, err := e.router.Shard(s).Exec(ctx, fmt.Sprintf(`SELECT setval('id_seq_%d', 1000)`, s))
+		must(t, err)
+	}
+	hold, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(holder, "h"), Hold: true, Ops: []coffer.OpRequest{free("gold", 12)}})
+	must(t, err)
+
+	tx := e.lockElsewhere(blocker)
+	errs := make(chan error, 3)
+	go func() {
+		_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(blocker, "b"), Ops: []coffer.OpRequest{free("gold", 1)}})
+		errs <- err
+	}()
+	e.waitForBackend(0, "%locked%")
+	go func() {
+		_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(granted, "g"), Ops: []coffer.OpRequest{free("gold", 5)}})
+		errs <- err
+	}()
+	for store.Queued(0) < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	go func() {
+		_, _, err := store.Commit(ctx, scope(holder, "h"))
+		errs <- err
+	}()
+	for store.Queued(0) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	must(t, tx.Rollback(ctx))
+	for range 3 {
+		must(t, <-errs)
+	}
+	g, err := e.store.Trx(ctx, scope(granted, "g"))
+	must(t, err)
+	if g.ID != hold.ID {
+		t.Fatalf("the grant's id %d, the hold's %d: the ids did not meet", g.ID, hold.ID)
+	}
+	stored, err := e.store.Trx(ctx, scope(holder, "h"))
+	must(t, err)
+	if stored.Status != coffer.StatusCommitted || len(stored.Ops) != 1 || g.Status != coffer.StatusCommitted || g.Kind != coffer.TrxChange {
+		t.Errorf("the hold as stored: %+v; the grant: %+v", stored, g)
+	}
+	if got := e.balance(holder, "gold").Total; got != 12 {
+		t.Errorf("the holder's gold %d, want 12", got)
+	}
+}
