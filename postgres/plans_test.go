@@ -11,9 +11,10 @@ import (
 )
 
 // TestBatchPlansProbeIndexes plans every batch statement the way a batch
-// runs it (the generic plan of a prepared statement, after the batch's
-// settings) on a shard of a thousand rows with fresh statistics. There
-// the planner's guess of ten rows from unnest makes a hash join over a
+// runs it (a prepared statement, after the batch's settings, which must
+// make it use its generic plan rather than plan every execution again)
+// on a shard of a thousand rows with fresh statistics. There the
+// planner's guess of ten rows from unnest makes a hash join over a
 // sequential scan of the whole table look cheaper than ten index probes;
 // each statement must still reach its tables through their indexes.
 func TestBatchPlansProbeIndexes(t *testing.T) {
@@ -49,9 +50,10 @@ func TestBatchPlansProbeIndexes(t *testing.T) {
 	}
 }
 
-// genericPlan is the generic plan of sql, prepared after settings, in a
+// genericPlan is the plan of sql, prepared after settings, in a
 // transaction rolled back after; the prepared statement is dropped with
-// its connection.
+// its connection. The settings must make it the generic plan, cached
+// for every execution.
 func genericPlan(t *testing.T, db *pgxpool.Pool, settings, sql string) string {
 	t.Helper()
 	conn, err := db.Acquire(ctx)
@@ -64,7 +66,7 @@ func genericPlan(t *testing.T, db *pgxpool.Pool, settings, sql string) string {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	for _, s := range []string{settings, "SET LOCAL plan_cache_mode = force_generic_plan", "PREPARE s AS " + sql} {
+	for _, s := range []string{settings, "PREPARE s AS " + sql} {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			t.Fatal(err)
 		}
@@ -80,6 +82,13 @@ func genericPlan(t *testing.T, db *pgxpool.Pool, settings, sql string) string {
 	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		t.Fatal(err)
+	}
+	var custom int
+	if err := tx.QueryRow(ctx, "SELECT custom_plans FROM pg_prepared_statements WHERE name = 's'").Scan(&custom); err != nil {
+		t.Fatal(err)
+	}
+	if custom != 0 {
+		t.Errorf("planned for its values (a custom plan), not once:\n%s", sql)
 	}
 	return strings.Join(plan, "\n")
 }

@@ -38,7 +38,7 @@ type Options struct {
 	BatchSizeMax int
 	// Committers is the number of batches of writes (and of balance
 	// reads) in flight per database, each on a connection of its pool;
-	// zero means 4.
+	// zero means 2.
 	Committers int
 	// QueueMax bounds the jobs (a call's writes, or its read) waiting per
 	// database; zero means 1024. A call that finds the queue full is
@@ -90,7 +90,7 @@ func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
 		opts.BatchSizeMax = 100
 	}
 	if opts.Committers == 0 {
-		opts.Committers = 4
+		opts.Committers = 2
 	}
 	if opts.QueueMax == 0 {
 		opts.QueueMax = 1024
