@@ -544,25 +544,7 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan)
 		tables[i] = perShard{}
 	}
 	trx, ops, newLots, lots, finished, rows := tables[0], tables[1], tables[2], tables[3], tables[4], tables[5]
-	// The trx a batch inserts and finishes too, by player: ids come from
-	// each shard's sequence, so two players of a batch on different shards
-	// may have trx of the same id.
-	type trxOf struct {
-		player playerKey
-		id     int64
-	}
-	inserted := map[trxOf]*coffer.TrxFinish{}
-	for i, plan := range plans {
-		p := players[of[i]]
-		for _, r := range plan.Inserts {
-			inserted[trxOf{p.key, r.ID}] = nil
-		}
-		if f := plan.Finish; f != nil {
-			if _, ok := inserted[trxOf{p.key, f.ID}]; ok {
-				inserted[trxOf{p.key, f.ID}] = f
-			}
-		}
-	}
+	inserted := finishedInBatch(players, of, plans)
 	for i, plan := range plans {
 		p := players[of[i]]
 		ns, id := int32(p.key.ns), int64(p.key.id)
@@ -618,6 +600,34 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan)
 	}
 	t.open = false
 	return nil
+}
+
+// trxOf is a trx of a batch, by player: ids come from each shard's
+// sequence, so two players of a batch on different shards may have trx of
+// the same id.
+type trxOf struct {
+	player playerKey
+	id     int64
+}
+
+// finishedInBatch maps each trx the plans insert to its finish when a
+// later plan of the batch finishes it too (a hold begun and committed in
+// one batch: one statement may not change a row twice, so it is inserted
+// finished), else to nil.
+func finishedInBatch(players []*batchPlayer, of []int, plans []coffer.Plan) map[trxOf]*coffer.TrxFinish {
+	inserted := map[trxOf]*coffer.TrxFinish{}
+	for i, plan := range plans {
+		p := players[of[i]]
+		for _, r := range plan.Inserts {
+			inserted[trxOf{p.key, r.ID}] = nil
+		}
+		if f := plan.Finish; f != nil {
+			if _, ok := inserted[trxOf{p.key, f.ID}]; ok {
+				inserted[trxOf{p.key, f.ID}] = f
+			}
+		}
+	}
+	return inserted
 }
 
 // columns gathers rows column by column, for a statement that unnests
