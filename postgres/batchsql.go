@@ -16,6 +16,13 @@ import (
 // tried first: PostgreSQL opens every table it names and its indexes,
 // touched or not, and each branch cost about what a statement of its own
 // costs (docs/adr/0012-group-commit.md).
+//
+// The rows come as one array per column, unnested side by side in a
+// select list, (SELECT unnest($1) AS a, unnest($2) AS b) AS u: PostgreSQL
+// zips them row by row (ProjectSet). The shorter unnest($1, $2) AS u(a, b)
+// is a Function Scan that first copies each array into a tuplestore of
+// its own, set up and torn down at every statement: coffer bench measured
+// 0.46 ms of PostgreSQL CPU per write with it, 0.33–0.38 without.
 
 // keyedJoins is sent first in every batch's transaction. The batch
 // statements join arrays of keys (unnest) to the shard tables, prepared
@@ -49,12 +56,12 @@ var batchStatements = batchSQL{
 	// player's next write (after its last: times never go back for a
 	// player) and the ids the batch asked for ($3).
 	lock: `WITH locked AS (INSERT INTO balance_N AS b (ns, player_id, version, updated_at, pos)
-		SELECT ns, player_id, 0, clock_timestamp(), 0 FROM unnest($1::int[], $2::bigint[]) AS u(ns, player_id) ORDER BY ns, player_id
+		SELECT ns, player_id, 0, clock_timestamp(), 0 FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id) AS u ORDER BY ns, player_id
 		ON CONFLICT (ns, player_id) DO UPDATE SET version = b.version
 		RETURNING b.ns, b.player_id, b.version, b.pos, b.updated_at)
 	SELECT l.ns, l.player_id, l.version, l.pos, l.updated_at, greatest(clock_timestamp(), l.updated_at + interval '1 microsecond'),
 		ARRAY(SELECT nextval('id_seq_N') FROM generate_series(1, u.ids))
-	FROM locked l JOIN unnest($1::int[], $2::bigint[], $3::int[]) AS u(ns, player_id, ids) ON u.ns = l.ns AND u.player_id = l.player_id`,
+	FROM locked l JOIN (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::int[]) AS ids) AS u ON u.ns = l.ns AND u.player_id = l.player_id`,
 	// The held lots (with an amount, or a reservation a rollback may
 	// return to them) of the currencies each player's writes touch: a row
 	// per (player, currency), the lot key's leading columns, so that a
@@ -62,30 +69,30 @@ var batchStatements = batchSQL{
 	// currency 0 asks for all of them (a hold's commit or rollback, the
 	// lot sweeper).
 	lots: `SELECT l.ns, l.player_id, ` + lotColumns + `
-		FROM unnest($1::int[], $2::bigint[], $3::int[]) AS u(ns, player_id, currency)
+		FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::int[]) AS currency) AS u
 		JOIN lot_N l ON l.ns = u.ns AND l.player_id = u.player_id AND l.currency = u.currency
 		WHERE u.currency <> 0 AND (l.amount > 0 OR l.reserved > 0)
 	UNION ALL
 	SELECT l.ns, l.player_id, ` + lotColumns + `
-		FROM unnest($1::int[], $2::bigint[], $3::int[]) AS u(ns, player_id, currency)
+		FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::int[]) AS currency) AS u
 		JOIN lot_N l ON l.ns = u.ns AND l.player_id = u.player_id
 		WHERE u.currency = 0 AND (l.amount > 0 OR l.reserved > 0)`,
 	// The stored trx under the keys the batch's writes name, with the
 	// time a hold was finished at (attempt.applied).
 	trx: `SELECT t.ns, t.player_id, t.finished_at, ` + trxColumns + `
-		FROM unnest($1::int[], $2::bigint[], $3::int[], $4::text[]) AS u(ns, player_id, emitter, idempotency_key)
+		FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::int[]) AS emitter, unnest($4::text[]) AS idempotency_key) AS u
 		JOIN trx_N t ON t.ns = u.ns AND t.player_id = u.player_id AND t.emitter = u.emitter AND t.idempotency_key = u.idempotency_key`,
 	// The orders the players' refunds name: the lots their grants created
 	// and what each grant cost (op_N_order), in the order of the grants,
 	// and the trx that refunded
 	// each, if any (trx_N_refund; a row with refunded_by > 0).
 	orders: `SELECT u.ns, u.player_id, u.store, u.order_id, o.lot_id, o.currency, o.amount, COALESCE(o.value, 0), 0::bigint AS refunded_by, o.pos
-		FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[]) AS u(ns, player_id, store, order_id)
+		FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::text[]) AS store, unnest($4::text[]) AS order_id) AS u
 		JOIN op_N o ON o.ns = u.ns AND o.player_id = u.player_id AND o.purchase IS NOT NULL
 			AND o.purchase->>'store' = u.store AND o.purchase->>'order_id' = u.order_id AND o.kind = 'grant'
 	UNION ALL
 	SELECT u.ns, u.player_id, u.store, u.order_id, 0, 0, 0, 0, t.trx_id, t.pos
-		FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[]) AS u(ns, player_id, store, order_id)
+		FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::text[]) AS store, unnest($4::text[]) AS order_id) AS u
 		JOIN trx_N t ON t.ns = u.ns AND t.player_id = u.player_id AND t.refund IS NOT NULL
 			AND t.refund->>'store' = u.store AND t.refund->>'order_id' = u.order_id
 	ORDER BY pos`,
@@ -97,7 +104,7 @@ var batchStatements = batchSQL{
 	// was created by its credit, which has no such op. In the player's
 	// order, each trx's ops together.
 	exchanges: `SELECT u.ns, u.player_id, u.store, u.order_id, o.trx_id, o.lot_id, o.currency, o.kind::text, o.cause::text, o.paid, o.amount
-		FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[]) AS u(ns, player_id, store, order_id)
+		FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::text[]) AS store, unnest($4::text[]) AS order_id) AS u
 		JOIN LATERAL (SELECT DISTINCT l.trx_id FROM lot_N l
 			WHERE l.ns = u.ns AND l.player_id = u.player_id AND l.store = u.store AND l.order_id = u.order_id) x ON true
 		JOIN op_N o ON o.trx_id = x.trx_id AND o.ns = u.ns AND o.player_id = u.player_id AND o.paid AND o.cause = 'exchange'
@@ -106,7 +113,7 @@ var batchStatements = batchSQL{
 	// version with its live lots, under the index of its read in the
 	// batch ($3; a player read twice is answered twice).
 	balances: `SELECT u.i, b.version, l.lot_id, l.currency, l.paid, l.amount, l.expires_at, l.priority, l.created_at
-	FROM unnest($1::int[], $2::bigint[], $3::int[]) AS u(ns, player_id, i)
+	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::int[]) AS i) AS u
 	JOIN balance_N b ON b.ns = u.ns AND b.player_id = u.player_id
 	LEFT JOIN lot_N l ON l.ns = b.ns AND l.player_id = b.player_id AND l.amount > 0 AND (l.expires_at IS NULL OR l.expires_at > now())`,
 }
@@ -131,38 +138,40 @@ var writeBranches = []struct {
 		kind, status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at, refund)
 	SELECT ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
 		kind::trx_kind, status::trx_status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at, refund
-	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::int[], $6::text[], $7::bytea[],
-		$8::text[], $9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::jsonb[], $14::bigint[], $15::bigint[], $16::timestamptz[],
-		$17::jsonb[])
-		AS u(ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, meta,
-			hold_expires_at, pending_grants, version, pos, finished_at, refund)`, 17},
+	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::timestamptz[]) AS created_at, unnest($4::bigint[]) AS trx_id,
+		unnest($5::int[]) AS emitter, unnest($6::text[]) AS idempotency_key, unnest($7::bytea[]) AS request_hash, unnest($8::text[]) AS kind,
+		unnest($9::text[]) AS status, unnest($10::text[]) AS reason, unnest($11::text[]) AS meta, unnest($12::timestamptz[]) AS hold_expires_at,
+		unnest($13::jsonb[]) AS pending_grants, unnest($14::bigint[]) AS version, unnest($15::bigint[]) AS pos, unnest($16::timestamptz[]) AS finished_at,
+		unnest($17::jsonb[]) AS refund) AS u`, 17},
 	// An op of a lot without a value (fiat NULL) stores no value.
 	{"ops", `INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
 		balance_after, paid_after, created_at, purchase, pos, fiat, value)
 	SELECT trx_id, seq, ns, player_id, currency, lot_id, kind::op_kind, cause::op_cause, amount, paid,
 		balance_after, paid_after, created_at, purchase, pos, NULLIF(fiat, ''), CASE WHEN fiat <> '' THEN value END
-	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::int[], $6::int[], $7::bigint[], $8::text[],
-		$9::text[], $10::bigint[], $11::bool[], $12::bigint[], $13::bigint[], $14::jsonb[], $15::bigint[], $16::text[], $17::bigint[])
-		AS u(ns, player_id, created_at, trx_id, seq, currency, lot_id, kind, cause, amount, paid,
-			balance_after, paid_after, purchase, pos, fiat, value)`, 17},
+	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::timestamptz[]) AS created_at, unnest($4::bigint[]) AS trx_id,
+		unnest($5::int[]) AS seq, unnest($6::int[]) AS currency, unnest($7::bigint[]) AS lot_id, unnest($8::text[]) AS kind,
+		unnest($9::text[]) AS cause, unnest($10::bigint[]) AS amount, unnest($11::bool[]) AS paid, unnest($12::bigint[]) AS balance_after,
+		unnest($13::bigint[]) AS paid_after, unnest($14::jsonb[]) AS purchase, unnest($15::bigint[]) AS pos, unnest($16::text[]) AS fiat,
+		unnest($17::bigint[]) AS value) AS u`, 17},
 	{"new_lots", `INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id,
 		store, order_id, fiat, value, value_reserved)
 	SELECT ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id,
 		NULLIF(store, ''), NULLIF(order_id, ''), NULLIF(fiat, ''), value, value_reserved
-	FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::int[], $5::bool[], $6::bigint[], $7::bigint[],
-		$8::timestamptz[], $9::int[], $10::timestamptz[], $11::bigint[], $12::text[], $13::text[], $14::text[], $15::bigint[], $16::bigint[])
-		AS u(ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id,
-			store, order_id, fiat, value, value_reserved)`, 16},
+	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::bigint[]) AS lot_id, unnest($4::int[]) AS currency,
+		unnest($5::bool[]) AS paid, unnest($6::bigint[]) AS amount, unnest($7::bigint[]) AS reserved, unnest($8::timestamptz[]) AS expires_at,
+		unnest($9::int[]) AS priority, unnest($10::timestamptz[]) AS created_at, unnest($11::bigint[]) AS trx_id, unnest($12::text[]) AS store,
+		unnest($13::text[]) AS order_id, unnest($14::text[]) AS fiat, unnest($15::bigint[]) AS value, unnest($16::bigint[]) AS value_reserved) AS u`, 16},
 	{"lots", `UPDATE lot_N l SET amount = u.amount, reserved = u.reserved, value = u.value, value_reserved = u.value_reserved
-	FROM unnest($1::int[], $2::bigint[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[])
-		AS u(ns, player_id, currency, lot_id, amount, reserved, value, value_reserved)
+	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::int[]) AS currency, unnest($4::bigint[]) AS lot_id,
+		unnest($5::bigint[]) AS amount, unnest($6::bigint[]) AS reserved, unnest($7::bigint[]) AS value, unnest($8::bigint[]) AS value_reserved) AS u
 	WHERE l.ns = u.ns AND l.player_id = u.player_id AND l.currency = u.currency AND l.lot_id = u.lot_id`, 8},
 	{"finished", `UPDATE trx_N t SET status = u.status::trx_status, version = u.version, finished_at = u.finished_at
-	FROM unnest($1::int[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::text[], $6::bigint[], $7::timestamptz[])
-		AS u(ns, player_id, created_at, trx_id, status, version, finished_at)
+	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::timestamptz[]) AS created_at, unnest($4::bigint[]) AS trx_id,
+		unnest($5::text[]) AS status, unnest($6::bigint[]) AS version, unnest($7::timestamptz[]) AS finished_at) AS u
 	WHERE t.ns = u.ns AND t.player_id = u.player_id AND t.created_at = u.created_at AND t.trx_id = u.trx_id`, 7},
 	{"players", `UPDATE balance_N b SET version = u.version, pos = u.pos, updated_at = u.updated_at
-	FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bigint[], $5::timestamptz[]) AS u(ns, player_id, version, pos, updated_at)
+	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::bigint[]) AS version, unnest($4::bigint[]) AS pos,
+		unnest($5::timestamptz[]) AS updated_at) AS u
 	WHERE b.ns = u.ns AND b.player_id = u.player_id`, 5},
 }
 

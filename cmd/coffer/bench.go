@@ -38,6 +38,7 @@ type benchFlags struct {
 	keep, stockPostgres        bool
 	pgSet                      map[string]string
 	pprof                      string
+	shards                     int
 }
 
 // tunedPostgres are the settings docs/operations.md recommends for a ledger
@@ -92,6 +93,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		return nil
 	})
 	fs.BoolVar(&f.Statements, "statements", false, "list what each side asks of PostgreSQL, from pg_stat_statements (--self loads it; a --target's servers must)")
+	fs.IntVar(&f.shards, "shards", 16, "with --self: shard tables over its two databases (shard_count)")
 	fs.StringVar(&f.pprof, "pprof", "", "with --self: coffer serve serves /debug/pprof/ (and /metrics) on this address, for profiling")
 	fs.StringVar(&f.target, "target", "", "a running coffer: http://host:port (http) or host:port (grpc)")
 	fs.StringVar(&f.apiKey, "api-key", "", "with --target: the API key (needs write and read on namespaces 1–10)")
@@ -129,6 +131,10 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		return nil, fmt.Errorf("--baseline %s with --target needs -c (the databases)", f.baseline)
 	case len(f.pgSet) > 0 && !f.self:
 		return nil, errors.New("--pg-set needs --self")
+	case f.shards != 16 && !f.self:
+		return nil, errors.New("--shards needs --self")
+	case f.shards < 2 || f.shards > 1024:
+		return nil, errors.New("--shards must be 2–1024: one or more on each of the two databases")
 	case f.Statements && f.target != "" && f.configPath == "":
 		return nil, errors.New("--statements with --target needs -c (the databases)")
 	case f.Clients < 1 || f.Rounds < 1 || f.Scale <= 0 || f.Duration <= 0:
@@ -306,7 +312,7 @@ func (f *benchFlags) cofferTarget(httpURL, grpcAddr, key string) (bench.Target, 
 }
 
 // runSelf runs the benchmark on a local stack of its own: PostgreSQL with
-// real fsync (two databases, 16 shards) and `coffer serve` as a separate
+// real fsync (two databases, 16 shards unless --shards) and `coffer serve` as a separate
 // process, so that its CPU and memory are its own.
 func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report, error) {
 	dir, err := os.MkdirTemp("", "coffer-bench-")
@@ -320,6 +326,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 	}
 	key := newAPIKey()
 	cfg := benchConfig(key)
+	cfg.ShardCount = f.shards
 	cfg.Listen.Ops = f.pprof
 	settings := map[string]string{}
 	if !f.stockPostgres {
