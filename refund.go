@@ -72,9 +72,13 @@ type Refund struct {
 }
 
 // RefundAmount is an amount of a currency, as a refund's answer names it.
+// Value is what Amount of the order cost, in minor units of the order's
+// fiat (RefundBalance.Value): for the shortfall, the revenue the refund
+// could not take back.
 type RefundAmount struct {
 	Currency string `json:"currency"`
 	Amount   Amount `json:"amount"`
+	Value    Amount `json:"value,omitempty"`
 }
 
 // RefundBalance is an amount of a currency, as a refund trx stores it.
@@ -110,7 +114,7 @@ func (c *Catalog) Refund(r *RefundRow) *Refund {
 func (c *Catalog) refundAmounts(in []RefundBalance) []RefundAmount {
 	var out []RefundAmount
 	for _, s := range in {
-		out = append(out, RefundAmount{Currency: c.CurrencyOf(s.Currency).Code, Amount: s.Amount})
+		out = append(out, RefundAmount{Currency: c.CurrencyOf(s.Currency).Code, Amount: s.Amount, Value: s.Value})
 	}
 	return out
 }

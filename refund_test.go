@@ -67,7 +67,7 @@ func TestPlanRefund(t *testing.T) {
 			paidLot(1, 1, 40), freeLot(2, 1, 10), paidLot(3, 1, 20)}, order(1, 0), func(t *testing.T) []step {
 			return []step{{refundOf(t, c, "r", "o", RefundChargeback),
 				"trx 100 refund committed v4 @11\n  consume gold -40 lot 1 = 30/20 @12\n  consume gold -20 lot 3 = 10/0 @13\n  consume gold -10 lot 2 = 0/0 @14\n" +
-					"shortfall [{gold 30}]"}}
+					"shortfall [{gold 30 0}]"}}
 		}},
 		{"claw_back takes no more than was spent", []BookLot{paidLot(1, 1, 90), freeLot(2, 1, 50)}, order(1, 0), func(t *testing.T) []step {
 			return []step{{refundOf(t, c, "r", "o", RefundRefund),
@@ -76,20 +76,20 @@ func TestPlanRefund(t *testing.T) {
 		}},
 		{"write_off takes what is left of the purchase only", []BookLot{paidLot(1, 2, 40), freeLot(2, 2, 10)}, order(2, 0), func(t *testing.T) []step {
 			return []step{{refundOf(t, c, "r", "o", RefundRefund),
-				"trx 100 refund committed v4 @11\n  consume silver -40 lot 1 = 10/0 @12\nshortfall [{silver 60}]"}}
+				"trx 100 refund committed v4 @11\n  consume silver -40 lot 1 = 10/0 @12\nshortfall [{silver 60 0}]"}}
 		}},
 		{"a lot spent to 0 gives nothing; the refund is recorded all the same", []BookLot{freeLot(2, 2, 10)}, order(2, 0), func(t *testing.T) []step {
 			return []step{{refundOf(t, c, "r", "o", RefundRefund),
-				"trx 100 refund committed v4 @11\nshortfall [{silver 100}]"}}
+				"trx 100 refund committed v4 @11\nshortfall [{silver 100 0}]"}}
 		}},
 		{"what pending holds reserve is not taken", []BookLot{reserved}, order(2, 0), func(t *testing.T) []step {
 			return []step{{refundOf(t, c, "r", "o", RefundRefund),
-				"trx 100 refund committed v4 @11\n  consume silver -70 lot 1 = 0/0 @12\nshortfall [{silver 30}]"}}
+				"trx 100 refund committed v4 @11\n  consume silver -70 lot 1 = 0/0 @12\nshortfall [{silver 30 0}]"}}
 		}},
 		{"an expired lot's expiry is recorded first, and it gives nothing", []BookLot{expired}, order(2, 0), func(t *testing.T) []step {
 			return []step{{refundOf(t, c, "r", "o", RefundRefund),
 				"trx 101 expire committed v4 @11\n  expire silver -100 lot 1 = 0/0 @12\n" +
-					"trx 100 refund committed v4 @13\nshortfall [{silver 100}]"}}
+					"trx 100 refund committed v4 @13\nshortfall [{silver 100 0}]"}}
 		}},
 		{"an order not credited to the player is not_found, one refunded already_refunded", []BookLot{paidLot(1, 1, 100)}, order(1, 77), func(t *testing.T) []step {
 			return []step{

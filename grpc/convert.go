@@ -143,10 +143,10 @@ func toTrx(t coffer.Trx) (*cofferv1.Trx, error) {
 	if r := t.Refund; r != nil {
 		out.Refund = &cofferv1.Refund{Store: r.Store, OrderId: r.OrderID, Kind: string(r.Kind)}
 		for _, s := range r.Shortfall {
-			out.Refund.Shortfall = append(out.Refund.Shortfall, &cofferv1.RefundAmount{Currency: s.Currency, Amount: int64(s.Amount)})
+			out.Refund.Shortfall = append(out.Refund.Shortfall, &cofferv1.RefundAmount{Currency: s.Currency, Amount: int64(s.Amount), Value: int64(s.Value)})
 		}
 		for _, s := range r.Exchanged {
-			out.Refund.Exchanged = append(out.Refund.Exchanged, &cofferv1.RefundAmount{Currency: s.Currency, Amount: int64(s.Amount)})
+			out.Refund.Exchanged = append(out.Refund.Exchanged, &cofferv1.RefundAmount{Currency: s.Currency, Amount: int64(s.Amount), Value: int64(s.Value)})
 		}
 	}
 	return out, nil

@@ -1786,9 +1786,12 @@ func (x *Refund) GetExchanged() []*RefundAmount {
 
 // RefundAmount is an amount of one currency.
 type RefundAmount struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Currency      string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
-	Amount        int64                  `protobuf:"varint,2,opt,name=amount,proto3" json:"amount,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Currency string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
+	Amount   int64                  `protobuf:"varint,2,opt,name=amount,proto3" json:"amount,omitempty"`
+	// What amount of the order cost, in minor units of the order's fiat:
+	// for the shortfall, the revenue the refund could not take back.
+	Value         int64 `protobuf:"varint,3,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1833,6 +1836,13 @@ func (x *RefundAmount) GetCurrency() string {
 func (x *RefundAmount) GetAmount() int64 {
 	if x != nil {
 		return x.Amount
+	}
+	return 0
+}
+
+func (x *RefundAmount) GetValue() int64 {
+	if x != nil {
+		return x.Value
 	}
 	return 0
 }
@@ -2591,10 +2601,11 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\border_id\x18\x02 \x01(\tR\aorderId\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x125\n" +
 	"\tshortfall\x18\x04 \x03(\v2\x17.coffer.v1.RefundAmountR\tshortfall\x125\n" +
-	"\texchanged\x18\x05 \x03(\v2\x17.coffer.v1.RefundAmountR\texchanged\"B\n" +
+	"\texchanged\x18\x05 \x03(\v2\x17.coffer.v1.RefundAmountR\texchanged\"X\n" +
 	"\fRefundAmount\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x16\n" +
-	"\x06amount\x18\x02 \x01(\x03R\x06amount\"S\n" +
+	"\x06amount\x18\x02 \x01(\x03R\x06amount\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\x03R\x05value\"S\n" +
 	"\n" +
 	"FinlogPage\x12$\n" +
 	"\x05items\x18\x01 \x03(\v2\x0e.coffer.v1.TrxR\x05items\x12\x1f\n" +
