@@ -72,8 +72,8 @@ type Refund struct {
 }
 
 // RefundAmount is an amount of a currency, as a refund's answer names it.
-// Value is what Amount of the order cost, in minor units of the order's
-// fiat (RefundBalance.Value): for the shortfall, the revenue the refund
+// Value, in a shortfall only, is what Amount of the order cost, in minor
+// units of the order's fiat (RefundBalance.Value): the revenue the refund
 // could not take back.
 type RefundAmount struct {
 	Currency string `json:"currency"`

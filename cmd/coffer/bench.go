@@ -106,6 +106,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 	f.Workload, f.Seed = bench.Workload(*workload), *seed
 	if f.decay > 0 {
 		f.Ops, f.Rounds = f.decay, 1
@@ -131,10 +133,10 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		return nil, fmt.Errorf("--baseline %s with --target needs -c (the databases)", f.baseline)
 	case len(f.pgSet) > 0 && !f.self:
 		return nil, errors.New("--pg-set needs --self")
-	case f.shards != 16 && !f.self:
+	case given["shards"] && !f.self:
 		return nil, errors.New("--shards needs --self")
-	case f.shards < 2 || f.shards > 1024:
-		return nil, errors.New("--shards must be 2–1024: one or more on each of the two databases")
+	case f.shards < 2 || f.shards > 1024 || f.shards%2 != 0:
+		return nil, errors.New("--shards must be even, 2–1024: the same number on each of the two databases")
 	case f.Statements && f.target != "" && f.configPath == "":
 		return nil, errors.New("--statements with --target needs -c (the databases)")
 	case f.Clients < 1 || f.Rounds < 1 || f.Scale <= 0 || f.Duration <= 0:

@@ -204,6 +204,9 @@ func TestBenchFlags(t *testing.T) {
 		{"--target", "http://x", "--api-key", "k", "--pg-set", "shared_buffers=2GB"},
 		{"--self", "--pg-set", "shared_buffers"},
 		{"--self", "--json", "/nonexistent/bench.json"},
+		{"--self", "--shards", "3"},
+		{"--self", "--shards", "0"},
+		{"--target", "http://x", "--api-key", "k", "--shards", "16"},
 	} {
 		if code, _, _ := run(t, append([]string{"bench"}, args...)...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)

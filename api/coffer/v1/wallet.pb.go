@@ -1789,8 +1789,9 @@ type RefundAmount struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Currency string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
 	Amount   int64                  `protobuf:"varint,2,opt,name=amount,proto3" json:"amount,omitempty"`
-	// What amount of the order cost, in minor units of the order's fiat:
-	// for the shortfall, the revenue the refund could not take back.
+	// In a shortfall only (0 in exchanged): what amount of the order cost,
+	// in minor units of the order's fiat, the revenue the refund could not
+	// take back; 0 for a free order.
 	Value         int64 `protobuf:"varint,3,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
