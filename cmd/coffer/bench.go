@@ -112,46 +112,53 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	if f.decay > 0 {
 		f.Ops, f.Rounds = f.decay, 1
 	}
+	if err := f.check(given); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// check refuses flags that do not go together or are out of range (given
+// are the flags set on the command line), before anything runs.
+func (f *benchFlags) check(given map[string]bool) error {
 	switch {
 	case f.self == (f.target != ""):
-		return nil, errors.New("give --self or --target")
+		return errors.New("give --self or --target")
 	case f.target != "" && f.apiKey == "":
-		return nil, errors.New("--target needs --api-key")
+		return errors.New("--target needs --api-key")
 	case f.Transport != "http" && f.Transport != "grpc":
-		return nil, errors.New("--transport must be http or grpc")
+		return errors.New("--transport must be http or grpc")
 	case f.baseline != "" && f.baseline != "sql" && f.baseline != "pgbench":
-		return nil, errors.New("--baseline must be sql or pgbench")
+		return errors.New("--baseline must be sql or pgbench")
 	case f.baseline == "pgbench" && f.Workload != bench.Write && f.Workload != bench.Batch:
-		return nil, fmt.Errorf("--baseline pgbench covers write and batch, not %s", f.Workload)
+		return fmt.Errorf("--baseline pgbench covers write and batch, not %s", f.Workload)
 	case f.baseline == "pgbench" && (f.Rate > 0 || f.decay > 0):
-		return nil, errors.New("--baseline pgbench runs a closed loop for --duration: not with --rate or --decay")
+		return errors.New("--baseline pgbench runs a closed loop for --duration: not with --rate or --decay")
 	case f.baseline == "sql" && f.Workload != bench.Write && f.Workload != bench.Read && f.Workload != bench.Mix && f.Workload != bench.Batch:
-		return nil, fmt.Errorf("--baseline sql covers write, read, mix and batch, not %s", f.Workload)
+		return fmt.Errorf("--baseline sql covers write, read, mix and batch, not %s", f.Workload)
 	case f.Workload == bench.Batch && (f.decay > 0 || f.Rate > 0):
-		return nil, errors.New("--decay and --rate count calls, not grants: not with --workload batch")
+		return errors.New("--decay and --rate count calls, not grants: not with --workload batch")
 	case f.baseline != "" && f.target != "" && f.configPath == "":
-		return nil, fmt.Errorf("--baseline %s with --target needs -c (the databases)", f.baseline)
+		return fmt.Errorf("--baseline %s with --target needs -c (the databases)", f.baseline)
 	case len(f.pgSet) > 0 && !f.self:
-		return nil, errors.New("--pg-set needs --self")
+		return errors.New("--pg-set needs --self")
 	case given["shards"] && !f.self:
-		return nil, errors.New("--shards needs --self")
+		return errors.New("--shards needs --self")
 	case f.shards < 2 || f.shards > 1024 || f.shards%2 != 0:
-		return nil, errors.New("--shards must be even, 2–1024: the same number on each of the two databases")
+		return errors.New("--shards must be even, 2–1024: the same number on each of the two databases")
 	case f.Statements && f.target != "" && f.configPath == "":
-		return nil, errors.New("--statements with --target needs -c (the databases)")
+		return errors.New("--statements with --target needs -c (the databases)")
 	case f.Clients < 1 || f.Rounds < 1 || f.Scale <= 0 || f.Duration <= 0:
-		return nil, errors.New("--clients, --rounds, --scale and --duration must be > 0")
+		return errors.New("--clients, --rounds, --scale and --duration must be > 0")
 	}
 	// Found out now, not after a long run.
 	if f.jsonPath != "" {
 		if fi, err := os.Stat(filepath.Dir(f.jsonPath)); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("--json %s: no directory %s", f.jsonPath, filepath.Dir(f.jsonPath))
+			return fmt.Errorf("--json %s: no directory %s", f.jsonPath, filepath.Dir(f.jsonPath))
 		}
 	}
-	if _, err := bench.NewGenerator(f.Workload, f.Scale, 0, 0, "", f.BatchSize); err != nil {
-		return nil, err
-	}
-	return f, nil
+	_, err := bench.NewGenerator(f.Workload, f.Scale, 0, 0, "", f.BatchSize)
+	return err
 }
 
 // runBench is `coffer bench`.
