@@ -82,10 +82,11 @@ func TestRefundOfAPartlySpentPurchase(t *testing.T) {
 		currency  string
 		took      string
 		shortfall coffer.Amount
+		value     coffer.Amount // of the shortfall: what those coins of the order cost
 		left      coffer.Amount
 	}{
-		{"gold", "[gold paid 40][gold paid 20][gold free 10]", 30, 0},
-		{"silver", "[silver paid 40]", 60, 30},
+		{"gold", "[gold paid 40][gold paid 20][gold free 10]", 30, 149, 0},
+		{"silver", "[silver paid 40]", 60, 299, 30},
 	} {
 		t.Run(tc.currency, func(t *testing.T) {
 			e := newEnv(t)
@@ -97,7 +98,7 @@ func TestRefundOfAPartlySpentPurchase(t *testing.T) {
 			if got := taken(t, trx); got != tc.took {
 				t.Fatalf("took %s, want %s", got, tc.took)
 			}
-			want := []coffer.RefundAmount{{Currency: c, Amount: tc.shortfall}}
+			want := []coffer.RefundAmount{{Currency: c, Amount: tc.shortfall, Value: tc.value}}
 			if fmt.Sprint(trx.Refund.Shortfall) != fmt.Sprint(want) {
 				t.Fatalf("shortfall %+v, want %+v", trx.Refund.Shortfall, want)
 			}
@@ -117,7 +118,7 @@ func TestRefundOfASpentPurchase(t *testing.T) {
 		e.mustChange(22, "buy-"+c, paid(c, 100, "o-"+c))
 		e.mustChange(22, "spend-"+c, free(c, -100))
 		trx := e.mustRefund(refundOf(22, "r-"+c, "o-"+c))
-		if len(trx.Ops) != 0 || fmt.Sprint(trx.Refund.Shortfall) != fmt.Sprint([]coffer.RefundAmount{{Currency: c, Amount: 100}}) {
+		if len(trx.Ops) != 0 || fmt.Sprint(trx.Refund.Shortfall) != fmt.Sprint([]coffer.RefundAmount{{Currency: c, Amount: 100, Value: 499}}) {
 			t.Fatalf("%s: refund %+v, shortfall %+v", c, trx.Ops, trx.Refund.Shortfall)
 		}
 		got, err := e.store.Trx(ctx, scope(22, "r-"+c))
@@ -139,7 +140,7 @@ func TestRefundAfterTheLotExpired(t *testing.T) {
 	e.mustChange(23, "buy", buy, free("silver", 5))
 	time.Sleep(time.Until(soon) + 50*time.Millisecond)
 	trx := e.mustRefund(refundOf(23, "r", "o-x"))
-	if len(trx.Ops) != 0 || fmt.Sprint(trx.Refund.Shortfall) != fmt.Sprint([]coffer.RefundAmount{{Currency: "silver", Amount: 100}}) {
+	if len(trx.Ops) != 0 || fmt.Sprint(trx.Refund.Shortfall) != fmt.Sprint([]coffer.RefundAmount{{Currency: "silver", Amount: 100, Value: 499}}) {
 		t.Fatalf("refund ops %+v, shortfall %+v", trx.Ops, trx.Refund.Shortfall)
 	}
 	if x := e.expiries(23); len(x) != 1 || x[0].Amount != -100 {
@@ -159,7 +160,7 @@ func TestRefundLeavesWhatHoldsReserve(t *testing.T) {
 	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(24, "hold"), Ops: []coffer.OpRequest{free("silver", -30)}, Hold: true})
 	must(t, err)
 	trx := e.mustRefund(refundOf(24, "r", "o-h"))
-	if got := taken(t, trx); got != "[silver paid 70]" || fmt.Sprint(trx.Refund.Shortfall) != "[{silver 30}]" {
+	if got := taken(t, trx); got != "[silver paid 70]" || fmt.Sprint(trx.Refund.Shortfall) != "[{silver 30 150}]" {
 		t.Fatalf("took %s, shortfall %+v", got, trx.Refund.Shortfall)
 	}
 	_, _, err = e.store.Rollback(ctx, scope(24, "hold"))
@@ -334,7 +335,7 @@ func TestRefundFollowsExchangedCoins(t *testing.T) {
 	if got := taken(t, trx); got != "[gold paid 40][silver paid 4000][gold free 5]" {
 		t.Fatalf("took %s", got)
 	}
-	if fmt.Sprint(trx.Refund.Exchanged, trx.Refund.Shortfall) != "[{gold 40}] [{gold 15}]" {
+	if fmt.Sprint(trx.Refund.Exchanged, trx.Refund.Shortfall) != "[{gold 40 0}] [{gold 15 75}]" {
 		t.Fatalf("exchanged %+v, shortfall %+v", trx.Refund.Exchanged, trx.Refund.Shortfall)
 	}
 	got, err := e.store.Trx(ctx, scope(40, "r"))

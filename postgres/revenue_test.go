@@ -236,7 +236,7 @@ func TestRevenueOfAnExchangedPurchaseChargedBack(t *testing.T) {
 	req := refundOf(44, "cb", "X")
 	req.Kind = coffer.RefundChargeback
 	trx := e.mustRefund(req)
-	if fmt.Sprint(trx.Refund.Exchanged, trx.Refund.Shortfall) != "[{gold 4}] [{gold 3}]" {
+	if fmt.Sprint(trx.Refund.Exchanged, trx.Refund.Shortfall) != "[{gold 4 0}] [{gold 3 150}]" {
 		t.Fatalf("exchanged %+v, shortfall %+v", trx.Refund.Exchanged, trx.Refund.Shortfall)
 	}
 	t2 := time.Now().Add(time.Minute)
