@@ -568,19 +568,12 @@ func TestQueueFullIsOverloaded(t *testing.T) {
 	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, QueueMax: 1, Timeout: 20 * time.Second})
 	defer store.Close()
 	ps := e.playersOn(0, 1, 3)
-	tx := e.lockElsewhere(ps[0])
-
-	errs := make(chan error, 2)
-	write := func(p coffer.PlayerID) {
-		_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "a"), Ops: []coffer.OpRequest{free("gold", 1)}})
-		errs <- err
-	}
-	go write(ps[0]) // the committer's batch, waiting for the lock
-	e.waitForBackend(0, "%locked_%")
-	go write(ps[1]) // the queue's one job
-	for store.Queued(0) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	// The committer's batch waits for ps[0]'s lock; ps[1]'s write is the
+	// queue's one job.
+	tx, errs := e.queuedBehind(store, ps[0], func() error {
+		_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(ps[1], "a"), Ops: []coffer.OpRequest{free("gold", 1)}})
+		return err
+	})
 	began := time.Now()
 	_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(ps[2], "a"), Ops: []coffer.OpRequest{free("gold", 1)}})
 	wantCode(t, err, coffer.CodeOverloaded)
@@ -643,31 +636,17 @@ func TestHoldBegunAndFinishedInOneBatch(t *testing.T) {
 	defer store.Close()
 	ps := e.playersOn(0, 1, 2)
 	e.mustChange(ps[1], "seed", free("gold", 10))
-	tx := e.lockElsewhere(ps[0])
-
-	errs := make(chan error, 3)
-	go func() {
-		_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(ps[0], "a"), Ops: []coffer.OpRequest{free("gold", 1)}})
-		errs <- err
-	}()
-	e.waitForBackend(0, "%locked%")
-	go func() {
-		_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(ps[1], "h"), Hold: true,
-			Ops: []coffer.OpRequest{free("gold", -4), free("silver", 3)}})
-		errs <- err
-	}()
-	for store.Queued(0) < 1 {
-		time.Sleep(time.Millisecond)
-	}
 	var commit coffer.Trx
-	go func() {
-		var err error
-		commit, _, err = store.Commit(ctx, scope(ps[1], "h"))
-		errs <- err
-	}()
-	for store.Queued(0) < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	tx, errs := e.queuedBehind(store, ps[0],
+		func() error {
+			_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(ps[1], "h"), Hold: true,
+				Ops: []coffer.OpRequest{free("gold", -4), free("silver", 3)}})
+			return err
+		},
+		func() (err error) {
+			commit, _, err = store.Commit(ctx, scope(ps[1], "h"))
+			return err
+		})
 	must(t, tx.Rollback(ctx))
 	for range 3 {
 		must(t, <-errs)
@@ -691,6 +670,29 @@ func (e *env) lockElsewhere(player coffer.PlayerID) pgx.Tx {
 	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO balance_%d (ns, player_id, version, updated_at) VALUES (1, $1, 0, now())`, id), player)
 	must(e.t, err)
 	return tx
+}
+
+// queuedBehind starts on store (one committer, on database 0) a write of
+// blocker, whose row the returned transaction locks, then each of calls,
+// each queued before the next starts: they leave as one batch, in order,
+// once the transaction ends. errs receives the blocker's error, then, as
+// they return, the calls'.
+func (e *env) queuedBehind(store *postgres.Store, blocker coffer.PlayerID, calls ...func() error) (tx pgx.Tx, errs <-chan error) {
+	e.t.Helper()
+	tx = e.lockElsewhere(blocker)
+	out := make(chan error, 1+len(calls))
+	go func() {
+		_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(blocker, "blocker"), Ops: []coffer.OpRequest{free("gold", 1)}})
+		out <- err
+	}()
+	e.waitForBackend(0, "%locked%")
+	for i, call := range calls {
+		go func() { out <- call() }()
+		for store.Queued(0) < i+1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return tx, out
 }
 
 // TestCutBatchIsNotTakenForAnotherInstancesWrite: a batch commits a hold
@@ -723,31 +725,18 @@ func TestCutBatchIsNotTakenForAnotherInstancesWrite(t *testing.T) {
 
 	// The hold's commit and the grant queue behind a batch that waits for
 	// a player locked elsewhere: they leave as one batch.
-	tx := e.lockElsewhere(blocker)
-	blocked := make(chan error, 1)
-	go func() {
-		_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(blocker, "a"), Ops: []coffer.OpRequest{free("gold", 1)}})
-		blocked <- err
-	}()
-	e.waitForBackend(0, "%locked%")
 	var commit, grant coffer.ChangeResult
-	answered := make(chan struct{}, 2)
-	go func() {
-		commit.Trx, commit.Replay, commit.Err = store.Commit(ctx, scope(holder, "h"))
-		answered <- struct{}{}
-	}()
-	for store.Queued(0) < 1 {
-		time.Sleep(time.Millisecond)
-	}
-	go func() {
-		grant.Trx, grant.Replay, grant.Err = store.Change(ctx, coffer.ChangeRequest{Scope: scope(granted, "k"), Ops: []coffer.OpRequest{free("gold", 5)}})
-		answered <- struct{}{}
-	}()
-	for store.Queued(0) < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	tx, answered := e.queuedBehind(store, blocker,
+		func() error {
+			commit.Trx, commit.Replay, commit.Err = store.Commit(ctx, scope(holder, "h"))
+			return nil
+		},
+		func() error {
+			grant.Trx, grant.Replay, grant.Err = store.Change(ctx, coffer.ChangeRequest{Scope: scope(granted, "k"), Ops: []coffer.OpRequest{free("gold", 5)}})
+			return nil
+		})
 	must(t, tx.Rollback(ctx))
-	must(t, <-blocked)
+	must(t, <-answered) // the blocker's write: the queued ones wait for the rogue trx
 	pid := e.waitForBackend(0, "%INSERT INTO trx_%")
 
 	// Another instance commits the hold as soon as the batch lets go of
@@ -811,27 +800,15 @@ func TestTrxIDsOfTwoShardsInOneBatch(t *testing.T) {
 	hold, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(holder, "h"), Hold: true, Ops: []coffer.OpRequest{free("gold", 12)}})
 	must(t, err)
 
-	tx := e.lockElsewhere(blocker)
-	errs := make(chan error, 3)
-	go func() {
-		_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(blocker, "b"), Ops: []coffer.OpRequest{free("gold", 1)}})
-		errs <- err
-	}()
-	e.waitForBackend(0, "%locked%")
-	go func() {
-		_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(granted, "g"), Ops: []coffer.OpRequest{free("gold", 5)}})
-		errs <- err
-	}()
-	for store.Queued(0) < 1 {
-		time.Sleep(time.Millisecond)
-	}
-	go func() {
-		_, _, err := store.Commit(ctx, scope(holder, "h"))
-		errs <- err
-	}()
-	for store.Queued(0) < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	tx, errs := e.queuedBehind(store, blocker,
+		func() error {
+			_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(granted, "g"), Ops: []coffer.OpRequest{free("gold", 5)}})
+			return err
+		},
+		func() error {
+			_, _, err := store.Commit(ctx, scope(holder, "h"))
+			return err
+		})
 	must(t, tx.Rollback(ctx))
 	for range 3 {
 		must(t, <-errs)
