@@ -31,6 +31,10 @@ type localStack struct {
 // its postgresql.conf. Its superuser has a random password, kept in
 // dir/pg/password and in the config. Progress goes to out.
 func startLocalStack(ctx context.Context, dir string, cfg *Config, databases int, settings map[string]string, out io.Writer) (*localStack, error) {
+	onEach, err := shardsOnEach(cfg.ShardCount, databases)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -40,7 +44,7 @@ func startLocalStack(ctx context.Context, dir string, cfg *Config, databases int
 	}
 	st := &localStack{dir: dir, server: server, configPath: filepath.Join(dir, "coffer.yaml")}
 	st.config = cfg
-	cfg.DistributionMode, cfg.ShardOnDB, cfg.Databases = "auto", cfg.ShardCount/databases, nil
+	cfg.DistributionMode, cfg.ShardOnDB, cfg.Databases = "auto", onEach, nil
 	for i := 0; i < databases; i++ {
 		name := fmt.Sprintf("coffer_%d", i)
 		if err := createDatabase(ctx, server, name); err != nil {
@@ -61,6 +65,16 @@ func startLocalStack(ctx context.Context, dir string, cfg *Config, databases int
 		return nil, err
 	}
 	return st, nil
+}
+
+// shardsOnEach is how many of count shards each of a local stack's
+// databases holds: the stack spreads them evenly (shard_on_db), so
+// databases must divide count.
+func shardsOnEach(count, databases int) (int, error) {
+	if databases < 1 || count < databases || count%databases != 0 {
+		return 0, fmt.Errorf("%d shards do not spread evenly over %d databases", count, databases)
+	}
+	return count / databases, nil
 }
 
 func createDatabase(ctx context.Context, server *pgserver.Server, name string) error {
