@@ -141,15 +141,18 @@ func toTrx(t coffer.Trx) (*cofferv1.Trx, error) {
 		out.Balances = append(out.Balances, toBalance(b))
 	}
 	if r := t.Refund; r != nil {
-		out.Refund = &cofferv1.Refund{Store: r.Store, OrderId: r.OrderID, Kind: string(r.Kind)}
-		for _, s := range r.Shortfall {
-			out.Refund.Shortfall = append(out.Refund.Shortfall, &cofferv1.RefundAmount{Currency: s.Currency, Amount: int64(s.Amount), Value: int64(s.Value)})
-		}
-		for _, s := range r.Exchanged {
-			out.Refund.Exchanged = append(out.Refund.Exchanged, &cofferv1.RefundAmount{Currency: s.Currency, Amount: int64(s.Amount), Value: int64(s.Value)})
-		}
+		out.Refund = &cofferv1.Refund{Store: r.Store, OrderId: r.OrderID, Kind: string(r.Kind),
+			Shortfall: toRefundAmounts(r.Shortfall), Exchanged: toRefundAmounts(r.Exchanged)}
 	}
 	return out, nil
+}
+
+func toRefundAmounts(in []coffer.RefundAmount) []*cofferv1.RefundAmount {
+	var out []*cofferv1.RefundAmount
+	for _, a := range in {
+		out = append(out, &cofferv1.RefundAmount{Currency: a.Currency, Amount: int64(a.Amount), Value: int64(a.Value)})
+	}
+	return out
 }
 
 func toStatusMessage(st coffer.Status) *cofferv1.Status {
