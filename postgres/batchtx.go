@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strconv"
@@ -24,8 +25,8 @@ import (
 // split by player (and a player's writes one by one) when the failure may
 // come from some of its writes only; so that each write gets the answer it
 // would have got alone. After a COMMIT whose answer was lost, the next
-// attempt reads whether it was applied (attempt.applied).
-func (s *Store) settle(db int, reqs []*request) {
+// attempt reads whether it was applied, from m (batch_mark).
+func (s *Store) settle(db int, m *mark, reqs []*request) {
 	reqs = live(reqs)
 	if len(reqs) == 0 {
 		return
@@ -36,7 +37,7 @@ func (s *Store) settle(db int, reqs []*request) {
 			a = &attempt{err: &coffer.Error{Code: coffer.CodeUnavailable, Message: "the player's database is unavailable", Err: err}}
 			break
 		}
-		a = s.attempt(db, reqs, unknown)
+		a = s.attempt(db, m, reqs, unknown)
 		if a.err == nil {
 			for i, r := range reqs {
 				r.plan = a.plans[i]
@@ -64,8 +65,31 @@ func (s *Store) settle(db int, reqs []*request) {
 		return
 	}
 	for _, part := range parts {
-		s.settle(db, part)
+		s.settle(db, m, part)
 	}
+}
+
+// mark is a committer's row in batch_mark (migration V0018): each batch
+// it commits sets the row's token in its own transaction, so that the
+// next attempt of a batch whose COMMIT's answer was lost reads whether
+// that COMMIT was applied. A committer runs one batch at a time, and a
+// batch's attempts one after the other: the row holds the token of its
+// last COMMIT that was applied.
+type mark struct {
+	committer, token int64
+}
+
+// Statements on a committer's mark.
+const (
+	setMark  = `INSERT INTO batch_mark AS m (committer, token, marked_at) VALUES ($1, $2, now()) ON CONFLICT (committer) DO UPDATE SET token = EXCLUDED.token, marked_at = EXCLUDED.marked_at`
+	readMark = `SELECT token FROM batch_mark WHERE committer = $1`
+)
+
+// settler is what runs one committer goroutine's batches of writes, with
+// a mark of its own.
+func (s *Store) settler() func(db int, reqs []*request) {
+	m := &mark{committer: rand.Int64()}
+	return func(db int, reqs []*request) { s.settle(db, m, reqs) }
 }
 
 // live answers the writes whose caller is gone and returns the others:
@@ -137,68 +161,21 @@ type batchPlayer struct {
 
 	locked bool
 	state  coffer.PlayerState
-	// finished are the times its trx under the batch's keys were
-	// finished at (a hold's commit or rollback), for attempt.applied.
-	finished map[coffer.TrxKey]time.Time
-	// stored is the player row's time as the lock read it.
-	stored time.Time
 	ids    []int64
 	player *coffer.Player
 	// err answers the player's writes when its state is damaged.
 	err error
 }
 
-// playerRow is a player's row as a batch's writes leave it.
-type playerRow struct {
-	version, pos int64
-	at           time.Time
-}
-
 // attempt is one run of a batch: the plans, in the order of the writes,
-// and the rows they leave per player, or the error that stopped it.
-// uncertain tells the error cut off the second round trip, which holds
-// the COMMIT: the batch may have been applied.
+// and the token its COMMIT sets in its committer's mark, or the error that
+// stopped it. uncertain tells the error cut off the second round trip,
+// which holds the COMMIT: the batch may have been applied.
 type attempt struct {
 	plans     []coffer.Plan
-	written   map[playerKey]playerRow
+	token     int64
 	err       error
 	uncertain bool
-}
-
-// applied tells whether an attempt whose outcome was uncertain had been
-// committed, from the state the next attempt loaded: a player's row as
-// that attempt would leave it (its times are the database's clock and
-// strictly increase, so no other write leaves the same), or a write's key
-// holding the trx it planned (the same id, or the hold finished at the
-// same time: another instance may have finished it meanwhile with the
-// same status at the same version, and the attempt's other writes are
-// then lost, not applied). Then its plans are the answers, as new
-// writes: they are not replays of another request.
-func (a *attempt) applied(players []*batchPlayer, reqs []*request, of []int) bool {
-	for _, p := range players {
-		if w, ok := a.written[p.key]; ok && w.version == p.state.Version && w.pos == p.state.Pos && w.at.Equal(p.stored) {
-			return true
-		}
-	}
-	for i, r := range reqs {
-		plan := a.plans[i]
-		if !plan.Writes() || !r.keyed() {
-			continue
-		}
-		k := r.scope.Key()
-		j := slices.IndexFunc(players[of[i]].state.Trx, func(t *coffer.StoredTrx) bool { return t.Emitter == k.Emitter && t.IdempotencyKey == k.IdempotencyKey })
-		if j < 0 {
-			continue
-		}
-		st := players[of[i]].state.Trx[j]
-		if f := plan.Finish; f != nil && st.Status == f.Status && st.Version == f.Version && players[of[i]].finished[k].Equal(f.FinishedAt) {
-			return true
-		}
-		if plan.Finish == nil && st.ID == plan.Trx.ID {
-			return true
-		}
-	}
-	return false
 }
 
 // batchTx is a batch's transaction on one connection of its database.
@@ -211,8 +188,10 @@ type batchTx struct {
 }
 
 // attempt runs the batch once. unknown is an earlier attempt whose
-// COMMIT may have been applied.
-func (s *Store) attempt(db int, reqs []*request, unknown *attempt) *attempt {
+// COMMIT may have been applied: if the mark, read under the players'
+// locks, holds its token, it was, and its plans are the answers, as new
+// writes (they are not replays of another request).
+func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *attempt {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()
 	players, of := s.batchPlayers(reqs)
@@ -225,13 +204,18 @@ func (s *Store) attempt(db int, reqs []*request, unknown *attempt) *attempt {
 	if err := t.setLockTimeout(); err != nil {
 		return &attempt{err: err}
 	}
-	if err := t.load(players); err != nil {
+	var check *mark
+	if unknown != nil {
+		check = m
+	}
+	token, err := t.load(players, check)
+	if err != nil {
 		return &attempt{err: err}
 	}
-	if unknown != nil && unknown.applied(players, reqs, of) {
+	if unknown != nil && token == unknown.token {
 		return &attempt{plans: unknown.plans}
 	}
-	a := &attempt{plans: make([]coffer.Plan, len(reqs)), written: map[playerKey]playerRow{}}
+	a := &attempt{plans: make([]coffer.Plan, len(reqs))}
 	for i, r := range reqs {
 		p := players[of[i]]
 		if p.err != nil {
@@ -243,18 +227,12 @@ func (s *Store) attempt(db int, reqs []*request, unknown *attempt) *attempt {
 	if t.idErr != nil {
 		return &attempt{err: t.idErr}
 	}
-	for _, p := range players {
-		if p.player == nil {
-			continue
-		}
-		if version, pos, at, ok := p.player.Written(); ok {
-			a.written[p.key] = playerRow{version, pos, at}
-		}
-	}
-	if len(a.written) == 0 {
+	if !slices.ContainsFunc(a.plans, coffer.Plan.Writes) {
 		return a // nothing to write: end rolls back
 	}
-	if err := t.persist(players, of, a.plans); err != nil {
+	m.token++
+	a.token = m.token
+	if err := t.persist(players, of, a.plans, m); err != nil {
 		a.err, a.uncertain = err, uncertain(err)
 	}
 	return a
@@ -342,9 +320,10 @@ func (t *batchTx) setLockTimeout() error {
 
 // load is the first round trip: BEGIN, and for each
 // shard the players' locks and ids (batchSQL.lock), their lots, their
-// trx under the batch's keys and the orders their refunds name. It makes
-// each player's coffer.Player.
-func (t *batchTx) load(players []*batchPlayer) error {
+// trx under the batch's keys and the orders their refunds name; then, if
+// check is set, its token (0 without a row). It makes each player's
+// coffer.Player.
+func (t *batchTx) load(players []*batchPlayer, check *mark) (token int64, err error) {
 	byKey := make(map[playerKey]*batchPlayer, len(players))
 	lock, lots, keys, orders := perShard{}, perShard{}, perShard{}, perShard{}
 	for _, p := range players {
@@ -385,17 +364,25 @@ func (t *batchTx) load(players []*batchPlayer) error {
 			b.Queue(q.exchanges, orders[id].args()...).Query(l.exchanges)
 		}
 	}
+	// After the locks: the cut attempt held them until it ended, so the
+	// mark is read once its COMMIT has run or never will.
+	if check != nil {
+		b.Queue(readMark, check.committer).Query(func(rows pgx.Rows) error {
+			_, err := pgx.ForEachRow(rows, []any{&token}, func() error { return nil })
+			return err
+		})
+	}
 	t.open = true
 	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
-		return err
+		return 0, err
 	}
 	for _, p := range players {
 		if !p.locked {
-			return fmt.Errorf("player %d/%d: not locked", p.key.ns, p.key.id)
+			return 0, fmt.Errorf("player %d/%d: not locked", p.key.ns, p.key.id)
 		}
 		p.player, p.err = coffer.NewPlayer(t.s.catalog, p.state, t.idsOf(p))
 	}
-	return nil
+	return token, nil
 }
 
 // loading files what the first round trip reads under its player.
@@ -409,13 +396,13 @@ func (l *loading) locks(rows pgx.Rows) error {
 	for rows.Next() {
 		var k playerKey
 		var version, pos int64
-		var stored, next time.Time
+		var next time.Time
 		var ids []int64
-		if err := rows.Scan(&k.ns, &k.id, &version, &pos, &stored, &next, &ids); err != nil {
+		if err := rows.Scan(&k.ns, &k.id, &version, &pos, &next, &ids); err != nil {
 			return err
 		}
 		if p := l.byKey[k]; p != nil {
-			p.locked, p.stored, p.ids = true, stored, ids
+			p.locked, p.ids = true, ids
 			p.state.Namespace, p.state.PlayerID, p.state.Version, p.state.Pos, p.state.At = k.ns, k.id, version, pos, next
 		}
 	}
@@ -439,19 +426,12 @@ func (l *loading) lots(rows pgx.Rows) error {
 func (l *loading) trx(rows pgx.Rows) error {
 	for rows.Next() {
 		var k playerKey
-		var finished *time.Time
-		st, err := l.s.scanTrx(rows, &k.ns, &k.id, &finished)
+		st, err := l.s.scanTrx(rows, &k.ns, &k.id)
 		if err != nil {
 			return err
 		}
 		if p := l.byKey[k]; p != nil {
 			p.state.Trx = append(p.state.Trx, &st.StoredTrx)
-			if finished != nil {
-				if p.finished == nil {
-					p.finished = map[coffer.TrxKey]time.Time{}
-				}
-				p.finished[coffer.TrxKey{Emitter: st.Emitter, IdempotencyKey: st.IdempotencyKey}] = *finished
-			}
 		}
 	}
 	return rows.Err()
@@ -536,8 +516,8 @@ func (t *batchTx) idsOf(p *batchPlayer) func() int64 {
 // persist is the second round trip: per shard, one statement that
 // writes every row the plans make there (writeSQL: the batch's trx, ops,
 // new and changed lots, finished holds and players' rows, each table's
-// set-based), and COMMIT.
-func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan) error {
+// set-based); m's token; and COMMIT.
+func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan, m *mark) error {
 	// tables[i] holds the rows of writeBranches[i], per shard.
 	tables := make([]perShard, len(writeBranches))
 	for i := range tables {
@@ -594,6 +574,7 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan)
 		}
 		b.Queue(t.s.writeSQL(id, parts), args...)
 	}
+	b.Queue(setMark, m.committer, m.token)
 	b.Queue("COMMIT")
 	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
 		return err

@@ -20,10 +20,11 @@ type committer[R any] struct {
 	db    int
 	what  string
 	queue chan *job[R]
-	// run runs one batch and answers every item of it; fail answers the
-	// items of a job that cannot run (the store is closed).
-	run  func(db int, items []R)
-	fail func(items []R, err error)
+	// runner makes, for each goroutine, what runs one of its batches and
+	// answers every item of it; fail answers the items of a job that
+	// cannot run (the store is closed).
+	runner func() func(db int, items []R)
+	fail   func(items []R, err error)
 
 	start  sync.Once
 	stop   chan struct{}
@@ -38,9 +39,9 @@ type job[R any] struct {
 	done  chan struct{}
 }
 
-func newCommitter[R any](s *Store, db int, what string, run func(int, []R), fail func([]R, error)) *committer[R] {
+func newCommitter[R any](s *Store, db int, what string, runner func() func(int, []R), fail func([]R, error)) *committer[R] {
 	return &committer[R]{s: s, db: db, what: what, queue: make(chan *job[R], s.opts.QueueMax),
-		run: run, fail: fail, stop: make(chan struct{})}
+		runner: runner, fail: fail, stop: make(chan struct{})}
 }
 
 // submit queues items as one job and waits until its batch answered them,
@@ -74,6 +75,7 @@ func (c *committer[R]) submit(ctx context.Context, items []R) error {
 // loop runs batches until the store is closed. carry is a job that did
 // not fit the batch before it: it leads the next.
 func (c *committer[R]) loop() {
+	run := c.runner()
 	var carry *job[R]
 	for {
 		first := carry
@@ -100,7 +102,7 @@ func (c *committer[R]) loop() {
 				break fill
 			}
 		}
-		c.runSafely(items)
+		c.runSafely(run, items)
 		for _, j := range jobs {
 			close(j.done)
 		}
@@ -109,13 +111,13 @@ func (c *committer[R]) loop() {
 
 // runSafely runs a batch; a panic (a bug) answers its items internal
 // instead of killing the process with every call in flight.
-func (c *committer[R]) runSafely(items []R) {
+func (c *committer[R]) runSafely(run func(int, []R), items []R) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.fail(items, coffer.Errorf(coffer.CodeInternal, "a batch of %s failed: %v", c.what, p))
 		}
 	}()
-	c.run(c.db, items)
+	run(c.db, items)
 }
 
 // drain answers the jobs still queued when the store closes.

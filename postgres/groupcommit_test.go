@@ -22,7 +22,8 @@ import (
 
 // TestBatchIsTwoRoundTrips: the writes of one database in one batch cost
 // two round trips (the locks and state; the rows and COMMIT) and at most
-// four statements per shard, however many writes and players: one
+// four statements per shard and one per batch more, however many writes
+// and players: one
 // write, or three hundred of every kind over forty players.
 func TestBatchIsTwoRoundTrips(t *testing.T) {
 	e := newEnv(t)
@@ -61,8 +62,9 @@ func TestBatchIsTwoRoundTrips(t *testing.T) {
 			got, err = e.store.BatchChange(ctx, c.reqs)
 			must(t, err)
 		})
-		// BEGIN, COMMIT; per shard three reads and one write.
-		most := int64(2 + 4*len(e.router.Map().Databases()[0].Shards))
+		// BEGIN, COMMIT, the committer's mark; per shard three reads and
+		// one write.
+		most := int64(3 + 4*len(e.router.Map().Databases()[0].Shards))
 		if trips != 2 || statements > most {
 			t.Errorf("%s: %d round trips, %d statements; want 2, at most %d", c.name, trips, statements, most)
 		}
@@ -704,6 +706,19 @@ func (e *env) queuedBehind(store *postgres.Store, blocker coffer.PlayerID, calls
 // it now is, and applies the grant (answering it as applied while it was
 // lost would lose the player's currency).
 func TestCutBatchIsNotTakenForAnotherInstancesWrite(t *testing.T) {
+	cutBatchThenAnotherInstance(t, false)
+}
+
+// TestCutBatchIsNotTakenForAnotherInstancesWriteClockBehind: the same,
+// on a database whose clock is behind the holder's last write (a standby
+// promoted with a slower clock): both commits of the hold then leave the
+// holder's row and the hold's finish at the same time as well, the
+// player's last write + 1 µs. Only the batch's mark tells them apart.
+func TestCutBatchIsNotTakenForAnotherInstancesWriteClockBehind(t *testing.T) {
+	cutBatchThenAnotherInstance(t, true)
+}
+
+func cutBatchThenAnotherInstance(t *testing.T, clockBehind bool) {
 	e := newEnv(t)
 	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second})
 	defer store.Close()
@@ -713,6 +728,11 @@ func TestCutBatchIsNotTakenForAnotherInstancesWrite(t *testing.T) {
 	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(holder, "h"), Hold: true,
 		Ops: []coffer.OpRequest{free("gold", -4), free("silver", 3)}})
 	must(t, err)
+	if clockBehind {
+		_, err := e.router.Shard(e.router.Map().ShardOf(holder)).Exec(ctx,
+			fmt.Sprintf(`UPDATE balance_%d SET updated_at = now() + interval '5 minutes' WHERE player_id = $1`, e.router.Map().ShardOf(holder)), holder)
+		must(t, err)
+	}
 	// An uncommitted trx under the grant's key (an instance that does not
 	// lock the player first): the batch's write waits for it.
 	id := e.router.Map().ShardOf(granted)
@@ -825,5 +845,33 @@ func TestTrxIDsOfTwoShardsInOneBatch(t *testing.T) {
 	}
 	if got := e.balance(holder, "gold").Total; got != 12 {
 		t.Errorf("the holder's gold %d, want 12", got)
+	}
+}
+
+// TestSweepMarksRemovesGoneCommitters: batches leave their committer's
+// mark; the sweeper removes the marks not set for a day (processes gone),
+// at most limit per database, and keeps those of live committers.
+func TestSweepMarksRemovesGoneCommitters(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(e.playersOn(0, 1, 1)[0], "live", free("gold", 1))
+	marks := func() (all, stale int) {
+		must(t, e.router.Database(0).QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE marked_at < now() - interval '1 day') FROM batch_mark`).Scan(&all, &stale))
+		return all, stale
+	}
+	if all, _ := marks(); all != 1 {
+		t.Fatalf("%d marks after one batch, want its committer's", all)
+	}
+	_, err := e.router.Database(0).Exec(ctx, `INSERT INTO batch_mark (committer, token, marked_at)
+		SELECT -g, 1, now() - interval '25 hours' FROM generate_series(1, 3) g`)
+	must(t, err)
+	n, err := e.store.SweepMarks(ctx, 2)
+	must(t, err)
+	if all, stale := marks(); n != 2 || all != 2 || stale != 1 {
+		t.Fatalf("first pass removed %d: %d marks left, %d stale; want 2 removed, the live one and a stale one left", n, all, stale)
+	}
+	n, err = e.store.SweepMarks(ctx, 2)
+	must(t, err)
+	if all, stale := marks(); n != 1 || all != 1 || stale != 0 {
+		t.Fatalf("second pass removed %d: %d marks left, %d stale; want the live one only", n, all, stale)
 	}
 }

@@ -97,8 +97,8 @@ func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
 	}
 	s := &Store{router: router, catalog: catalog, opts: opts, reports: shed.NewGate("revenue reports in flight", opts.ReportsMax)}
 	for i := range router.Map().Databases() {
-		s.writers = append(s.writers, newCommitter(s, i, "writes", s.settle, failWrites))
-		s.readers = append(s.readers, newCommitter(s, i, "balance reads", s.runReads, failReads))
+		s.writers = append(s.writers, newCommitter(s, i, "writes", s.settler, failWrites))
+		s.readers = append(s.readers, newCommitter(s, i, "balance reads", func() func(int, []*readRequest) { return s.runReads }, failReads))
 	}
 	return s
 }

@@ -69,6 +69,32 @@ func (s *Store) SweepExpiredLots(ctx context.Context, limit int) (int, error) {
 		func(id coffer.ShardID, started time.Time) { s.lotsSwept.Store(id, started.Add(-sweepOverlap)) })
 }
 
+// SweepMarks removes, on every database, at most limit rows of batch_mark
+// not set for a day: committers of processes gone (a live committer sets
+// its row at each batch, and one idle for a day has no attempt waiting to
+// read it). It returns how many it removed.
+func (s *Store) SweepMarks(ctx context.Context, limit int) (int, error) {
+	n := 0
+	var errs []error
+	for db := range s.router.Map().Databases() {
+		if err := s.router.Writable(db); err != nil {
+			errs = append(errs, fmt.Errorf("database %d: %w", db, err))
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		tag, err := s.router.Database(db).Exec(cctx, `DELETE FROM batch_mark WHERE committer IN
+			(SELECT committer FROM batch_mark WHERE marked_at < now() - interval '1 day' LIMIT $1)`, limit)
+		cancel()
+		if err != nil {
+			s.failed(db, err)
+			errs = append(errs, fmt.Errorf("database %d: %w", db, err))
+			continue
+		}
+		n += int(tag.RowsAffected())
+	}
+	return n, errors.Join(errs...)
+}
+
 // sweep runs one pass: on every shard it lists at most limit candidates
 // with the statement list gives and acts on them. A failing shard or
 // candidate does not stop the pass; the errors are joined. complete, if

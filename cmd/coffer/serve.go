@@ -115,6 +115,7 @@ func (m *Main) Start(ctx context.Context) error {
 	m.goBG(func() {
 		every(bgCtx, m.Config.Sweep.Interval, func() { m.sweep(bgCtx, "lots", store.SweepExpiredLots) })
 	})
+	m.goBG(func() { every(bgCtx, m.Config.Sweep.Interval, func() { m.sweep(bgCtx, "marks", store.SweepMarks) }) })
 	m.ready.Store(true)
 	m.Logger.Info("serving", "http", m.HTTPAddr, "grpc", m.GRPCAddr, "ops", m.OpsAddr, "shards", m.Map.ShardCount(), "databases", len(m.health))
 	return nil
