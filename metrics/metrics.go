@@ -58,10 +58,10 @@ func New(router *shard.Router) *Metrics {
 			Name: "coffer_shards_available", Help: "Shards whose database is up.",
 		}),
 		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "coffer_sweeper_runs_total", Help: "Sweeper passes by sweeper (holds, lots) and outcome (ok, error).",
+			Name: "coffer_sweeper_runs_total", Help: "Sweeper passes by sweeper (holds, lots, marks) and outcome (ok, error).",
 		}, []string{"sweeper", "outcome"}),
 		swept: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "coffer_sweeper_items_total", Help: "Holds rolled back as expired (holds) and players whose expired lots were recorded (lots).",
+			Name: "coffer_sweeper_items_total", Help: "Holds rolled back as expired (holds), players whose expired lots were recorded (lots) and marks of committers gone removed (marks).",
 		}, []string{"sweeper"}),
 		batchChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coffer_batch_changes_total", Help: "Changes sent in batches, by outcome (ok or the error code).",

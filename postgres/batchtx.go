@@ -44,8 +44,11 @@ func (s *Store) settle(db int, m *mark, reqs []*request) {
 			}
 			return
 		}
-		if a.uncertain {
+		switch {
+		case a.uncertain:
 			unknown = a
+		case a.unapplied:
+			unknown = nil // a failure of its own may be split again
 		}
 		if _, connFailed := classify(0, a.err); !connFailed && !a.uncertain && !retryable(a.err) {
 			break
@@ -72,18 +75,12 @@ func (s *Store) settle(db int, m *mark, reqs []*request) {
 // mark is a committer's row in batch_mark (migration V0018): each batch
 // it commits sets the row's token in its own transaction, so that the
 // next attempt of a batch whose COMMIT's answer was lost reads whether
-// that COMMIT was applied. A committer runs one batch at a time, and a
-// batch's attempts one after the other: the row holds the token of its
-// last COMMIT that was applied.
+// that COMMIT was applied. A committer runs one batch at a time, a
+// batch's attempts one after the other, and its tokens only grow: the row
+// holds the greatest token of its committer's COMMITs applied.
 type mark struct {
 	committer, token int64
 }
-
-// Statements on a committer's mark.
-const (
-	setMark  = `INSERT INTO batch_mark AS m (committer, token, marked_at) VALUES ($1, $2, now()) ON CONFLICT (committer) DO UPDATE SET token = EXCLUDED.token, marked_at = EXCLUDED.marked_at`
-	readMark = `SELECT token FROM batch_mark WHERE committer = $1`
-)
 
 // settler is what runs one committer goroutine's batches of writes, with
 // a mark of its own.
@@ -170,12 +167,15 @@ type batchPlayer struct {
 // attempt is one run of a batch: the plans, in the order of the writes,
 // and the token its COMMIT sets in its committer's mark, or the error that
 // stopped it. uncertain tells the error cut off the second round trip,
-// which holds the COMMIT: the batch may have been applied.
+// which holds the COMMIT: the batch may have been applied. unapplied
+// tells the attempt read that the earlier one it was given, uncertain,
+// was not applied.
 type attempt struct {
 	plans     []coffer.Plan
 	token     int64
 	err       error
 	uncertain bool
+	unapplied bool
 }
 
 // batchTx is a batch's transaction on one connection of its database.
@@ -215,7 +215,7 @@ func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *att
 	if unknown != nil && token == unknown.token {
 		return &attempt{plans: unknown.plans}
 	}
-	a := &attempt{plans: make([]coffer.Plan, len(reqs))}
+	a := &attempt{plans: make([]coffer.Plan, len(reqs)), unapplied: unknown != nil}
 	for i, r := range reqs {
 		p := players[of[i]]
 		if p.err != nil {
@@ -225,7 +225,8 @@ func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *att
 		a.plans[i] = r.planOn(p.player)
 	}
 	if t.idErr != nil {
-		return &attempt{err: t.idErr}
+		a.err = t.idErr
+		return a
 	}
 	if !slices.ContainsFunc(a.plans, coffer.Plan.Writes) {
 		return a // nothing to write: end rolls back

@@ -17,3 +17,6 @@ func BatchReads(id coffer.ShardID) (settings string, reads map[string]string) {
 
 // BatchWrite is the batch's write statement on shard id with every table.
 func BatchWrite(id coffer.ShardID) string { return writeSQL(id, 1<<len(writeBranches)-1) }
+
+// SetMark is the statement that raises a committer's mark.
+const SetMark = setMark

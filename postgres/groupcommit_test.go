@@ -460,9 +460,9 @@ func (c *commitCutter) serve(client net.Conn) {
 }
 
 // TestLostCommitAnswerIsRecognised: the answer to a batch's COMMIT is
-// lost with its connection; the batch runs again, finds its own writes
-// applied (the players' rows as it left them, its trx under their keys),
-// and answers them as new writes, not as replays, applied once.
+// lost with its connection; the batch runs again, finds its COMMIT
+// applied (its committer's mark holds its token), and answers its writes
+// as new writes, not as replays, applied once.
 func TestLostCommitAnswerIsRecognised(t *testing.T) {
 	e := newEnv(t)
 	db := e.cfg.Databases[0]
@@ -873,5 +873,52 @@ func TestSweepMarksRemovesGoneCommitters(t *testing.T) {
 	must(t, err)
 	if all, stale := marks(); n != 1 || all != 1 || stale != 0 {
 		t.Fatalf("second pass removed %d: %d marks left, %d stale; want the live one only", n, all, stale)
+	}
+}
+
+// TestMarkSweptOnlyIfStillStale: a stale mark that its committer sets
+// again while the sweeper waits to delete it is kept: the sweeper checks
+// the row it deletes, not the row it listed.
+func TestMarkSweptOnlyIfStillStale(t *testing.T) {
+	e := newEnv(t)
+	db := e.router.Database(0)
+	_, err := db.Exec(ctx, `INSERT INTO batch_mark (committer, token, marked_at) VALUES (42, 7, now() - interval '25 hours')`)
+	must(t, err)
+	tx, err := db.Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, postgres.SetMark, int64(42), int64(8))
+	must(t, err)
+	swept := make(chan int, 1)
+	go func() {
+		n, err := e.store.SweepMarks(ctx, 10)
+		if err != nil {
+			t.Error(err)
+		}
+		swept <- n
+	}()
+	e.waitForBackend(0, "%DELETE FROM batch_mark%")
+	must(t, tx.Commit(ctx))
+	n := <-swept
+	var token int64
+	if err := db.QueryRow(ctx, `SELECT token FROM batch_mark WHERE committer = 42`).Scan(&token); err != nil || n != 0 || token != 8 {
+		t.Fatalf("a mark set while the sweeper waited: swept %d, token %d (%v); want kept with token 8", n, token, err)
+	}
+}
+
+// TestMarkOnlyGrows: a committer's transaction that commits after a later
+// one of its committer (given up on, its outcome unread) leaves the later
+// token: a lower one does not replace it.
+func TestMarkOnlyGrows(t *testing.T) {
+	e := newEnv(t)
+	db := e.router.Database(0)
+	for _, token := range []int64{7, 5} {
+		_, err := db.Exec(ctx, postgres.SetMark, int64(42), token)
+		must(t, err)
+	}
+	var token int64
+	must(t, db.QueryRow(ctx, `SELECT token FROM batch_mark WHERE committer = 42`).Scan(&token))
+	if token != 7 {
+		t.Fatalf("mark %d after tokens 7 then 5, want 7", token)
 	}
 }

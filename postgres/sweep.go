@@ -82,8 +82,7 @@ func (s *Store) SweepMarks(ctx context.Context, limit int) (int, error) {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		tag, err := s.router.Database(db).Exec(cctx, `DELETE FROM batch_mark WHERE committer IN
-			(SELECT committer FROM batch_mark WHERE marked_at < now() - interval '1 day' LIMIT $1)`, limit)
+		tag, err := s.router.Database(db).Exec(cctx, staleMarks, limit)
 		cancel()
 		if err != nil {
 			s.failed(db, err)

@@ -112,10 +112,12 @@ type HoldsConfig struct {
 	TTLMax     time.Duration `yaml:"ttl_max"`
 }
 
-// SweepConfig paces the background sweepers of expired holds and lots.
+// SweepConfig paces the background sweepers of expired holds and lots,
+// and of the marks of committers gone.
 type SweepConfig struct {
 	Interval time.Duration `yaml:"interval"`
-	// BatchMax bounds the holds (or players) one pass takes per shard.
+	// BatchMax bounds the holds (or players) one pass takes per shard,
+	// and the marks per database.
 	BatchMax int `yaml:"batch_max"`
 }
 
