@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -404,12 +405,28 @@ func (e *env) changeNS2(player coffer.PlayerID, key string, ops ...coffer.OpRequ
 // commitCutter forwards connections to a PostgreSQL server. Armed, it
 // drops the first answer to a COMMIT and closes that connection: the
 // server committed, the client never hears of it, as when the network
-// fails between the two.
+// fails between the two. cutClients cuts the connections open so far on
+// the client's side only: the server's end stays open, and what it sends
+// is dropped, so that the server goes on with what it was sent; cancel
+// requests sent after it are dropped too (the client has lost its way to
+// the server, as in a partition).
 type commitCutter struct {
 	ln       net.Listener
 	upstream string
 	armed    atomic.Bool
 	cuts     atomic.Int32
+	clients  sync.Map // id → net.Conn
+	opened   atomic.Int64
+	cutTo    atomic.Int64
+}
+
+// cutClients cuts the client side of every connection opened so far.
+func (c *commitCutter) cutClients() {
+	c.cutTo.Store(c.opened.Load())
+	c.clients.Range(func(_, conn any) bool {
+		conn.(net.Conn).Close()
+		return true
+	})
 }
 
 func newCommitCutter(t *testing.T, upstream string) *commitCutter {
@@ -429,13 +446,31 @@ func newCommitCutter(t *testing.T, upstream string) *commitCutter {
 	return c
 }
 
+// cancelRequestCode opens a CancelRequest packet (PostgreSQL protocol).
+const cancelRequestCode = 80877102
+
 // commitDone is the CommandComplete of a COMMIT.
 var commitDone = []byte("COMMIT\x00")
 
 func (c *commitCutter) serve(client net.Conn) {
+	id := c.opened.Add(1)
+	c.clients.Store(id, client)
+	var head []byte
+	if c.cutTo.Load() > 0 {
+		head = make([]byte, 8) // a startup packet's length and code
+		if _, err := io.ReadFull(client, head); err != nil || binary.BigEndian.Uint32(head[4:]) == cancelRequestCode {
+			client.Close()
+			return
+		}
+	}
 	server, err := net.Dial("tcp", c.upstream)
 	if err != nil {
 		client.Close()
+		return
+	}
+	if _, err := server.Write(head); err != nil {
+		client.Close()
+		server.Close()
 		return
 	}
 	defer client.Close()
@@ -447,6 +482,9 @@ func (c *commitCutter) serve(client net.Conn) {
 		if n > 0 && bytes.Contains(buf[:n], commitDone) && c.armed.CompareAndSwap(true, false) {
 			c.cuts.Add(1)
 			return
+		}
+		if n > 0 && id <= c.cutTo.Load() {
+			n = 0
 		}
 		if n > 0 {
 			if _, werr := client.Write(buf[:n]); werr != nil {
@@ -465,18 +503,7 @@ func (c *commitCutter) serve(client net.Conn) {
 // as new writes, not as replays, applied once.
 func TestLostCommitAnswerIsRecognised(t *testing.T) {
 	e := newEnv(t)
-	db := e.cfg.Databases[0]
-	cutter := newCommitCutter(t, fmt.Sprintf("%s:%d", db.Host, db.Port))
-	cfg := e.cfg
-	cfg.Databases = slices.Clone(cfg.Databases)
-	cfg.Databases[0].Port = cutter.ln.Addr().(*net.TCPAddr).Port
-	m, err := shard.NewMap(cfg)
-	must(t, err)
-	router, err := shard.Open(m, shard.DefaultPoolConfig())
-	must(t, err)
-	defer router.Close()
-	store := postgres.New(router, e.catalog, postgres.Options{})
-	defer store.Close()
+	cutter, store := e.storeThroughCutter(postgres.Options{})
 
 	ps := e.playersOn(0, 1, 2)
 	e.mustChange(ps[1], "seed", free("gold", 3))
@@ -499,6 +526,39 @@ func TestLostCommitAnswerIsRecognised(t *testing.T) {
 	if a, b := e.balance(ps[0], "gold"), e.balance(ps[1], "gold"); a.Total != 5 || b.Total != 1 {
 		t.Fatalf("applied more than once: %d and %d gold", a.Total, b.Total)
 	}
+}
+
+// rogueTrx is an uncommitted trx of player under key (an instance that
+// does not lock the player first): a batch's write of a trx under that
+// key waits for it. It is rolled back at the end of the test at the
+// latest.
+func (e *env) rogueTrx(player coffer.PlayerID, key string) pgx.Tx {
+	id := e.router.Map().ShardOf(player)
+	rogue, err := e.router.Shard(id).Begin(ctx)
+	must(e.t, err)
+	e.t.Cleanup(func() { _ = rogue.Rollback(ctx) })
+	_, err = rogue.Exec(ctx, fmt.Sprintf(`INSERT INTO trx_%d (ns, player_id, created_at, trx_id, emitter, idempotency_key,
+		request_hash, kind, status, reason, version, pos) VALUES (1, $1, now(), -1, 7, $2, '\x00', 'change', 'committed', 'rogue', 1, 1)`, id), player, key)
+	must(e.t, err)
+	return rogue
+}
+
+// storeThroughCutter is a store whose first database is reached through
+// a commitCutter.
+func (e *env) storeThroughCutter(opts postgres.Options) (*commitCutter, *postgres.Store) {
+	db := e.cfg.Databases[0]
+	cutter := newCommitCutter(e.t, fmt.Sprintf("%s:%d", db.Host, db.Port))
+	cfg := e.cfg
+	cfg.Databases = slices.Clone(cfg.Databases)
+	cfg.Databases[0].Port = cutter.ln.Addr().(*net.TCPAddr).Port
+	m, err := shard.NewMap(cfg)
+	must(e.t, err)
+	router, err := shard.Open(m, shard.DefaultPoolConfig())
+	must(e.t, err)
+	e.t.Cleanup(router.Close)
+	store := postgres.New(router, e.catalog, opts)
+	e.t.Cleanup(store.Close)
+	return cutter, store
 }
 
 // TestDeadlockIsRetried: a transaction holds the second player of a batch
@@ -733,15 +793,7 @@ func cutBatchThenAnotherInstance(t *testing.T, clockBehind bool) {
 			fmt.Sprintf(`UPDATE balance_%d SET updated_at = now() + interval '5 minutes' WHERE player_id = $1`, e.router.Map().ShardOf(holder)), holder)
 		must(t, err)
 	}
-	// An uncommitted trx under the grant's key (an instance that does not
-	// lock the player first): the batch's write waits for it.
-	id := e.router.Map().ShardOf(granted)
-	rogue, err := e.router.Shard(id).Begin(ctx)
-	must(t, err)
-	defer rogue.Rollback(ctx)
-	_, err = rogue.Exec(ctx, fmt.Sprintf(`INSERT INTO trx_%d (ns, player_id, created_at, trx_id, emitter, idempotency_key,
-		request_hash, kind, status, reason, version, pos) VALUES (1, $1, now(), -1, 7, 'k', '\x00', 'change', 'committed', 'rogue', 1, 1)`, id), granted)
-	must(t, err)
+	rogue := e.rogueTrx(granted, "k") // the batch's write waits for it
 
 	// The hold's commit and the grant queue behind a batch that waits for
 	// a player locked elsewhere: they leave as one batch.
@@ -920,5 +972,44 @@ func TestMarkOnlyGrows(t *testing.T) {
 	must(t, db.QueryRow(ctx, `SELECT token FROM batch_mark WHERE committer = 42`).Scan(&token))
 	if token != 7 {
 		t.Fatalf("mark %d after tokens 7 then 5, want 7", token)
+	}
+}
+
+// TestMarkIsReadAfterTheLocks: a batch's connection is cut on the
+// client's side during its second round trip, while the server still runs
+// it (waiting for a trx another transaction holds under the grant's key)
+// and commits it later. The
+// batch's next attempt waits for the player's lock, which the first
+// attempt holds until it commits, and only then reads the mark: it finds
+// the first attempt applied and answers the grant as a new write. Read
+// before the lock, the mark would still say not applied, and the grant
+// would be answered as a replay of itself.
+func TestMarkIsReadAfterTheLocks(t *testing.T) {
+	e := newEnv(t)
+	cutter, store := e.storeThroughCutter(postgres.Options{Committers: 1, Timeout: 20 * time.Second})
+	p := e.playersOn(0, 1, 1)[0]
+	e.mustChange(p, "seed", free("gold", 1))
+	rogue := e.rogueTrx(p, "late")
+
+	var grant coffer.ChangeResult
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		grant.Trx, grant.Replay, grant.Err = store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "late"), Ops: []coffer.OpRequest{free("gold", 5)}})
+	}()
+	first := e.waitForBackend(0, "%INSERT INTO trx_%")
+	cutter.cutClients()
+	e.waitForBackend(0, "%INSERT INTO balance_%", first)
+	must(t, rogue.Rollback(ctx)) // the first attempt goes on and commits
+	<-done
+	must(t, grant.Err)
+	if grant.Replay {
+		t.Fatalf("the grant, applied by its first attempt, answered as a replay of itself")
+	}
+	stored, err := e.store.Trx(ctx, scope(p, "late"))
+	must(t, err)
+	sameAnswer(t, grant.Trx, stored)
+	if b := e.balance(p, "gold"); b.Total != 6 {
+		t.Fatalf("the player holds %d gold, want 6", b.Total)
 	}
 }
