@@ -10,6 +10,7 @@ import (
 	"net"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -789,8 +790,8 @@ func cutBatchThenAnotherInstance(t *testing.T, clockBehind bool) {
 		Ops: []coffer.OpRequest{free("gold", -4), free("silver", 3)}})
 	must(t, err)
 	if clockBehind {
-		_, err := e.router.Shard(e.router.Map().ShardOf(holder)).Exec(ctx,
-			fmt.Sprintf(`UPDATE balance_%d SET updated_at = now() + interval '5 minutes' WHERE player_id = $1`, e.router.Map().ShardOf(holder)), holder)
+		id := e.router.Map().ShardOf(holder)
+		_, err := e.router.Shard(id).Exec(ctx, fmt.Sprintf(`UPDATE balance_%d SET updated_at = now() + interval '5 minutes' WHERE player_id = $1`, id), holder)
 		must(t, err)
 	}
 	rogue := e.rogueTrx(granted, "k") // the batch's write waits for it
@@ -921,8 +922,13 @@ func TestSweepMarksRemovesGoneCommitters(t *testing.T) {
 	if all, stale := marks(); n != 2 || all != 2 || stale != 1 {
 		t.Fatalf("first pass removed %d: %d marks left, %d stale; want 2 removed, the live one and a stale one left", n, all, stale)
 	}
+	// A database down fails its part of the pass, not the others'.
+	e.router.MarkDown(1)
+	defer e.router.MarkUp(1)
 	n, err = e.store.SweepMarks(ctx, 2)
-	must(t, err)
+	if err == nil || !strings.Contains(err.Error(), "database 1") {
+		t.Fatalf("a pass with database 1 down: %v, want its error", err)
+	}
 	if all, stale := marks(); n != 1 || all != 1 || stale != 0 {
 		t.Fatalf("second pass removed %d: %d marks left, %d stale; want the live one only", n, all, stale)
 	}
@@ -1011,5 +1017,45 @@ func TestMarkIsReadAfterTheLocks(t *testing.T) {
 	sameAnswer(t, grant.Trx, stored)
 	if b := e.balance(p, "gold"); b.Total != 6 {
 		t.Fatalf("the player holds %d gold, want 6", b.Total)
+	}
+}
+
+// TestCutAttemptReadUnappliedLetsTheBatchSplit: a batch's first attempt
+// is cut while its write waits for a trx another transaction holds under
+// one player's key, before its COMMIT ran. The next attempt reads the mark
+// (not applied) and then times out on the same wait: a failure of its own,
+// which splits the batch by player as for any batch, so that the other
+// player's grant is applied; it is not answered as an outcome that could
+// not be read.
+func TestCutAttemptReadUnappliedLetsTheBatchSplit(t *testing.T) {
+	e := newEnv(t)
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: time.Second})
+	defer store.Close()
+	ps := e.playersOn(0, 1, 2)
+	e.rogueTrx(ps[0], "held") // never ends: every write of it under that key waits
+	var got []coffer.ChangeResult
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		got, err = store.BatchChange(ctx, []coffer.ChangeRequest{
+			{Scope: scope(ps[0], "held"), Ops: []coffer.OpRequest{free("gold", 5)}},
+			{Scope: scope(ps[1], "free"), Ops: []coffer.OpRequest{free("gold", 3)}}})
+		done <- err
+	}()
+	pid := e.waitForBackend(0, "%INSERT INTO trx_%")
+	var killed bool
+	must(t, e.router.Database(0).QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed))
+	if !killed {
+		t.Fatalf("backend %d not terminated", pid)
+	}
+	must(t, <-done)
+	if code := coffer.ErrorCode(got[0].Err); code != coffer.CodeUnavailable || !strings.Contains(got[0].Err.Error(), "locked by another transaction") {
+		t.Errorf("the write waiting for the key: %v, want shard_unavailable for the lock", got[0].Err)
+	}
+	if got[1].Err != nil || got[1].Replay {
+		t.Fatalf("the other player's grant: replay %v, %v; want applied", got[1].Replay, got[1].Err)
+	}
+	if b := e.balance(ps[1], "gold"); b.Total != 3 {
+		t.Fatalf("the other player holds %d gold, want 3", b.Total)
 	}
 }
