@@ -34,7 +34,8 @@ type Options struct {
 	// instance) or its connection; zero means 3.
 	RetriesMax int
 	// BatchSizeMax bounds the writes of one batch; zero means 100. A
-	// committer takes one job and adds those queued while they fit.
+	// batch takes the job at the head of the queue and those behind it while
+	// they fit.
 	BatchSizeMax int
 	// Committers is the number of batches of writes (and of balance
 	// reads) in flight per database, each on a connection of its pool;
