@@ -6,12 +6,7 @@ import "github.com/cofferhq/coffer"
 func RevenueSQL(id coffer.ShardID) string { return newQueries(id).revenue }
 
 // Queued is how many jobs of writes wait for database db's committers.
-func (s *Store) Queued(db int) int {
-	c := s.writers[db]
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.queue)
-}
+func (s *Store) Queued(db int) int { return len(s.writers[db].queue) }
 
 // BatchReads are the batch's read statements on shard id, with the
 // settings a batch sends before them (keyedJoins).

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -648,41 +647,6 @@ func TestQueueFullIsOverloaded(t *testing.T) {
 	must(t, tx.Rollback(ctx))
 	must(t, <-errs)
 	must(t, <-errs)
-}
-
-// TestEndedCallLeavesTheQueue: a write whose call ends while it waits
-// for a batch leaves the queue at once, unapplied. The writes waiting are
-// the ones that lead the next batches: a queue kept full by calls gone
-// would refuse every write with nobody left to empty it.
-func TestEndedCallLeavesTheQueue(t *testing.T) {
-	e := newEnv(t)
-	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, QueueMax: 1, Timeout: 20 * time.Second})
-	defer store.Close()
-	ps := e.playersOn(0, 1, 3)
-	short, cancel := context.WithCancel(ctx)
-	tx, errs := e.queuedBehind(store, ps[0], func() error {
-		_, _, err := store.Change(short, coffer.ChangeRequest{Scope: scope(ps[1], "a"), Ops: []coffer.OpRequest{free("gold", 1)}})
-		return err
-	})
-	cancel()
-	wantCode(t, <-errs, coffer.CodeUnavailable)
-	if n := store.Queued(0); n != 0 {
-		t.Fatalf("%d jobs queued after the call ended", n)
-	}
-	queued := make(chan error, 1)
-	go func() {
-		_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(ps[2], "a"), Ops: []coffer.OpRequest{free("gold", 1)}})
-		queued <- err
-	}()
-	for store.Queued(0) == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	must(t, tx.Rollback(ctx))
-	must(t, <-errs)
-	must(t, <-queued)
-	if b := e.balance(ps[1], "gold"); b.Total != 0 {
-		t.Fatalf("the ended call's grant was applied: %d gold", b.Total)
-	}
 }
 
 // TestBalanceReadsAreGathered: balance reads from many goroutines are

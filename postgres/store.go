@@ -34,8 +34,7 @@ type Options struct {
 	// instance) or its connection; zero means 3.
 	RetriesMax int
 	// BatchSizeMax bounds the writes of one batch; zero means 100. A
-	// batch takes the job at the head of the queue and those behind it while
-	// they fit.
+	// committer takes one job and adds those queued while they fit.
 	BatchSizeMax int
 	// Committers is the number of batches of writes (and of balance
 	// reads) in flight per database, each on a connection of its pool;
