@@ -210,8 +210,12 @@ func (b *Book) set(l *BookLot, amount, reserved Amount) error {
 	return nil
 }
 
-func (b *Book) live(l *BookLot) bool {
-	return l.Amount > 0 && (l.ExpiresAt == nil || l.ExpiresAt.After(b.Now))
+func (b *Book) live(l *BookLot) bool { return l.liveAt(b.Now) }
+
+// liveAt tells whether the lot's coins count at now: it has some, and has
+// not expired.
+func (l *BookLot) liveAt(now time.Time) bool {
+	return l.Amount > 0 && (l.ExpiresAt == nil || l.ExpiresAt.After(now))
 }
 
 // Totals is the live total and paid part of a currency: what a balance

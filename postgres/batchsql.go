@@ -110,12 +110,14 @@ var batchStatements = batchSQL{
 		JOIN op_N o ON o.trx_id = x.trx_id AND o.ns = u.ns AND o.player_id = u.player_id AND o.paid AND o.cause = 'exchange'
 	ORDER BY o.pos`,
 	// Current balances of many players in one snapshot: each player's
-	// version with its live lots, under the index of its read in the
-	// batch ($3; a player read twice is answered twice).
-	balances: `SELECT u.i, b.version, l.lot_id, l.currency, l.paid, l.amount, l.expires_at, l.priority, l.created_at
+	// version, the snapshot's time and its lots with coins (which of them
+	// count is coffer.Catalog.CurrentBalances's to say), under the index
+	// of its read in the batch ($3; a player read twice is answered
+	// twice).
+	balances: `SELECT u.i, b.version, now(), l.lot_id, l.currency, l.paid, l.amount, l.expires_at, l.priority, l.created_at
 	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::int[]) AS i) AS u
 	JOIN balance_N b ON b.ns = u.ns AND b.player_id = u.player_id
-	LEFT JOIN lot_N l ON l.ns = b.ns AND l.player_id = b.player_id AND l.amount > 0 AND (l.expires_at IS NULL OR l.expires_at > now())`,
+	LEFT JOIN lot_N l ON l.ns = b.ns AND l.player_id = b.player_id AND l.amount > 0`,
 }
 
 // forShard is the statements with shard id's table names.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -47,7 +46,7 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 			currencies = []*coffer.Currency{only}
 		}
 		err := s.balancesAt(ctx, pool, s.q(id), q, currencies, &out)
-		out.Balances = held(q, out.Balances)
+		out.Balances = q.Held(out.Balances)
 		return out, s.fail(id, err)
 	}
 	r := &readRequest{ctx: ctx, shard: id, ns: q.Namespace, player: q.PlayerID}
@@ -57,74 +56,7 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 	if r.err != nil {
 		return out, r.err
 	}
-	out.Version = r.version
-	// A player holds a few of the configured currencies: only those the
-	// lots name get a balance, kept in currency id order.
-	var ids []coffer.CurrencyID
-	if only != nil {
-		out.Balances, ids = append(out.Balances, coffer.Balance{Currency: only.Code}), append(ids, only.ID)
-	}
-	for _, l := range r.lots {
-		if only != nil && l.Currency != only.ID {
-			continue
-		}
-		c, ok := s.catalog.CurrencyByID(l.Currency)
-		if !ok {
-			continue
-		}
-		i := slices.Index(ids, c.ID)
-		if i < 0 {
-			i = len(ids)
-			ids = append(ids, c.ID)
-			out.Balances = append(out.Balances, coffer.Balance{Currency: c.Code})
-		}
-		bal := &out.Balances[i]
-		part := &bal.Free
-		if l.Paid {
-			part = &bal.Paid
-		}
-		total, ok1 := bal.Total.Add(l.Amount)
-		sum, ok2 := part.Add(l.Amount)
-		if !ok1 || !ok2 {
-			return out, coffer.Errorf(coffer.CodeInternal, "%s: the balance passes int64, which no write allows: coffer audit says where the ledger is damaged", c.Code)
-		}
-		bal.Total, *part = total, sum
-		if q.Lots {
-			bal.Lots = append(bal.Lots, coffer.Lot{ID: l.ID, Currency: c.Code, Paid: l.Paid, Amount: l.Amount,
-				ExpiresAt: l.ExpiresAt, Priority: l.Priority, CreatedAt: l.CreatedAt.UTC()})
-		}
-	}
-	sort.Sort(byCurrency{out.Balances, ids})
-	return out, nil
-}
-
-// byCurrency sorts balances and their currency ids together, by id.
-type byCurrency struct {
-	balances []coffer.Balance
-	ids      []coffer.CurrencyID
-}
-
-func (b byCurrency) Len() int           { return len(b.ids) }
-func (b byCurrency) Less(i, j int) bool { return b.ids[i] < b.ids[j] }
-func (b byCurrency) Swap(i, j int) {
-	b.balances[i], b.balances[j] = b.balances[j], b.balances[i]
-	b.ids[i], b.ids[j] = b.ids[j], b.ids[i]
-}
-
-// held keeps, unless the query names a currency, only the currencies the
-// player holds: with 50 configured currencies, a reply of 50 zeros would
-// cost more than the read.
-func held(q coffer.BalanceQuery, all []coffer.Balance) []coffer.Balance {
-	if q.Currency != "" {
-		return all
-	}
-	out := all[:0]
-	for _, b := range all {
-		if b.Total != 0 {
-			out = append(out, b)
-		}
-	}
-	return out
+	return s.catalog.CurrentBalances(q, r.version, r.lots, r.at)
 }
 
 func (s *Store) balancesAt(ctx context.Context, pool *pgxpool.Pool, qs *queries, q coffer.BalanceQuery, currencies []*coffer.Currency, out *coffer.Balances) error {
@@ -355,7 +287,8 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 }
 
 // readRequest is one read of current balances waiting for its batch; the
-// batch sets the player's version and live lots, or err.
+// batch sets the player's version, its lots with coins and the time of
+// its snapshot, or err.
 type readRequest struct {
 	ctx     context.Context
 	shard   coffer.ShardID
@@ -363,6 +296,7 @@ type readRequest struct {
 	player  coffer.PlayerID
 	version int64
 	lots    []coffer.BookLot
+	at      time.Time
 	err     error
 }
 
@@ -374,7 +308,8 @@ func failReads(reqs []*readRequest, err error) {
 
 // runReads answers the balance reads of one database in one round trip:
 // a statement per shard they touch (batchSQL.balances), each read getting
-// its player's version and live lots from one snapshot.
+// its player's version and lots with coins from one snapshot, with the
+// snapshot's time: coffer.Catalog.CurrentBalances answers from them.
 func (s *Store) runReads(db int, reqs []*readRequest) {
 	byShard := perShard{}
 	for i, r := range reqs {
@@ -401,6 +336,7 @@ func scanBalances(rows pgx.Rows, reqs []*readRequest) error {
 	defer rows.Close()
 	for rows.Next() {
 		var i, version int64
+		var at time.Time
 		var lotID *int64
 		var cur *coffer.CurrencyID
 		var paid *bool
@@ -408,14 +344,14 @@ func scanBalances(rows pgx.Rows, reqs []*readRequest) error {
 		var prio *int32
 		var created *time.Time
 		var l coffer.BookLot
-		if err := rows.Scan(&i, &version, &lotID, &cur, &paid, &amount, &l.ExpiresAt, &prio, &created); err != nil {
+		if err := rows.Scan(&i, &version, &at, &lotID, &cur, &paid, &amount, &l.ExpiresAt, &prio, &created); err != nil {
 			return err
 		}
 		if i < 1 || int(i) > len(reqs) {
 			return fmt.Errorf("balances: read %d of %d", i, len(reqs))
 		}
 		r := reqs[i-1]
-		r.version = version
+		r.version, r.at = version, at
 		if lotID != nil {
 			l.ID, l.Currency, l.Paid, l.Amount, l.Priority, l.CreatedAt = *lotID, *cur, *paid, *amount, *prio, *created
 			r.lots = append(r.lots, l)
