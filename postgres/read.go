@@ -1,12 +1,10 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -209,8 +207,8 @@ func decodeCursor(c string) (time.Time, int64, error) {
 
 // Revenue sums paid ops of the namespace over every shard, one statement
 // per shard, each an index-only scan of the shard's paid ops of the
-// namespace (op_N_revenue). At most opts.ReportsMax run at once; one more
-// is overloaded.
+// namespace (op_N_revenue); coffer.RevenueReport makes the lines of
+// them. At most opts.ReportsMax run at once; one more is overloaded.
 func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.RevenueLine, error) {
 	if err := q.Validate(); err != nil {
 		return nil, err
@@ -219,21 +217,12 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 		return nil, err
 	}
 	defer s.reports.Leave()
-	var only *coffer.Currency
-	if q.Currency != "" {
-		cur, ok := s.catalog.Currency(q.Currency)
-		if !ok {
-			return nil, coffer.Errorf(coffer.CodeInvalid, "currency: unknown currency %q", q.Currency)
-		}
-		only = cur
+	report, err := s.catalog.NewRevenueReport(q)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*s.opts.Timeout)
 	defer cancel()
-	type lineKey struct {
-		currency coffer.CurrencyID
-		fiat     string
-	}
-	lines := map[lineKey]*coffer.RevenueLine{}
 	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
 		id := coffer.ShardID(sh)
 		pool, err := s.pool(id)
@@ -245,25 +234,18 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 			return nil, s.fail(id, err)
 		}
 		for rows.Next() {
-			var k lineKey
-			var r coffer.RevenueLine
-			dest := []any{&k.currency, &k.fiat}
-			for _, f := range r.Figures() {
+			var currency coffer.CurrencyID
+			var fiat string
+			var line coffer.RevenueLine
+			dest := []any{&currency, &fiat}
+			for _, f := range line.Figures() {
 				dest = append(dest, f)
 			}
 			if err := rows.Scan(dest...); err != nil {
 				rows.Close()
 				return nil, s.fail(id, err)
 			}
-			if _, known := s.catalog.CurrencyByID(k.currency); !known || (only != nil && only.ID != k.currency) {
-				continue
-			}
-			l := lines[k]
-			if l == nil {
-				l = &coffer.RevenueLine{Currency: s.catalog.CurrencyOf(k.currency).Code, Fiat: k.fiat}
-				lines[k] = l
-			}
-			if err := l.Add(r); err != nil {
+			if err := report.Add(currency, fiat, line); err != nil {
 				rows.Close()
 				return nil, err
 			}
@@ -272,18 +254,7 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 			return nil, s.fail(id, fmt.Errorf("revenue: %w", err))
 		}
 	}
-	keys := make([]lineKey, 0, len(lines))
-	for k := range lines {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b lineKey) int {
-		return cmp.Or(cmp.Compare(a.currency, b.currency), cmp.Compare(a.fiat, b.fiat))
-	})
-	out := make([]coffer.RevenueLine, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, *lines[k])
-	}
-	return out, nil
+	return report.Lines(), nil
 }
 
 // readRequest is one read of current balances waiting for its batch; the
