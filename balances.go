@@ -17,18 +17,18 @@ import (
 // int64, which no write allows (the ledger is damaged).
 func (c *Catalog) CurrentBalances(q BalanceQuery, version int64, lots []BookLot, now time.Time) (Balances, error) {
 	out := Balances{Namespace: q.Namespace, PlayerID: q.PlayerID, Version: version, Balances: []Balance{}}
+	only, err := c.Named(q.Currency)
+	if err != nil {
+		return out, err
+	}
 	var ids []CurrencyID
-	if q.Currency != "" {
-		only, ok := c.Currency(q.Currency)
-		if !ok {
-			return out, Errorf(CodeInvalid, "currency: unknown currency %q", q.Currency)
-		}
+	if only != nil {
 		out.Balances, ids = append(out.Balances, Balance{Currency: only.Code}), append(ids, only.ID)
 	}
 	for i := range lots {
 		l := &lots[i]
 		cur, known := c.CurrencyByID(l.Currency)
-		if !known || !l.liveAt(now) || (q.Currency != "" && cur.Code != q.Currency) {
+		if !known || !l.liveAt(now) || (only != nil && cur.ID != only.ID) {
 			continue
 		}
 		k := slices.Index(ids, cur.ID)

@@ -111,10 +111,18 @@ func (c *Catalog) AddRate(ns Namespace, from, to string, r Rate) error {
 	return nil
 }
 
-// Currency looks a currency up by code.
-func (c *Catalog) Currency(code string) (*Currency, bool) {
+// Named is the currency a query names by code (a read's, the finlog's,
+// the revenue report's filter), or nil for none (code ""). Errors:
+// invalid_argument for a code the catalog does not have.
+func (c *Catalog) Named(code string) (*Currency, error) {
+	if code == "" {
+		return nil, nil
+	}
 	cur, ok := c.byCode[code]
-	return cur, ok
+	if !ok {
+		return nil, Errorf(CodeInvalid, "currency: unknown currency %q", code)
+	}
+	return cur, nil
 }
 
 // CurrencyByID looks a currency up by id.

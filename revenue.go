@@ -24,15 +24,11 @@ type revenueKey struct {
 // NewRevenueReport starts the report that answers q. Errors:
 // invalid_argument for an unknown currency.
 func (c *Catalog) NewRevenueReport(q RevenueQuery) (*RevenueReport, error) {
-	r := &RevenueReport{catalog: c, lines: map[revenueKey]*RevenueLine{}}
-	if q.Currency != "" {
-		cur, ok := c.Currency(q.Currency)
-		if !ok {
-			return nil, Errorf(CodeInvalid, "currency: unknown currency %q", q.Currency)
-		}
-		r.only = cur
+	only, err := c.Named(q.Currency)
+	if err != nil {
+		return nil, err
 	}
-	return r, nil
+	return &RevenueReport{catalog: c, only: only, lines: map[revenueKey]*RevenueLine{}}, nil
 }
 
 // Add adds one shard's sums of a currency and fiat (line's figures).

@@ -22,13 +22,9 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 	if err := q.Validate(); err != nil {
 		return coffer.Balances{}, err
 	}
-	var only *coffer.Currency
-	if q.Currency != "" {
-		cur, ok := s.catalog.Currency(q.Currency)
-		if !ok {
-			return coffer.Balances{}, coffer.Errorf(coffer.CodeInvalid, "currency: unknown currency %q", q.Currency)
-		}
-		only = cur
+	only, err := s.catalog.Named(q.Currency)
+	if err != nil {
+		return coffer.Balances{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -126,13 +122,13 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 	if q.Reason != "" {
 		reason = &q.Reason
 	}
+	only, err := s.catalog.Named(q.Currency)
+	if err != nil {
+		return coffer.FinlogPage{}, err
+	}
 	var currency *int32
-	if q.Currency != "" {
-		cur, ok := s.catalog.Currency(q.Currency)
-		if !ok {
-			return coffer.FinlogPage{}, coffer.Errorf(coffer.CodeInvalid, "currency: unknown currency %q", q.Currency)
-		}
-		c := int32(cur.ID)
+	if only != nil {
+		c := int32(only.ID)
 		currency = &c
 	}
 	var afterTime *time.Time

@@ -386,6 +386,11 @@ func TestHTTPBadInput(t *testing.T) {
 		{"bad limit", "GET", "/v1/namespaces/1/players/77/finlog?limit=100000", "", 400, coffer.CodeInvalid},
 		{"bad cursor", "GET", "/v1/namespaces/1/players/77/finlog?cursor=zzz", "", 400, coffer.CodeInvalid},
 		{"revenue without range", "GET", "/v1/namespaces/1/reports/revenue", "", 400, coffer.CodeInvalid},
+		// A filter by a currency the catalog does not have (coffer.Catalog.Named).
+		{"balances of an unknown currency", "GET", "/v1/namespaces/1/players/77/balances?currency=mana", "", 400, coffer.CodeInvalid},
+		{"balances at a time of an unknown currency", "GET", "/v1/namespaces/1/players/77/balances?currency=mana&at=2026-01-01T00:00:00Z", "", 400, coffer.CodeInvalid},
+		{"finlog of an unknown currency", "GET", "/v1/namespaces/1/players/77/finlog?currency=mana", "", 400, coffer.CodeInvalid},
+		{"revenue of an unknown currency", "GET", "/v1/namespaces/1/reports/revenue?from=2026-01-01T00:00:00Z&to=2027-01-01T00:00:00Z&currency=mana", "", 400, coffer.CodeInvalid},
 		{"commit with a body", "POST", tx + "/k/commit", `{"force": true}`, 400, coffer.CodeInvalid},
 		{"exchange without rate", "POST", "/v1/namespaces/1/players/77/exchanges", `{"idempotency_key": "e", "from": "credits", "to": "gold", "amount": 5}`, 400, coffer.CodeInvalid},
 		// One request, one spelling (docs/api.md, Strict JSON).
