@@ -218,20 +218,6 @@ func (l *BookLot) liveAt(now time.Time) bool {
 	return l.Amount > 0 && (l.ExpiresAt == nil || l.ExpiresAt.After(now))
 }
 
-// Totals is the live total and paid part of a currency: what a balance
-// read answers.
-func (b *Book) Totals(cur CurrencyID) (total, paid Amount) {
-	for _, l := range b.currency(cur).lots {
-		if b.live(l) {
-			total += l.Amount
-			if l.Paid {
-				paid += l.Amount
-			}
-		}
-	}
-	return total, paid
-}
-
 // op is an op that moved amount, worth value, on lot l.
 func (b *Book) op(l *BookLot, kind OpKind, cause OpCause, amount, value Amount) BookOp {
 	c := b.currency(l.Currency)
