@@ -257,7 +257,10 @@ func (b *Book) Expire(only []CurrencyID) []BookOp {
 
 // Grant adds a grant: a paid grant (or one carrying a purchase) is a lot of
 // its own; a free one joins the live free lot with the same expiry and
-// priority, so that rewards do not pile up lots. Errors: invalid_argument
+// priority that still holds coins or a reservation, so that rewards do
+// not pile up lots. A lot spent to nothing is not joined: stores load
+// only lots that hold something, so a grant gets the same lot whether an
+// earlier write of its batch emptied one or not. Errors: invalid_argument
 // when the balance plus what pending holds reserve would pass BalanceMax;
 // too_many_lots when it needs a lot beyond LotsMax, or the trx an op
 // beyond TrxOpsMax. Nothing is changed on an error. A purchase's lot is
@@ -286,7 +289,7 @@ func (b *Book) grant(cur *Currency, amount Amount, paid bool, expiresAt *time.Ti
 	if !paid {
 		for _, l := range c.lots {
 			if !l.Paid && l.Priority == priority && sameTime(l.ExpiresAt, expiresAt) && (l.ExpiresAt == nil || l.ExpiresAt.After(b.Now)) &&
-				(lot == nil || l.ID < lot.ID) {
+				(l.Amount > 0 || l.Reserved > 0) && (lot == nil || l.ID < lot.ID) {
 				lot = l
 			}
 		}

@@ -161,6 +161,15 @@ func TestPlanChange(t *testing.T) {
 				{changeOf(t, c, "b", false, expiring), "trx 101 change committed v5 @13\n  grant gold 4 lot 3 = 29/5 @14"},
 			}
 		}},
+		// A store loads only lots with coins or a reservation: were a grant
+		// to join a lot an earlier write of its batch spent to nothing, it
+		// would get another answer than alone.
+		{"a free grant does not join a free lot spent to nothing", live, func(t *testing.T) []step {
+			return []step{
+				{changeOf(t, c, "a", false, freeOp("gold", -17)), "trx 100 change committed v4 @11\n  consume gold -7 lot 3 = 15/5 @12\n  consume gold -10 lot 1 = 5/5 @13"},
+				{changeOf(t, c, "b", false, freeOp("gold", 3)), "trx 101 change committed v5 @14\n  grant gold 3 lot 102 = 8/5 @15"},
+			}
+		}},
 		{"a grant of another priority or expiry, or a paid one, is a lot of its own", live, func(t *testing.T) []step {
 			later := expiring
 			later.ExpiresAt = at(2 * time.Hour)
