@@ -56,6 +56,81 @@ func (c *Catalog) CurrentBalances(q BalanceQuery, version int64, lots []BookLot,
 	return out, nil
 }
 
+// PastBalance is what a store loads to tell one currency's balance at a
+// past time: the balance and its paid part after the currency's last op
+// at or before that time; the lots that hold coins now and may have
+// expired by then (Expired: no op records their expiry yet); and the ops
+// of the currency's first write after that time (Next).
+type PastBalance struct {
+	Currency    CurrencyID
+	Total, Paid Amount
+	Expired     []BookLot
+	Next        []PastOp
+}
+
+// PastOp is an op of the first write after a past time, with the expiry
+// of the lot it moved (nil for none, or for an op without a lot).
+type PastOp struct {
+	Amount       Amount
+	Paid         bool
+	LotExpiresAt *time.Time
+}
+
+// at is the balance, and its paid part, at time at. A lot's coins are
+// gone when it expires, but the op that records it comes later: with the
+// currency's first write after the expiry (Book.Expire runs before a
+// write's own ops, on every due lot of the currencies it touches) or the
+// lot sweeper. So the balance after the last op at or before at still
+// counts the coins of the lots that had expired by then. Those whose
+// expiry is not recorded yet still hold them (Expired). Those recorded
+// since were all recorded by the first write after at, and its ops on
+// them add up to minus those coins: the expiry, and any reservation a
+// rollback returned to an expired lot, which expires at once (the two
+// cancel out). ok is false when a sum passes int64.
+func (p PastBalance) at(at time.Time) (total, paid Amount, ok bool) {
+	total, paid, ok = p.Total, p.Paid, true
+	add := func(amount Amount, isPaid bool) {
+		var ok1, ok2 bool
+		total, ok1 = total.Add(amount)
+		ok2 = true
+		if isPaid {
+			paid, ok2 = paid.Add(amount)
+		}
+		ok = ok && ok1 && ok2
+	}
+	for _, l := range p.Expired {
+		if l.Amount > 0 && l.ExpiresAt != nil && !l.ExpiresAt.After(at) {
+			add(-l.Amount, l.Paid)
+		}
+	}
+	for _, o := range p.Next {
+		if o.LotExpiresAt != nil && !o.LotExpiresAt.After(at) {
+			add(o.Amount, o.Paid)
+		}
+	}
+	return total, paid, ok
+}
+
+// BalancesAt answers q, a read of balances at the past time q.At, from
+// the player's version then and what a store loaded for each currency
+// asked (PastBalance.at says how it counts), in the order loaded. A read
+// of all currencies answers those held (Held). Errors: internal when a
+// sum passes int64, which no write allows (the ledger is damaged).
+func (c *Catalog) BalancesAt(q BalanceQuery, version int64, past []PastBalance) (Balances, error) {
+	at := q.At.UTC()
+	out := Balances{Namespace: q.Namespace, PlayerID: q.PlayerID, Version: version, At: &at, Balances: []Balance{}}
+	for _, p := range past {
+		total, paid, ok := p.at(at)
+		code := c.CurrencyOf(p.Currency).Code
+		if !ok {
+			return out, Errorf(CodeInternal, "%s: the balance at %s passes int64, which no write allows: coffer audit says where the ledger is damaged", code, at.Format(time.RFC3339Nano))
+		}
+		out.Balances = append(out.Balances, Balance{Currency: code, Total: total, Paid: paid, Free: total - paid})
+	}
+	out.Balances = q.Held(out.Balances)
+	return out, nil
+}
+
 // Held is the balances a read answers of all (one per currency, as they
 // were at q.At): those held, unless q names a currency. With 50
 // configured currencies, a reply of 50 zeros would cost more than the

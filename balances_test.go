@@ -54,19 +54,7 @@ func TestCurrentBalances(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tc.q.Namespace, tc.q.PlayerID = 1, 42
 			got, err := c.CurrentBalances(tc.q, 9, tc.lots, now)
-			if tc.code != "" {
-				if ErrorCode(err) != tc.code {
-					t.Fatalf("error %v, want %s", err, tc.code)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := Balances{Namespace: 1, PlayerID: 42, Version: 9, Balances: tc.want}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("got %+v\nwant %+v", got, want)
-			}
+			checkBalances(t, got, err, tc.code, Balances{Namespace: 1, PlayerID: 42, Version: 9, Balances: tc.want})
 		})
 	}
 }
@@ -80,5 +68,83 @@ func TestHeld(t *testing.T) {
 	}
 	if got := (BalanceQuery{Currency: "gold"}).Held(all[:1]); !reflect.DeepEqual(got, all[:1]) {
 		t.Fatalf("named: got %+v", got)
+	}
+}
+
+// TestBalancesAt: a balance at a past time T is the balance after the
+// last op at or before T, less the coins of lots expired by T: those
+// whose expiry no op records yet, and those the first write after T
+// recorded (its ops on lots expired by T, a reservation returned and
+// expired at once counting nothing). The answer does not change when
+// the sweeper records an expiry after T.
+func TestBalancesAt(t *testing.T) {
+	c, err := NewCatalog([]Currency{{ID: 1, Code: "gold", Paid: true}, {ID: 2, Code: "silver"}}, time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	before, after := at.Add(-time.Minute), at.Add(time.Minute)
+	expired := func(amount Amount, paid bool, expires *time.Time) BookLot {
+		return BookLot{Currency: 1, Amount: amount, Paid: paid, ExpiresAt: expires}
+	}
+	next := func(amount Amount, paid bool, expires *time.Time) PastOp {
+		return PastOp{Amount: amount, Paid: paid, LotExpiresAt: expires}
+	}
+	for name, tc := range map[string]struct {
+		q    BalanceQuery
+		past []PastBalance
+		want []Balance
+		code Code
+	}{
+		"the last op's balance": {q: BalanceQuery{Currency: "gold"},
+			past: []PastBalance{{Currency: 1, Total: 50, Paid: 20}},
+			want: []Balance{{Currency: "gold", Total: 50, Paid: 20, Free: 30}}},
+		"an expiry not recorded yet: its lot's coins are gone from T on": {q: BalanceQuery{Currency: "gold"},
+			past: []PastBalance{{Currency: 1, Total: 50, Paid: 20, Expired: []BookLot{expired(25, false, &before), expired(4, true, &at)}}},
+			want: []Balance{{Currency: "gold", Total: 21, Paid: 16, Free: 5}}},
+		"the same expiry recorded after T: the same answer": {q: BalanceQuery{Currency: "gold"},
+			past: []PastBalance{{Currency: 1, Total: 50, Paid: 20, Next: []PastOp{next(-25, false, &before), next(-4, true, &at)}}},
+			want: []Balance{{Currency: "gold", Total: 21, Paid: 16, Free: 5}}},
+		"the first write after T: its ops on lots expired later, or on none, are after T": {q: BalanceQuery{Currency: "gold"},
+			past: []PastBalance{{Currency: 1, Total: 50, Paid: 20, Next: []PastOp{next(-25, false, &before), next(-7, false, &after), next(9, false, nil)}}},
+			want: []Balance{{Currency: "gold", Total: 25, Paid: 20, Free: 5}}},
+		"a reservation a rollback returned to a lot expired by T, expired at once: nothing": {q: BalanceQuery{Currency: "gold"},
+			past: []PastBalance{{Currency: 1, Total: 50, Next: []PastOp{next(-10, false, &before), next(6, false, &before), next(-6, false, &before)}}},
+			want: []Balance{{Currency: "gold", Total: 40, Free: 40}}},
+		"a lot expiring after T still counts": {q: BalanceQuery{Currency: "gold"},
+			past: []PastBalance{{Currency: 1, Total: 50, Expired: []BookLot{expired(35, false, &after)}}},
+			want: []Balance{{Currency: "gold", Total: 50, Free: 50}}},
+		"all currencies: those held": {q: BalanceQuery{},
+			past: []PastBalance{{Currency: 1, Total: 5, Expired: []BookLot{expired(5, false, &before)}}, {Currency: 2, Total: 3}},
+			want: []Balance{{Currency: "silver", Total: 3, Free: 3}}},
+		"a named currency not held: 0": {q: BalanceQuery{Currency: "silver"},
+			past: []PastBalance{{Currency: 2}},
+			want: []Balance{{Currency: "silver"}}},
+		"past int64": {q: BalanceQuery{Currency: "gold"},
+			past: []PastBalance{{Currency: 1, Total: math.MaxInt64, Next: []PastOp{next(1, false, &before)}}}, code: CodeInternal},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tc.q.Namespace, tc.q.PlayerID, tc.q.At = 1, 42, &at
+			got, err := c.BalancesAt(tc.q, 9, tc.past)
+			checkBalances(t, got, err, tc.code, Balances{Namespace: 1, PlayerID: 42, Version: 9, At: &at, Balances: tc.want})
+		})
+	}
+}
+
+// checkBalances fails t unless a read answered want, or failed with code
+// when one is given.
+func checkBalances(t *testing.T, got Balances, err error, code Code, want Balances) {
+	t.Helper()
+	if code != "" {
+		if ErrorCode(err) != code {
+			t.Fatalf("error %v, want %s", err, code)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
 	}
 }

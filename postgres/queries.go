@@ -40,19 +40,26 @@ func newQueries(id coffer.ShardID) *queries {
 		trxByKey: n(`SELECT ` + trxColumns + ` FROM trx_N t
 			WHERE t.ns = $1 AND t.player_id = $2 AND t.emitter = $3 AND t.idempotency_key = $4`),
 		batch: batchStatements.forShard(id),
-		// One index lookup per currency in op_N_at, in position order
-		// (times never go back as positions grow); expiries not yet
-		// recorded by the sweeper are subtracted from lots (they are not
-		// in the op chain yet, and their lots still hold the amount).
-		balancesAt: n(`SELECT c.currency, COALESCE(o.balance_after, 0) - COALESCE(x.total, 0), COALESCE(o.paid_after, 0) - COALESCE(x.paid, 0),
+		// Per currency, index lookups in op_N_at and the lot key: the
+		// balance after the last op at or before $3; the lots with coins
+		// whose expiry had come by $3; and the ops of the first write
+		// after $3, with their lots' expiries
+		// (coffer.PastBalance: the domain says what counts).
+		balancesAt: n(`SELECT c.currency, COALESCE(o.balance_after, 0), COALESCE(o.paid_after, 0),
+				x.amounts, x.paid, x.expires, y.amounts, y.paid, y.expires,
 				(SELECT t.version FROM trx_N t WHERE t.ns = $1 AND t.player_id = $2 AND t.created_at <= $3
 					ORDER BY t.created_at DESC, t.pos DESC LIMIT 1)
 			FROM unnest($4::int[]) AS c(currency)
 			LEFT JOIN LATERAL (SELECT balance_after, paid_after FROM op_N
 				WHERE ns = $1 AND player_id = $2 AND currency = c.currency AND created_at <= $3
 				ORDER BY created_at DESC, pos DESC LIMIT 1) o ON true
-			LEFT JOIN LATERAL (SELECT sum(amount) AS total, sum(amount) FILTER (WHERE paid) AS paid FROM lot_N
-				WHERE ns = $1 AND player_id = $2 AND currency = c.currency AND amount > 0 AND expires_at <= $3) x ON true`),
+			LEFT JOIN LATERAL (SELECT array_agg(amount) AS amounts, array_agg(paid) AS paid, array_agg(expires_at) AS expires FROM lot_N
+				WHERE ns = $1 AND player_id = $2 AND currency = c.currency AND amount > 0 AND expires_at <= $3) x ON true
+			LEFT JOIN LATERAL (SELECT array_agg(n.amount) AS amounts, array_agg(n.paid) AS paid, array_agg(l.expires_at) AS expires
+				FROM op_N n LEFT JOIN lot_N l ON l.ns = n.ns AND l.player_id = n.player_id AND l.currency = n.currency AND l.lot_id = n.lot_id
+				WHERE n.ns = $1 AND n.player_id = $2 AND n.currency = c.currency
+					AND n.created_at = (SELECT min(created_at) FROM op_N
+						WHERE ns = $1 AND player_id = $2 AND currency = c.currency AND created_at > $3)) y ON true`),
 		finlogAsc:  n(finlogSQL(false)),
 		finlogDesc: n(finlogSQL(true)),
 		// Not DISTINCT: that reads every due lot before the first row;

@@ -39,9 +39,11 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 		if only != nil {
 			currencies = []*coffer.Currency{only}
 		}
-		err := s.balancesAt(ctx, pool, s.q(id), q, currencies, &out)
-		out.Balances = q.Held(out.Balances)
-		return out, s.fail(id, err)
+		version, past, err := s.balancesAt(ctx, pool, s.q(id), q, currencies)
+		if err != nil {
+			return out, s.fail(id, err)
+		}
+		return s.catalog.BalancesAt(q, version, past)
 	}
 	r := &readRequest{ctx: ctx, shard: id, ns: q.Namespace, player: q.PlayerID}
 	if err := s.readers[s.router.DatabaseIndex(id)].submit(ctx, []*readRequest{r}); err != nil {
@@ -53,32 +55,39 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 	return s.catalog.CurrentBalances(q, r.version, r.lots, r.at)
 }
 
-func (s *Store) balancesAt(ctx context.Context, pool *pgxpool.Pool, qs *queries, q coffer.BalanceQuery, currencies []*coffer.Currency, out *coffer.Balances) error {
+// balancesAt loads, for each of currencies, what coffer.PastBalance
+// needs to tell its balance at q.At, and the player's version then.
+func (s *Store) balancesAt(ctx context.Context, pool *pgxpool.Pool, qs *queries, q coffer.BalanceQuery, currencies []*coffer.Currency) (version int64, past []coffer.PastBalance, err error) {
 	ids := make([]int32, len(currencies))
 	for i, c := range currencies {
 		ids[i] = int32(c.ID)
 	}
-	at := q.At.UTC()
-	out.At = &at
-	rows, err := pool.Query(ctx, qs.balancesAt, q.Namespace, q.PlayerID, at, ids)
+	rows, err := pool.Query(ctx, qs.balancesAt, q.Namespace, q.PlayerID, q.At.UTC(), ids)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var cur coffer.CurrencyID
-		var b coffer.Balance
-		var version *int64
-		if err := rows.Scan(&cur, &b.Total, &b.Paid, &version); err != nil {
-			return err
+		var p coffer.PastBalance
+		var v *int64
+		var lotAmounts, nextAmounts []coffer.Amount
+		var lotPaid, nextPaid []bool
+		var lotExpires, nextExpires []*time.Time
+		if err := rows.Scan(&p.Currency, &p.Total, &p.Paid, &lotAmounts, &lotPaid, &lotExpires, &nextAmounts, &nextPaid, &nextExpires, &v); err != nil {
+			return 0, nil, err
 		}
-		b.Currency, b.Free = s.catalog.CurrencyOf(cur).Code, b.Total-b.Paid
-		if version != nil {
-			out.Version = *version
+		for i := range lotAmounts {
+			p.Expired = append(p.Expired, coffer.BookLot{Currency: p.Currency, Amount: lotAmounts[i], Paid: lotPaid[i], ExpiresAt: lotExpires[i]})
 		}
-		out.Balances = append(out.Balances, b)
+		for i := range nextAmounts {
+			p.Next = append(p.Next, coffer.PastOp{Amount: nextAmounts[i], Paid: nextPaid[i], LotExpiresAt: nextExpires[i]})
+		}
+		if v != nil {
+			version = *v
+		}
+		past = append(past, p)
 	}
-	return rows.Err()
+	return version, past, rows.Err()
 }
 
 // Trx reads one trx by its scope.

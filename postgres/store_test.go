@@ -414,6 +414,13 @@ func TestExpiryAndBalanceAt(t *testing.T) {
 	if b := e.balance(11, "gold"); b.Total != 10 {
 		t.Fatalf("expired lot still counted: %+v", b)
 	}
+	// After the expiry, before the sweep records it: the same answer
+	// before the sweep and after.
+	t2 := time.Now()
+	before, err := e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: 11, Currency: "gold", At: &t2})
+	if err != nil || before.Balances[0].Total != 10 || before.Balances[0].Free != 10 {
+		t.Fatalf("at t2, before the sweep: %+v %v", before, err)
+	}
 	n, err := e.store.SweepExpiredLots(ctx, 100)
 	if err != nil || n != 1 {
 		t.Fatalf("sweep: %d %v", n, err)
@@ -427,6 +434,10 @@ func TestExpiryAndBalanceAt(t *testing.T) {
 	at, err := e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: 11, Currency: "gold", At: &t1})
 	if err != nil || at.Balances[0].Total != 50 {
 		t.Fatalf("at t1: %+v %v", at, err)
+	}
+	after, err := e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: 11, Currency: "gold", At: &t2})
+	if err != nil || !reflect.DeepEqual(after, before) {
+		t.Fatalf("at t2, after the sweep: %+v %v; before it %+v", after, err, before)
 	}
 }
 
