@@ -155,6 +155,22 @@ func (c *Catalog) Ops(ops []BookOp) []Op {
 	return out
 }
 
+// PendingOps are the ops a hold's answer lists for its grants while it
+// is pending: they wait for the commit, on no lot yet. A finished hold's
+// answer lists the ops its commit made instead, so none. A replay rebuilds
+// them from the stored grants the same way.
+func (c *Catalog) PendingOps(status TrxStatus, grants []PendingGrant) []Op {
+	if status != StatusPending {
+		return nil
+	}
+	var out []Op
+	for _, g := range grants {
+		out = append(out, Op{Currency: c.CurrencyOf(g.Currency).Code, Amount: g.Amount, Kind: OpGrant,
+			Paid: g.Paid, Pending: true, Purchase: g.Purchase})
+	}
+	return out
+}
+
 // BalancesAfter are the player's balances right after a trx, as its ops
 // leave them: in each currency the ops touch, in order of first touch, the
 // last op's balance_after. A replay rebuilds them from the stored ops the

@@ -285,10 +285,7 @@ func (p *Player) Change(v ValidChange) Plan {
 		trx.Kind, trx.Status = TrxHold, StatusPending
 		until := w.at.Add(v.HoldTTL).UTC()
 		trx.HoldExpiresAt = &until
-		for _, g := range pending {
-			trx.Ops = append(trx.Ops, Op{Currency: p.catalog.CurrencyOf(g.Currency).Code, Amount: g.Amount, Kind: OpGrant,
-				Paid: g.Paid, Pending: true, Purchase: g.Purchase})
-		}
+		trx.Ops = append(trx.Ops, p.catalog.PendingOps(trx.Status, pending)...)
 	}
 	w.expiries(expired)
 	w.insert(TrxRow{ID: id, Emitter: v.Emitter, IdempotencyKey: v.IdempotencyKey, Hash: v.Hash.Sum, Kind: trx.Kind,

@@ -103,11 +103,8 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 		}
 		for _, g := range grants {
 			t.PendingGrants = append(t.PendingGrants, coffer.PendingGrant(g))
-			if t.Status == coffer.StatusPending {
-				t.Ops = append(t.Ops, coffer.Op{Currency: s.catalog.CurrencyOf(g.Currency).Code, Amount: g.Amount, Kind: coffer.OpGrant,
-					Paid: g.Paid, Pending: true, Purchase: g.Purchase})
-			}
 		}
+		t.Ops = append(t.Ops, s.catalog.PendingOps(t.Status, t.PendingGrants)...)
 	}
 	t.CreatedAt = t.CreatedAt.UTC()
 	if t.HoldExpiresAt != nil {
