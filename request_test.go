@@ -195,3 +195,15 @@ func TestValidateRefusesWhatCannotBeStored(t *testing.T) {
 		t.Errorf("an expiry at the end of 9999: %v", err)
 	}
 }
+
+// TestExchangeBoundNamesTheRate: an exchange that would yield too much
+// names its rate as the config writes it (gold→silver "1:100"), not
+// reversed.
+func TestExchangeBoundNamesTheRate(t *testing.T) {
+	c := requestCatalog(t)
+	_, err := c.ValidateExchange(ExchangeRequest{Scope: Scope{Namespace: 1, PlayerID: 42, Emitter: 7, IdempotencyKey: "x"},
+		From: "gold", To: "silver", Amount: OpAmountMax})
+	if ErrorCode(err) != CodeInvalid || !strings.Contains(err.Error(), " at 1:100;") {
+		t.Fatalf("error %v; want invalid_argument naming the rate 1:100", err)
+	}
+}
