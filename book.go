@@ -289,7 +289,7 @@ func (b *Book) grant(cur *Currency, amount Amount, paid bool, expiresAt *time.Ti
 	if !paid {
 		for _, l := range c.lots {
 			if !l.Paid && l.Priority == priority && sameTime(l.ExpiresAt, expiresAt) && (l.ExpiresAt == nil || l.ExpiresAt.After(b.Now)) &&
-				(l.Amount > 0 || l.Reserved > 0) && (lot == nil || l.ID < lot.ID) {
+				l.held() && (lot == nil || l.ID < lot.ID) {
 				lot = l
 			}
 		}
