@@ -107,10 +107,14 @@ type PlayerState struct {
 	PlayerID  PlayerID
 	Version   int64
 	Pos       int64
-	// At is the time of the next write: after the player's last one.
-	At   time.Time
-	Lots []*BookLot
-	Trx  []*StoredTrx
+	// At is the database's time when the state was loaded, and LastWrite
+	// the time of the player's last write (zero for none). The next write
+	// takes At, or a microsecond after LastWrite when At is not after it:
+	// a player's times never go back, even where the clock of a failed-over
+	// server or of another instance's database is behind.
+	At, LastWrite time.Time
+	Lots          []*BookLot
+	Trx           []*StoredTrx
 	// Orders are the store orders the player's refunds name, as its
 	// ledger holds them (the lots of their grants, their refund).
 	Orders []*OrderState
@@ -134,6 +138,9 @@ type Player struct {
 // NewPlayer loads a player's state. newID hands out the ids of new trx
 // and lots. Errors: internal, when the lots are damaged (Book.Add).
 func NewPlayer(c *Catalog, st PlayerState, newID func() int64) (*Player, error) {
+	if !st.LastWrite.Before(st.At) {
+		st.At = st.LastWrite.Add(time.Microsecond)
+	}
 	p := &Player{state: st, catalog: c, book: &Book{NewID: newID}, trx: make(map[TrxKey]*StoredTrx, len(st.Trx)),
 		orders: make(map[PurchaseKey]*OrderState, len(st.Orders))}
 	for _, l := range st.Lots {

@@ -234,6 +234,31 @@ func TestPlanChange(t *testing.T) {
 	}
 }
 
+// TestPlanTimesNeverGoBack: a player's next write takes the database's
+// time, or a microsecond after the player's last write when that clock
+// is not past it (a failed-over server's clock behind the old one's).
+func TestPlanTimesNeverGoBack(t *testing.T) {
+	c := requestCatalog(t)
+	for name, tc := range map[string]struct{ last, want time.Time }{
+		"a new player":                    {time.Time{}, planT0},
+		"the clock past the last write":   {planT0.Add(-time.Second), planT0},
+		"the clock at the last write":     {planT0, planT0.Add(time.Microsecond)},
+		"the clock behind the last write": {planT0.Add(time.Second), planT0.Add(time.Second + time.Microsecond)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			id := int64(99)
+			p, err := NewPlayer(c, PlayerState{Namespace: 1, PlayerID: 42, At: planT0, LastWrite: tc.last}, func() int64 { id++; return id })
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan := changeOf(t, c, "a", false, freeOp("gold", 1))(p)
+			if plan.Err != nil || !plan.Trx.CreatedAt.Equal(tc.want) {
+				t.Fatalf("write at %v (%v), want %v", plan.Trx.CreatedAt, plan.Err, tc.want)
+			}
+		})
+	}
+}
+
 // TestPlanWritesInOrder: each accepted write of a player takes the next
 // version, a time a microsecond after the last and the next positions;
 // the player's row and lots are what the last write leaves.

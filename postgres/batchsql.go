@@ -52,15 +52,15 @@ var batchStatements = batchSQL{
 	// in a cycle. A player without a row gets one (version 0, which no trx
 	// has). The update changes nothing: it takes the lock; the batch
 	// stores the version, position and time its writes leave
-	// (writeBranches, players). It returns the stored version and
-	// position, the time of the player's next write (after its last:
-	// times never go back for a player) and the ids the batch asked for
-	// ($3).
+	// (writeBranches, players). It returns the stored version, position
+	// and time of the player's last write, the database's time (which
+	// of the two the next write takes is coffer.NewPlayer's to say) and
+	// the ids the batch asked for ($3).
 	lock: `WITH locked AS (INSERT INTO balance_N AS b (ns, player_id, version, updated_at, pos)
 		SELECT ns, player_id, 0, clock_timestamp(), 0 FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id) AS u ORDER BY ns, player_id
 		ON CONFLICT (ns, player_id) DO UPDATE SET version = b.version
 		RETURNING b.ns, b.player_id, b.version, b.pos, b.updated_at)
-	SELECT l.ns, l.player_id, l.version, l.pos, greatest(clock_timestamp(), l.updated_at + interval '1 microsecond'),
+	SELECT l.ns, l.player_id, l.version, l.pos, l.updated_at, clock_timestamp(),
 		ARRAY(SELECT nextval('id_seq_N') FROM generate_series(1, u.ids))
 	FROM locked l JOIN (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::int[]) AS ids) AS u ON u.ns = l.ns AND u.player_id = l.player_id`,
 	// The held lots (with an amount, or a reservation a rollback may

@@ -397,14 +397,14 @@ func (l *loading) locks(rows pgx.Rows) error {
 	for rows.Next() {
 		var k playerKey
 		var version, pos int64
-		var next time.Time
+		var last, now time.Time
 		var ids []int64
-		if err := rows.Scan(&k.ns, &k.id, &version, &pos, &next, &ids); err != nil {
+		if err := rows.Scan(&k.ns, &k.id, &version, &pos, &last, &now, &ids); err != nil {
 			return err
 		}
 		if p := l.byKey[k]; p != nil {
 			p.locked, p.ids = true, ids
-			p.state.Namespace, p.state.PlayerID, p.state.Version, p.state.Pos, p.state.At = k.ns, k.id, version, pos, next
+			p.state.Namespace, p.state.PlayerID, p.state.Version, p.state.Pos, p.state.LastWrite, p.state.At = k.ns, k.id, version, pos, last, now
 		}
 	}
 	return rows.Err()
