@@ -44,7 +44,7 @@ func TestRevenueReport(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, s := range shards {
-				if err := r.Add(s.currency, s.fiat, s.line); err != nil {
+				if err := r.add(s.currency, s.fiat, s.line); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -57,10 +57,83 @@ func TestRevenueReport(t *testing.T) {
 		t.Fatalf("unknown currency: %v", err)
 	}
 	r, _ := c.NewRevenueReport(RevenueQuery{Namespace: 1})
-	if err := r.Add(1, "USD", RevenueLine{Deposited: math.MaxInt64}); err != nil {
+	if err := r.add(1, "USD", RevenueLine{Deposited: math.MaxInt64}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Add(1, "USD", RevenueLine{Deposited: 1}); ErrorCode(err) != CodeInternal {
+	if err := r.add(1, "USD", RevenueLine{Deposited: 1}); ErrorCode(err) != CodeInternal {
 		t.Fatalf("past int64: %v", err)
+	}
+}
+
+// TestRevenueSums: which figures each sum a store reads makes, in coins
+// and in value, and a period's sums reconciling.
+func TestRevenueSums(t *testing.T) {
+	c, err := NewCatalog([]Currency{{ID: 1, Code: "gold", Paid: true}}, time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := func(kind OpKind, cause OpCause, within bool, amount Amount) RevenueSum {
+		return RevenueSum{Currency: 1, Fiat: "USD", Kind: kind, Cause: cause, Within: within, Amount: amount, Value: 10 * amount}
+	}
+	held := func(atFrom, atTo bool, amount Amount) RevenueSum {
+		return RevenueSum{Currency: 1, Fiat: "USD", Held: true, AtFrom: atFrom, AtTo: atTo, Amount: amount, Value: 10 * amount}
+	}
+	line := func(l RevenueLine) RevenueLine {
+		l.Currency, l.Fiat = "gold", "USD"
+		return l
+	}
+	for name, tc := range map[string]struct {
+		sums []RevenueSum
+		want RevenueLine
+	}{
+		"a purchase in the period": {[]RevenueSum{op(OpGrant, CauseChange, true, 10)},
+			line(RevenueLine{Deposited: 10, Deferred: 10, DepositedValue: 100, DeferredValue: 100})},
+		"ops before the period open it": {[]RevenueSum{op(OpGrant, CauseChange, false, 10), op(OpConsume, CauseChange, false, -4)},
+			line(RevenueLine{Opening: 6, Deferred: 6, OpeningValue: 60, DeferredValue: 60})},
+		"a spend is recognised, a rollback's release takes it back": {[]RevenueSum{op(OpConsume, CauseChange, true, -4), op(OpGrant, CauseRelease, true, 3)},
+			line(RevenueLine{Recognised: 1, Deferred: -1, RecognisedValue: 10, DeferredValue: -10})},
+		"exchanges carry coins over": {[]RevenueSum{op(OpGrant, CauseExchange, true, 5), op(OpConsume, CauseExchange, true, -5)},
+			line(RevenueLine{ConvertedIn: 5, ConvertedOut: 5, ConvertedInValue: 50, ConvertedOutValue: 50})},
+		"expiries and refunds": {[]RevenueSum{op(OpExpire, CauseChange, true, -2), op(OpConsume, CauseRefund, true, -6)},
+			line(RevenueLine{Expired: 2, Refunded: 6, Deferred: -8, ExpiredValue: 20, RefundedValue: 60, DeferredValue: -80})},
+		"a hold pending at From: its reservation opens, recognised in the period": {[]RevenueSum{held(true, false, 7)},
+			line(RevenueLine{Opening: 7, Recognised: 7, OpeningValue: 70, RecognisedValue: 70})},
+		"a hold pending at To: its reservation is deferred, not recognised": {[]RevenueSum{held(false, true, 7)},
+			line(RevenueLine{Recognised: -7, Deferred: 7, RecognisedValue: -70, DeferredValue: 70})},
+		"a hold pending throughout": {[]RevenueSum{held(true, true, 7)},
+			line(RevenueLine{Opening: 7, Deferred: 7, OpeningValue: 70, DeferredValue: 70})},
+		"a refund's shortfall": {[]RevenueSum{{Currency: 1, Fiat: "USD", Shortfall: true, Within: true, Amount: 3, Value: 30}},
+			line(RevenueLine{RefundShortfall: 3, RefundShortfallValue: 30})},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, err := c.NewRevenueReport(RevenueQuery{Namespace: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range tc.sums {
+				if err := r.AddSum(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := r.Lines(); len(got) != 1 || !reflect.DeepEqual(got[0], tc.want) {
+				t.Fatalf("got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+	// 100 bought before the period; in it 50 bought, 30 spent by a hold
+	// still pending at To, 10 expired.
+	r, _ := c.NewRevenueReport(RevenueQuery{Namespace: 1})
+	for _, s := range []RevenueSum{op(OpGrant, CauseChange, false, 100), op(OpGrant, CauseChange, true, 50),
+		op(OpConsume, CauseChange, true, -30), held(false, true, 30), op(OpExpire, CauseChange, true, -10)} {
+		if err := r.AddSum(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := r.Lines()[0]
+	if err := l.Reconciles(); err != nil || l.Recognised != 0 || l.Deferred != 140 {
+		t.Fatalf("period: %+v %v", l, err)
+	}
+	if err := r.AddSum(RevenueSum{Currency: 1, Fiat: "USD", Within: true, Kind: OpConsume, Cause: CauseChange, Amount: math.MinInt64}); ErrorCode(err) != CodeInternal {
+		t.Fatalf("a sum of MinInt64: %v", err)
 	}
 }

@@ -1,11 +1,6 @@
 package postgres
 
-import (
-	"fmt"
-	"strings"
-
-	"github.com/cofferhq/coffer"
-)
+import "github.com/cofferhq/coffer"
 
 // queries are the statements of one shard. Table names carry the shard
 // number, so each shard has its own text (and prepared statements).
@@ -68,7 +63,7 @@ func newQueries(id coffer.ShardID) *queries {
 			WHERE expires_at <= now() AND expires_at > $2 AND amount > 0 LIMIT $1`),
 		pending: n(`SELECT ns, player_id, emitter, idempotency_key FROM trx_N
 			WHERE status = 'pending' AND hold_expires_at <= now() ORDER BY hold_expires_at LIMIT $1`),
-		revenue: n(revenueSQL()),
+		revenue: n(revenueSQL),
 	}
 }
 
@@ -90,55 +85,24 @@ func finlogSQL(desc bool) string {
 		LIMIT $9`
 }
 
-// revenueSQL is the revenue report of a namespace ($1) over [$2, $3) on
-// one shard: per currency and fiat, the figures of coffer.RevenueLine in
-// the order of its Figures, coins then value. It reads:
+// revenueSQL sums, for the revenue report of a namespace ($1) over
+// [$2, $3) on one shard, what coffer.RevenueSum says, per currency and
+// fiat (which figures each sum makes is coffer.RevenueReport's to say):
 //
-//   - the namespace's paid ops up to $3, in op_N_revenue (an index-only
-//     scan: Deferred needs all of them since the first);
-//   - the paid consumes of the holds pending at some time in [$2, $3], in
-//     trx_N_holds: a hold's consume is written at its begin but is
-//     revenue only when the hold commits, so what holds pending at a
-//     moment reserve is deferred then (recognised net of what they
-//     reserve at $3, plus what they reserved at $2), and a rollback's
-//     release returns it;
+//   - the namespace's paid ops up to $3 by kind, cause and whether they
+//     are in the period, in op_N_revenue (an index-only scan: the
+//     deferred figure needs all of them since the first);
+//   - the paid consumes of the holds pending at some time in [$2, $3],
+//     in trx_N_holds, by whether pending at $2 and at $3;
 //   - the shortfalls of the period's refunds (coins and the value the
 //     refund recorded), in trx_N_refunds, each under the fiat of its
 //     order's grant in that currency (op_N_order).
-func revenueSQL() string {
-	sum := func(filter string) string { return "COALESCE(sum(%[1]s) FILTER (WHERE " + filter + "), 0)" }
-	const op = "kind IN ('grant', 'consume', 'expire')"
-	lines := []string{
-		// opening
-		sum(op+" AND NOT within") + " + " + sum("at_from"),
-		// deposited
-		sum("within AND kind = 'grant' AND cause = 'change'"),
-		// recognised
-		"-" + sum("within AND kind = 'consume' AND cause = 'change'") + " - " + sum("within AND kind = 'grant' AND cause = 'release'") +
-			" - " + sum("at_to") + " + " + sum("at_from"),
-		// converted_in, converted_out
-		sum("within AND kind = 'grant' AND cause = 'exchange'"),
-		"-" + sum("within AND kind = 'consume' AND cause = 'exchange'"),
-		// expired
-		"-" + sum("within AND kind = 'expire'"),
-		// refunded, and the shortfall
-		"-" + sum("within AND kind = 'consume' AND cause = 'refund'"),
-		sum("kind = 'shortfall'"),
-		// deferred
-		sum(op) + " + " + sum("at_to"),
-	}
-	var cols []string
-	for _, col := range []string{"amount", "value"} {
-		for _, l := range lines {
-			cols = append(cols, fmt.Sprintf(l, col))
-		}
-	}
-	return `SELECT currency, fiat, ` + strings.Join(cols, ",\n\t") + `
-	FROM (SELECT currency, COALESCE(fiat, '') AS fiat, kind::text AS kind, cause::text AS cause, amount, COALESCE(value, 0) AS value,
-			created_at >= $2 AS within, false AS at_from, false AS at_to
+const revenueSQL = `SELECT currency, fiat, source, kind, cause, within, at_from, at_to, sum(amount), sum(value)
+	FROM (SELECT currency, COALESCE(fiat, '') AS fiat, 'op' AS source, kind::text AS kind, cause::text AS cause, amount,
+			COALESCE(value, 0) AS value, created_at >= $2 AS within, false AS at_from, false AS at_to
 		FROM op_N WHERE ns = $1 AND paid AND created_at < $3
 	UNION ALL
-	SELECT o.currency, COALESCE(o.fiat, ''), 'held', '', -o.amount, -COALESCE(o.value, 0), false,
+	SELECT o.currency, COALESCE(o.fiat, ''), 'held', '', '', -o.amount, -COALESCE(o.value, 0), false,
 			t.created_at < $2 AND COALESCE(t.finished_at, 'infinity'::timestamptz) >= $2, COALESCE(t.finished_at, 'infinity'::timestamptz) >= $3
 		FROM trx_N t JOIN op_N o ON o.trx_id = t.trx_id
 		WHERE t.ns = $1 AND t.kind = 'hold' AND COALESCE(t.finished_at, 'infinity'::timestamptz) >= $2 AND t.created_at < $3
@@ -147,8 +111,7 @@ func revenueSQL() string {
 	SELECT (s->>'currency')::int, COALESCE((SELECT g.fiat FROM op_N g WHERE g.ns = t.ns AND g.player_id = t.player_id
 				AND g.purchase IS NOT NULL AND g.purchase->>'store' = t.refund->>'store' AND g.purchase->>'order_id' = t.refund->>'order_id'
 				AND g.kind = 'grant' AND g.currency = (s->>'currency')::int LIMIT 1), ''),
-			'shortfall', '', (s->>'amount')::bigint, COALESCE((s->>'value')::bigint, 0), true, false, false
+			'shortfall', '', '', (s->>'amount')::bigint, COALESCE((s->>'value')::bigint, 0), true, false, false
 		FROM trx_N t CROSS JOIN jsonb_array_elements(t.refund->'shortfall') s
 		WHERE t.ns = $1 AND t.refund IS NOT NULL AND t.created_at >= $2 AND t.created_at < $3) x
-	GROUP BY currency, fiat`
-}
+	GROUP BY currency, fiat, source, kind, cause, within, at_from, at_to`

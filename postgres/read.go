@@ -212,8 +212,8 @@ func decodeCursor(c string) (time.Time, int64, error) {
 
 // Revenue sums paid ops of the namespace over every shard, one statement
 // per shard, each an index-only scan of the shard's paid ops of the
-// namespace (op_N_revenue); coffer.RevenueReport makes the lines of
-// them. At most opts.ReportsMax run at once; one more is overloaded.
+// namespace (op_N_revenue) and the holds and refunds of the period
+// (revenueSQL); coffer.RevenueReport makes the lines of the sums. At most opts.ReportsMax run at once; one more is overloaded.
 func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.RevenueLine, error) {
 	if err := q.Validate(); err != nil {
 		return nil, err
@@ -239,18 +239,15 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 			return nil, s.fail(id, err)
 		}
 		for rows.Next() {
-			var currency coffer.CurrencyID
-			var fiat string
-			var line coffer.RevenueLine
-			dest := []any{&currency, &fiat}
-			for _, f := range line.Figures() {
-				dest = append(dest, f)
-			}
-			if err := rows.Scan(dest...); err != nil {
+			var sum coffer.RevenueSum
+			var source string
+			if err := rows.Scan(&sum.Currency, &sum.Fiat, &source, &sum.Kind, &sum.Cause, &sum.Within, &sum.AtFrom, &sum.AtTo,
+				&sum.Amount, &sum.Value); err != nil {
 				rows.Close()
 				return nil, s.fail(id, err)
 			}
-			if err := report.Add(currency, fiat, line); err != nil {
+			sum.Held, sum.Shortfall = source == "held", source == "shortfall"
+			if err := report.AddSum(sum); err != nil {
 				rows.Close()
 				return nil, err
 			}
