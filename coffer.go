@@ -48,6 +48,12 @@ const (
 	OpsMax = 64
 	// ReasonLenMax bounds the reason of a request, in bytes.
 	ReasonLenMax = 128
+	// PriceMax is the highest price of one purchase, in minor units of
+	// its fiat (10¹² is ten billion dollars in cents): the value sums of
+	// an order, of a player's lots and of a revenue report then stay far
+	// below int64 (a report of a namespace passes it only after millions
+	// of purchases at this price, and then fails rather than wraps).
+	PriceMax Amount = 1_000_000_000_000
 )
 
 // Bounds of what one player may hold and one trx may move, so that no sum

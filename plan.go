@@ -330,7 +330,10 @@ func (p *Player) Exchange(v ValidExchange) Plan {
 	if !ok || total <= 0 {
 		return Plan{Err: Errorf(CodeInvalid, "exchange yields nothing")}
 	}
-	if paid > 0 {
+	// Into a currency that can be paid, even when the whole paid part
+	// rounds to nothing: the paid coins that made no paid lot became free
+	// ones, their consume is revenue (exchangePaid).
+	if v.To.Paid {
 		grants, err := exchangePaid(w.book, v, ops)
 		if err != nil {
 			return Plan{Err: err}

@@ -611,3 +611,31 @@ func TestPlanRefundValue(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanExchangeWhosePaidPartRoundsToNothing: an exchange into a
+// currency that can be paid whose whole paid part rounds to no coin (1
+// paid silver of 100 at silver→gold 100:1) makes no paid lot, so the
+// paid coins it consumed became free ones: their consume is revenue
+// (cause change), as for a lot whose own share rounds to nothing
+// (TestPlanExchangeValue). Were it left of cause exchange, the revenue
+// report would count its value as converted out of silver with nothing
+// converted into gold: value that leaves the identity deposited =
+// recognised + expired + refunded + deferred, and the audit's "exchange
+// makes value".
+func TestPlanExchangeWhosePaidPartRoundsToNothing(t *testing.T) {
+	c := requestCatalog(t)
+	if err := c.AddRate(1, "silver", "gold", Rate{Num: 1, Den: 100}); err != nil {
+		t.Fatal(err)
+	}
+	p := testPlayer(t, c, []BookLot{{ID: 1, Currency: 2, Amount: 99, CreatedAt: planT0.Add(-time.Hour)}, purchased(2, 2, 1, 10, "a")})
+	plan := exchangeOf(t, c, "x", "silver", "gold", 100)(p)
+	if plan.Err != nil {
+		t.Fatal(plan.Err)
+	}
+	for _, o := range plan.Ops {
+		if o.Paid && o.Cause == CauseExchange {
+			t.Errorf("%s %s %d lot %d worth %s %d has the cause exchange, but the exchange made no paid lot:\n%s",
+				o.Kind, c.CurrencyOf(o.Currency).Code, o.Amount, o.LotID, o.Fiat, o.Value, render(c, plan))
+		}
+	}
+}

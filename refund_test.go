@@ -2,6 +2,7 @@ package coffer
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 )
@@ -278,5 +279,82 @@ func TestPlanRefundFollowsAnExchangeOfTheSameBatch(t *testing.T) {
 		"exchanged [{1 4 0}] shortfall []"
 	if got := renderFollow(c, refundOf(t, c, "r", "o", RefundRefund)(p)); got != want {
 		t.Fatalf("\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestRefundOfABundleAtTheLargestPrices: a price is any int64 ≥ 0
+// (checkPurchase), and a bundle may credit one order in several grants of
+// one currency. Refunded once spent, the refund adds what the order's
+// coins cost per currency (refundOrder: owed.Value), which for two
+// grants of price MaxInt64 passes int64 and wraps: a shortfall worth -2.
+// Every sum of the ledger is checked, never wrapped (Amount.Add): either
+// such a purchase is refused (invalid_argument), or the refund never
+// records a negative value.
+func TestRefundOfABundleAtTheLargestPrices(t *testing.T) {
+	c := refundCatalog(t)
+	big := func() OpRequest {
+		return OpRequest{Currency: "silver", Amount: 1, Kind: "paid", Purchase: &Purchase{Store: "steam", OrderID: "o", Price: math.MaxInt64, Fiat: "USD"}}
+	}
+	v, err := c.ValidateChange(ChangeRequest{Scope: Scope{Namespace: 1, PlayerID: 42, Emitter: 7, IdempotencyKey: "buy"}, Ops: []OpRequest{big(), big()}})
+	if ErrorCode(err) == CodeInvalid {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := int64(99)
+	p, err := NewPlayer(c, PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0,
+		Orders: []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"}}}}, func() int64 { next++; return next })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan := p.Change(v); plan.Err != nil {
+		t.Fatal(plan.Err)
+	}
+	if plan := changeOf(t, c, "spend", false, freeOp("silver", -2))(p); plan.Err != nil {
+		t.Fatal(plan.Err)
+	}
+	plan := refundOf(t, c, "r", "o", RefundRefund)(p)
+	if plan.Err != nil {
+		if ErrorCode(plan.Err) == CodeInvalid {
+			return
+		}
+		t.Fatal(plan.Err)
+	}
+	for _, s := range plan.Inserts[0].Refund.Shortfall {
+		if s.Value < 0 {
+			t.Fatalf("shortfall %+v: a value wrapped past int64", plan.Inserts[0].Refund.Shortfall)
+		}
+	}
+}
+
+// TestPlanRefundAfterAnExchangeWhosePaidPartRoundsToNothing: a refund
+// planned after an exchange in one batch follows the exchange's ops as if
+// stored (Player.exchanged). An exchange whose whole paid part rounds to
+// no coin (1 paid silver of 100 at silver→gold 100:1) leaves its paid
+// consume of cause exchange with no paid lot made (Player.Exchange), so
+// exchangeMade finds 1 paid consume and 0 grants and the refund, of
+// another order, fails as a damaged ledger (internal), where alone it
+// goes through.
+func TestPlanRefundAfterAnExchangeWhosePaidPartRoundsToNothing(t *testing.T) {
+	c := refundCatalog(t)
+	if err := c.AddRate(1, "silver", "gold", Rate{Num: 1, Den: 100}); err != nil {
+		t.Fatal(err)
+	}
+	order := BookLot{ID: 1, Currency: 1, Paid: true, Amount: 10, CreatedAt: planT0.Add(-2 * time.Hour),
+		Worth: Worth{Store: "steam", OrderID: "o", Fiat: "USD", Value: 500}}
+	silver := []BookLot{{ID: 2, Currency: 2, Amount: 99, CreatedAt: planT0.Add(-time.Hour)}, purchased(3, 2, 1, 10, "other")}
+	next := int64(99)
+	st := PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0, Lots: []*BookLot{&order, &silver[0], &silver[1]},
+		Orders: []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"}, Lots: []OrderLot{{LotID: 1, Currency: 1, Share: 10, ShareValue: 500}}}}}
+	p, err := NewPlayer(c, st, func() int64 { next++; return next })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan := exchangeOf(t, c, "x", "silver", "gold", 100)(p); plan.Err != nil {
+		t.Fatal(plan.Err)
+	}
+	if plan := refundOf(t, c, "r", "o", RefundRefund)(p); plan.Err != nil {
+		t.Fatalf("refund of order o after the exchange, in one batch: %v", plan.Err)
 	}
 }

@@ -187,10 +187,20 @@ func (c *Catalog) ValidateChange(req ChangeRequest) (ValidChange, error) {
 		}
 	}
 	v := ValidChange{ChangeRequest: req}
+	fiats := map[PurchaseKey]string{}
 	for i, op := range req.Ops {
 		vop, err := c.validateOp(i, op)
 		if err != nil {
 			return ValidChange{}, err
+		}
+		// An order is paid in one fiat: its refund adds up what its coins
+		// cost as one value.
+		if p := op.Purchase; p != nil {
+			k := PurchaseKey{Namespace: req.Namespace, Store: p.Store, OrderID: p.OrderID}
+			if f, seen := fiats[k]; seen && f != p.Fiat {
+				return ValidChange{}, Errorf(CodeInvalid, "ops[%d].purchase.fiat: order %q of %s is paid in %s in an earlier op; an order has one fiat", i, p.OrderID, p.Store, f)
+			}
+			fiats[k] = p.Fiat
 		}
 		v.Ops = append(v.Ops, vop)
 	}
@@ -258,8 +268,8 @@ func checkPurchase(i int, p *Purchase) error {
 		return Errorf(CodeInvalid, "ops[%d].purchase: a paid grant must carry its purchase", i)
 	case checkText("store", p.Store, 1, 64) != nil || checkText("order_id", p.OrderID, 1, 128) != nil:
 		return Errorf(CodeInvalid, "ops[%d].purchase: store (1–64 bytes) and order_id (1–128 bytes) are required, UTF-8 without NUL", i)
-	case p.Price < 0:
-		return Errorf(CodeInvalid, "ops[%d].purchase.price: must be ≥ 0 minor units", i)
+	case p.Price < 0 || Amount(p.Price) > PriceMax:
+		return Errorf(CodeInvalid, "ops[%d].purchase.price: must be 0–%d minor units", i, PriceMax)
 	case len(p.Fiat) != 3 || p.Fiat[0] < 'A' || p.Fiat[0] > 'Z' || p.Fiat[1] < 'A' || p.Fiat[1] > 'Z' || p.Fiat[2] < 'A' || p.Fiat[2] > 'Z':
 		return Errorf(CodeInvalid, "ops[%d].purchase.fiat: must be an ISO 4217 code like USD", i)
 	}

@@ -207,3 +207,20 @@ func TestExchangeBoundNamesTheRate(t *testing.T) {
 		t.Fatalf("error %v; want invalid_argument naming the rate 1:100", err)
 	}
 }
+
+// TestOrderOfOneFiat: a store order is paid in one fiat. A change whose
+// paid grants of one order (a bundle) name two fiats is not a purchase:
+// its lots would carry two fiats for one order, and a refund of it adds
+// up what the order's coins cost, in one currency, as one value
+// (refundOrder), so its shortfall would add US cents to euro cents.
+// Expected invalid_argument, writing nothing.
+func TestOrderOfOneFiat(t *testing.T) {
+	c := requestCatalog(t)
+	usd := &Purchase{Store: "steam", OrderID: "b", Price: 500, Fiat: "USD"}
+	eur := &Purchase{Store: "steam", OrderID: "b", Price: 400, Fiat: "EUR"}
+	_, err := c.ValidateChange(ChangeRequest{Scope: Scope{Namespace: 1, PlayerID: 42, Emitter: 7, IdempotencyKey: "k"},
+		Ops: []OpRequest{{Currency: "gold", Amount: 10, Kind: "paid", Purchase: usd}, {Currency: "gold", Amount: 10, Kind: "paid", Purchase: eur}}})
+	if ErrorCode(err) != CodeInvalid {
+		t.Fatalf("one order paid in USD and in EUR: error %v, want invalid_argument", err)
+	}
+}

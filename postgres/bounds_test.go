@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/audit"
 )
 
 // ops is n copies of op: one request's worth of the same movement.
@@ -163,4 +164,33 @@ func TestRevenueNeverWraps(t *testing.T) {
 	e.damaged = true
 	_, err := e.store.Revenue(ctx, coffer.RevenueQuery{Namespace: 1, From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)})
 	wantCode(t, err, coffer.CodeInternal)
+}
+
+// TestPricesCannotOverflowTheReport: a price is any int64 ≥ 0, so two
+// purchases by one player, each of 5·10¹⁸ US cents, are accepted; the
+// revenue report of their namespace then sums their values past int64
+// and fails (internal) for every period from then on (deferred sums
+// every paid op since the first), and the audit finds the store's own
+// rows "revenue does not reconcile" (a figure passes int64). Either the
+// second purchase is refused (invalid_argument), as a grant past
+// BalanceMax is, or the report answers and the audit is clean.
+func TestPricesCannotOverflowTheReport(t *testing.T) {
+	e := newEnv(t)
+	from := time.Now()
+	for i := range 2 {
+		buy := bought(1, fmt.Sprint("huge-", i), 5_000_000_000_000_000_000)
+		_, err := e.change(61, fmt.Sprint("buy-", i), buy)
+		if coffer.ErrorCode(err) == coffer.CodeInvalid {
+			return
+		}
+		must(t, err)
+	}
+	if _, err := e.store.Revenue(ctx, coffer.RevenueQuery{Namespace: 1, From: from, To: time.Now().Add(time.Minute)}); err != nil {
+		t.Errorf("revenue of two accepted purchases: %v", err)
+	}
+	r, err := (&audit.Checker{Router: e.router, HoldGrace: time.Minute}).Check(ctx)
+	must(t, err)
+	if !r.Clean() {
+		t.Errorf("audit of a ledger the store wrote: %+v", r.Violations)
+	}
 }

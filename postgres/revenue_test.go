@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/audit"
 	"github.com/cofferhq/coffer/postgres"
 )
 
@@ -253,5 +254,73 @@ func TestRevenueOfAnExchangedPurchaseChargedBack(t *testing.T) {
 		"value: opening 200 deposited 0 recognised 0 converted 0/0 expired 0 refunded 200/0 deferred 0"
 	if got := e.revenue(t1, t2); got != want {
 		t.Fatalf("the chargeback's period:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestRevenueOfAnExchangeWhosePaidPartRoundsToNothing: 99 free silver and
+// 1 paid silver (bought for 10 US cents) exchanged at silver→gold 100:1
+// yield 1 gold whose paid part, floor(1/100), is 0: no paid gold lot is
+// made, so the paid silver became free gold and its 10 cents are revenue
+// recognised. Over all currencies of USD, from the ledger's start,
+// deposited = recognised + expired + refunded + deferred, and the audit
+// is clean.
+func TestRevenueOfAnExchangeWhosePaidPartRoundsToNothing(t *testing.T) {
+	e := newEnv(t)
+	must(t, e.catalog.AddRate(1, "silver", "gold", coffer.Rate{Num: 1, Den: 100}))
+	from := time.Now()
+	buy := bought(1, "o1", 10)
+	buy.Currency = "silver"
+	e.mustChange(45, "buy", buy, free("silver", 99))
+	_, _, err := e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(45, "ex"), From: "silver", To: "gold", Amount: 100})
+	must(t, err)
+	lines, err := e.store.Revenue(ctx, coffer.RevenueQuery{Namespace: 1, From: from, To: time.Now().Add(time.Minute)})
+	must(t, err)
+	var deposited, out coffer.Amount
+	for _, l := range lines {
+		if l.Fiat == "USD" {
+			deposited += l.DepositedValue
+			out += l.RecognisedValue + l.ExpiredValue + l.RefundedValue + l.DeferredValue
+		}
+	}
+	if deposited != out {
+		t.Errorf("USD: deposited %d, recognised + expired + refunded + deferred %d: the value went out of the report:\n%s",
+			deposited, out, e.revenue(from, time.Now().Add(time.Minute)))
+	}
+	r, err := (&audit.Checker{Router: e.router, HoldGrace: time.Minute}).Check(ctx)
+	must(t, err)
+	if !r.Clean() {
+		t.Errorf("audit of a ledger the store wrote: %+v", r.Violations)
+	}
+}
+
+// TestRevenueOfARefundedOrderOfTwoFiats: a bundle whose two paid grants
+// of one order, both silver, name two fiats (10 for 500 US cents, 10 for
+// 400 euro cents), spent, then refunded under write_off. Either the
+// purchase is refused (invalid_argument: an order is paid in one fiat),
+// or the report's refund_shortfall_value stays, per fiat, within what
+// was paid in that fiat. The refund adds both grants' values into one
+// shortfall (500 + 400 = 900) and the report files it under the fiat of
+// whichever grant its lookup finds first (LIMIT 1): 900 "cents" of
+// shortfall on a line where 500 were paid.
+func TestRevenueOfARefundedOrderOfTwoFiats(t *testing.T) {
+	e := newEnv(t)
+	from := time.Now()
+	usd, eur := bought(10, "b", 500), bought(10, "b", 400)
+	usd.Currency, eur.Currency = "silver", "silver"
+	eur.Purchase.Fiat = "EUR"
+	_, err := e.change(46, "buy", usd, eur)
+	if coffer.ErrorCode(err) == coffer.CodeInvalid {
+		return
+	}
+	must(t, err)
+	e.mustChange(46, "spend", free("silver", -20))
+	trx := e.mustRefund(refundOf(46, "r", "b"))
+	lines, err := e.store.Revenue(ctx, coffer.RevenueQuery{Namespace: 1, From: from, To: time.Now().Add(time.Minute)})
+	must(t, err)
+	for _, l := range lines {
+		if l.RefundShortfallValue > l.DepositedValue {
+			t.Errorf("%s %s: refund_shortfall_value %d of %d deposited (refund's shortfall %+v):\n%s", l.Currency, l.Fiat,
+				l.RefundShortfallValue, l.DepositedValue, trx.Refund.Shortfall, e.revenue(from, time.Now().Add(time.Minute)))
+		}
 	}
 }
