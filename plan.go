@@ -523,7 +523,7 @@ func holdExpired(h *StoredTrx) error {
 
 // settledOps drops the pending grants listed in a pending hold's ops.
 func settledOps(ops []Op) []Op {
-	var out []Op
+	out := []Op{} // none is [], as a stored trx's ops read back
 	for _, o := range ops {
 		if !o.Pending {
 			out = append(out, o)

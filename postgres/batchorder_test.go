@@ -1,0 +1,76 @@
+package postgres_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/postgres"
+)
+
+// batchAndAlone runs calls on player batched as one batch (queued behind a
+// batch of blocker), and on player alone one at a time, each its own
+// batch, and returns both runs' answers.
+func (e *env) batchAndAlone(blocker, batched, alone coffer.PlayerID, calls ...func(s *postgres.Store, p coffer.PlayerID) (coffer.Trx, error)) (inBatch, oneByOne []coffer.Trx) {
+	e.t.Helper()
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second})
+	defer store.Close()
+	inBatch, oneByOne = make([]coffer.Trx, len(calls)), make([]coffer.Trx, len(calls))
+	for i, call := range calls {
+		trx, err := call(e.store, alone)
+		must(e.t, err)
+		oneByOne[i] = trx
+	}
+	var queued []func() error
+	for i, call := range calls {
+		queued = append(queued, func() (err error) {
+			inBatch[i], err = call(store, batched)
+			return err
+		})
+	}
+	tx, errs := e.queuedBehind(store, blocker, queued...)
+	must(e.t, tx.Rollback(ctx))
+	for range 1 + len(calls) {
+		must(e.t, <-errs)
+	}
+	return inBatch, oneByOne
+}
+
+// asSent is a trx as a client reads it over HTTP, less what differs
+// between two players by design (ids, times).
+func asSent(t coffer.Trx) string {
+	t.ID, t.CreatedAt, t.HoldExpiresAt = 0, time.Time{}, nil
+	for i := range t.Ops {
+		t.Ops[i].LotID = 0
+	}
+	raw, _ := json.Marshal(t)
+	return string(raw)
+}
+
+// TestRollbackReplayOfAGrantsOnlyHoldInOneBatch: a hold that only grants
+// (a pending reward) is rolled back, then the rollback is sent again. Its
+// finish writes no op, so the rollback's plan answers ops null (a nil
+// slice: settledOps and Catalog.Ops append nothing); a replay read from
+// the store answers ops [] (scanTrx: Catalog.Ops of no rows). Sent one at
+// a time the second rollback is read from the store; in one batch it is
+// the first's answer, kept in memory (Player.finish): the same request
+// gets "ops":null in a batch and "ops":[] alone.
+func TestRollbackReplayOfAGrantsOnlyHoldInOneBatch(t *testing.T) {
+	e := newEnv(t)
+	ps := e.playersOn(0, 1, 3)
+	for _, p := range ps[1:] {
+		_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "h"), Hold: true, Ops: []coffer.OpRequest{free("silver", 3)}})
+		must(t, err)
+	}
+	rollback := func(s *postgres.Store, p coffer.PlayerID) (coffer.Trx, error) {
+		trx, _, err := s.Rollback(ctx, scope(p, "h"))
+		return trx, err
+	}
+	inBatch, alone := e.batchAndAlone(ps[0], ps[1], ps[2], rollback, rollback)
+	for i := range alone {
+		if got, want := asSent(inBatch[i]), asSent(alone[i]); got != want {
+			t.Errorf("rollback %d:\nin a batch %s\nalone      %s", i+1, got, want)
+		}
+	}
+}
