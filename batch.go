@@ -128,12 +128,12 @@ func BatchDecoded(ctx context.Context, l Ledger, reqs []ChangeRequest, errs []er
 }
 
 // BatchFailures finds the changes of a batch that failed on the server's
-// side (internal, shard_unavailable), which the log reports: how many,
+// side (Code.ServerFailure), which the log reports: how many,
 // and the first of them (its index, -1 if none).
 func BatchFailures(results []ChangeResult) (n, first int) {
 	first = -1
 	for i, r := range results {
-		if c := ErrorCode(r.Err); c == CodeInternal || c == CodeUnavailable {
+		if ErrorCode(r.Err).ServerFailure() {
 			if n == 0 {
 				first = i
 			}

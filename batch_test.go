@@ -44,3 +44,14 @@ func TestBatchFailures(t *testing.T) {
 		t.Errorf("no server-side failure: %d, %d", n, first)
 	}
 }
+
+// TestServerFailure: internal and shard_unavailable are the service's
+// failures, logged as errors by both transports and counted in a batch's
+// log line; every other code, overloaded included, is a refusal.
+func TestServerFailure(t *testing.T) {
+	for _, c := range Codes {
+		if want := c == CodeInternal || c == CodeUnavailable; c.ServerFailure() != want {
+			t.Errorf("%s.ServerFailure() = %v", c, !want)
+		}
+	}
+}

@@ -35,6 +35,14 @@ const (
 	CodeInternal   Code = "internal"
 )
 
+// ServerFailure tells whether a call that ended with c failed on the
+// service's side, which the log reports as an error: internal, or a
+// database out of reach (shard_unavailable). The others are refusals,
+// business as usual (insufficient funds, a replayed conflict), and so is
+// overloaded: load shed on purpose, counted in coffer_errors_total, where
+// a line per refused call would flood the log when it matters least.
+func (c Code) ServerFailure() bool { return c == CodeInternal || c == CodeUnavailable }
+
 // Codes lists every code, in the order of the contract.
 var Codes = []Code{CodeInvalid, CodeUnauthenticated, CodePermissionDenied, CodeNotFound,
 	CodeInsufficientFunds, CodeTooManyLots, CodeIdempotencyConflict, CodeHoldNotPending, CodeHoldExpired,

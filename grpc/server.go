@@ -244,7 +244,7 @@ func Code(err error) coffer.Code {
 func (s *Server) log(ctx context.Context, rpc, id string, c *coffer.Client, err error, d time.Duration) {
 	level := slog.LevelDebug
 	code := coffer.ErrorCode(err)
-	if code == coffer.CodeInternal || code == coffer.CodeUnavailable {
+	if code.ServerFailure() {
 		level = slog.LevelError
 	}
 	if !s.Logger.Enabled(ctx, level) {

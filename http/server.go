@@ -155,11 +155,10 @@ func (s *Server) authorize(r *http.Request, rt api.Route) (*coffer.Client, error
 }
 
 func (s *Server) log(r *http.Request, rt api.Route, id string, c *coffer.Client, status int, err error, d time.Duration) {
-	// Refused requests (4xx) are business as usual (insufficient funds,
-	// a replayed conflict): debug, like successes. Server-side failures
-	// are errors.
+	// Server-side failures are errors; refusals, debug like successes
+	// (coffer.Code.ServerFailure).
 	level := slog.LevelDebug
-	if status >= 500 {
+	if coffer.ErrorCode(err).ServerFailure() {
 		level = slog.LevelError
 	}
 	if !s.Logger.Enabled(r.Context(), level) {
