@@ -102,9 +102,10 @@ type BookOp struct {
 // player's lock. It enforces the invariants before anything is written: no
 // lot below zero; in each currency, the balance plus what pending holds
 // reserve at most BalanceMax, so that no rollback can overflow; at most
-// LotsMax held lots per currency and TrxOpsMax ops per trx; consumes in
-// spend order. Its sums are running totals, checked against int64
-// overflow. A Book is used by one goroutine.
+// LotsMax held lots per currency and TrxOpsMax ops per write (a refund,
+// bounded by the lots held, excepted); consumes in spend order. Its sums
+// are running totals, checked against int64 overflow. A Book is used by
+// one goroutine.
 type Book struct {
 	Now   time.Time
 	NewID func() int64
@@ -327,6 +328,10 @@ func (b *Book) Consume(cur *Currency, amount Amount, cause OpCause, reserve bool
 		return nil, 0, Errorf(CodeInsufficientFunds, "%s: balance %d, %d needed", cur.Code, have, amount)
 	}
 	SortForSpend(spendable, cur.SpendOrder)
+	spendable = b.from(spendable, amount)
+	if b.planned+len(spendable) > TrxOpsMax {
+		return nil, 0, tooManyOps()
+	}
 	ops, paidTaken, _, err := b.spend(spendable, amount, cause, reserve)
 	return ops, paidTaken, err
 }
@@ -335,12 +340,15 @@ func (b *Book) Consume(cur *Currency, amount Amount, cause OpCause, reserve bool
 // in the currency's spend order: what a refund under claw_back takes from
 // the player's other lots for what was spent of the purchase. It returns
 // the ops and what it took, which is less than amount when the player
-// holds less. Errors: too_many_lots, as Consume's. Nothing is changed on
-// an error.
+// holds less. Like Take, it is not bounded by TrxOpsMax: a refund must
+// fit in one trx whatever the player did with the order's coins, and the
+// lots it takes from are bounded by LotsMax. Errors: internal (a damaged
+// lot). Nothing is changed on an error.
 func (b *Book) ClawBack(cur *Currency, amount Amount, cause OpCause) ([]BookOp, Amount, error) {
 	spendable, have := b.spendable(cur.ID)
 	SortForSpend(spendable, append([]SpendKey{SpendPaid}, cur.SpendOrder...))
-	ops, _, taken, err := b.spend(spendable, min(amount, have), cause, false)
+	amount = min(amount, have)
+	ops, _, taken, err := b.spend(b.from(spendable, amount), amount, cause, false)
 	return ops, taken, err
 }
 
@@ -357,23 +365,22 @@ func (b *Book) spendable(cur CurrencyID) ([]SpendLot, Amount) {
 	return out, have
 }
 
+// from is the first of lots, in their order, that together hold amount:
+// those a spend of amount takes from.
+func (b *Book) from(lots []SpendLot, amount Amount) []SpendLot {
+	n := 0
+	for left := amount; n < len(lots) && left > 0; n++ {
+		left -= b.byID[lots[n].ID].Amount
+	}
+	return lots[:n]
+}
+
 // spend takes amount, at most what the lots hold, from lots in their
-// order, and returns the ops, the paid part and the whole taken.
+// order (from's), and returns the ops, the paid part and the whole taken.
 func (b *Book) spend(lots []SpendLot, amount Amount, cause OpCause, reserve bool) ([]BookOp, Amount, Amount, error) {
-	n, left := 0, amount
-	for _, s := range lots {
-		if left <= 0 {
-			break
-		}
-		left -= b.byID[s.ID].Amount
-		n++
-	}
-	if b.planned+n > TrxOpsMax {
-		return nil, 0, 0, tooManyOps()
-	}
-	ops := make([]BookOp, 0, n)
+	ops := make([]BookOp, 0, len(lots))
 	var paidTaken, taken Amount
-	for _, s := range lots[:n] {
+	for _, s := range lots {
 		l := b.byID[s.ID]
 		take := min(l.Amount, amount-taken)
 		value := ValueShare(l.Value, take, l.Amount)
@@ -395,7 +402,7 @@ func (b *Book) spend(lots []SpendLot, amount Amount, cause OpCause, reserve bool
 		}
 		ops = append(ops, b.op(l, OpConsume, cause, -take, -value))
 	}
-	b.planned += n
+	b.planned += len(lots)
 	return ops, paidTaken, taken, nil
 }
 
@@ -404,14 +411,14 @@ func (b *Book) spend(lots []SpendLot, amount Amount, cause OpCause, reserve bool
 // pending holds reserve from the lot is not its to give. A lot the Book
 // does not hold (it has nothing left), or an expired one, gives nothing:
 // taken is 0 and there is no op. The coins take their ValueShare of the
-// lot's value. Errors: too_many_lots, as Consume's.
+// lot's value. Take is not bounded by TrxOpsMax: an order's coins may sit
+// in more lots than one write may move (exchanges make a lot per paid lot
+// they consume, up to LotsMax in each currency), and its refund must
+// still take them all back. Errors: internal (a damaged lot).
 func (b *Book) Take(lotID int64, amount Amount, cause OpCause) (op BookOp, taken Amount, err error) {
 	l := b.byID[lotID]
 	if l == nil || !b.live(l) || amount <= 0 {
 		return BookOp{}, 0, nil
-	}
-	if b.planned >= TrxOpsMax {
-		return BookOp{}, 0, tooManyOps()
 	}
 	taken = min(l.Amount, amount)
 	value := ValueShare(l.Value, taken, l.Amount)

@@ -266,7 +266,7 @@ type Ledger interface {
 	// Refund takes a store order credited to the player back, a refund or
 	// a chargeback (Player.Refund), at most once per order. Errors:
 	// invalid_argument, not_found (the order was not credited to the
-	// player), already_refunded, idempotency_conflict, too_many_lots,
+	// player), already_refunded, idempotency_conflict,
 	// shard_unavailable, internal.
 	Refund(ctx context.Context, req RefundRequest) (trx Trx, replay bool, err error)
 	// Finlog reads a page of a player's trx with their ops. Errors:

@@ -207,8 +207,9 @@ func (v ValidRefund) IDsMax() int { return 2 }
 // so an expired lot gives nothing. A known key is a replay or
 // idempotency_conflict. Errors: not_found (the order was not credited to
 // the player: never, not yet — a hold's grant waits for its commit — or to
-// someone else), already_refunded, too_many_lots (a claw back past
-// TrxOpsMax), internal.
+// someone else), already_refunded, internal. No bound refuses a refund:
+// it takes from lots the player holds, at most LotsMax per currency,
+// however many exchanges spread the order's coins over.
 func (p *Player) Refund(v ValidRefund) Plan {
 	if st := p.trx[v.Key()]; st != nil {
 		return replay(st, v.Hash)

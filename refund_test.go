@@ -358,3 +358,76 @@ func TestPlanRefundAfterAnExchangeWhosePaidPartRoundsToNothing(t *testing.T) {
 		t.Fatalf("refund of order o after the exchange, in one batch: %v", plan.Err)
 	}
 }
+
+// TestRefundOfAnOrderSplitIntoManyLots: a player may hold LotsMax lots
+// per currency, and each exchange of paid coins into a currency that can
+// be paid makes a lot carrying the order. A player who exchanges a
+// purchase a coin at a time into two payable currencies (1000 silver
+// lots and 1000 gem lots, each within LotsMax) holds the order's coins in
+// 2001 lots, and a refund takes one op per lot, past TrxOpsMax. The
+// refund is still one trx that takes everything back: were it refused
+// too_many_lots, no retry would change that while the player kept the
+// lots, and a chargeback would be something a player could prevent. With
+// claw_back, the player's other lots of the order's currency add up to
+// LotsMax more.
+func TestRefundOfAnOrderSplitIntoManyLots(t *testing.T) {
+	for _, policy := range []RefundPolicy{RefundWriteOff, RefundClawBack} {
+		t.Run(string(policy), func(t *testing.T) {
+			c, err := NewCatalog([]Currency{{ID: 1, Code: "gold", Paid: true, RefundPolicy: policy},
+				{ID: 2, Code: "silver", Paid: true}, {ID: 4, Code: "gems", Paid: true}}, 10*time.Minute, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The order gave 1 + 2·LotsMax + spent gold: 1 is left in its
+			// lot, 2·LotsMax went into exchanges, spent is gone.
+			const spent = 5000
+			own := BookLot{ID: 1, Currency: 1, Paid: true, Amount: 1, CreatedAt: planT0.Add(-3 * time.Hour),
+				Worth: Worth{Store: "steam", OrderID: "o", Fiat: "USD", Value: 1}}
+			lots := []*BookLot{&own}
+			var xs []ExchangeOp
+			id := int64(1000)
+			for _, cur := range []CurrencyID{2, 4} {
+				for range LotsMax {
+					id++
+					lots = append(lots, &BookLot{ID: id, Currency: cur, Paid: true, Amount: 100, CreatedAt: planT0.Add(-time.Hour),
+						Worth: Worth{Store: "steam", OrderID: "o", Fiat: "USD", Value: 1}})
+					xs = append(xs, ExchangeOp{TrxID: id, LotID: 1, Currency: 1, Kind: OpConsume, Cause: CauseExchange, Paid: true, Amount: -1},
+						ExchangeOp{TrxID: id, LotID: id, Currency: cur, Kind: OpGrant, Cause: CauseExchange, Paid: true, Amount: 100})
+				}
+			}
+			for range LotsMax - 1 { // other gold, for a claw back
+				id++
+				lots = append(lots, &BookLot{ID: id, Currency: 1, Amount: 2, Priority: int32(id), CreatedAt: planT0.Add(-time.Hour)})
+			}
+			next := int64(1 << 20)
+			share := Amount(1 + 2*LotsMax + spent)
+			p, err := NewPlayer(c, PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0, Lots: lots,
+				Orders: []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"},
+					Lots: []OrderLot{{LotID: 1, Currency: 1, Share: share, ShareValue: share}}, Exchanges: xs}}},
+				func() int64 { next++; return next })
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan := refundOf(t, c, "cb", "o", RefundChargeback)(p)
+			if plan.Err != nil {
+				t.Fatalf("chargeback of an order held in %d lots: %v", 1+2*LotsMax, plan.Err)
+			}
+			ops, shortfall := 1+2*LotsMax, Amount(spent)
+			if policy == RefundClawBack {
+				ops, shortfall = ops+LotsMax-1, spent-2*(LotsMax-1)
+			}
+			if len(plan.Ops) != ops {
+				t.Errorf("the refund wrote %d ops, want %d (one per lot)", len(plan.Ops), ops)
+			}
+			got := plan.Trx.Refund.Shortfall
+			if len(got) != 1 || got[0].Currency != "gold" || got[0].Amount != shortfall {
+				t.Errorf("shortfall %+v, want %d gold", got, shortfall)
+			}
+			for _, l := range p.Lots() {
+				if l.Worth.OrderID == "o" && l.Amount != 0 {
+					t.Errorf("lot %d of the order still holds %d", l.ID, l.Amount)
+				}
+			}
+		})
+	}
+}

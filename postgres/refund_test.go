@@ -348,6 +348,52 @@ func TestRefundFollowsExchangedCoins(t *testing.T) {
 	}
 }
 
+// TestRefundOfAnOrderInMoreLotsThanOneWriteMoves: a player who exchanges
+// a purchase a coin at a time into two currencies that can be paid holds
+// its coins in 1 + 2·LotsMax lots, more than TrxOpsMax; the chargeback
+// still takes them all back, in one trx that is stored, read back and
+// audited like any other.
+func TestRefundOfAnOrderInMoreLotsThanOneWriteMoves(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(43, "buy", paid("gold", 3000, "o-many"))
+	// Sent by 8 callers at once, so that the batches are large and the
+	// test quick.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < 2*coffer.LotsMax; i += 8 {
+				to := []string{"silver", "gems"}[i%2]
+				if _, _, err := e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(43, fmt.Sprint("ex-", i)), From: "gold", To: to, Amount: 1}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	req := refundOf(43, "cb", "o-many")
+	req.Kind = coffer.RefundChargeback
+	trx := e.mustRefund(req)
+	if len(trx.Ops) != 1+2*coffer.LotsMax || trx.Refund.Shortfall != nil {
+		t.Fatalf("the chargeback took %d lots, shortfall %+v; want %d lots and none", len(trx.Ops), trx.Refund.Shortfall, 1+2*coffer.LotsMax)
+	}
+	got, err := e.store.Trx(ctx, scope(43, "cb"))
+	must(t, err)
+	sameAnswer(t, trx, got)
+	for _, cur := range []string{"gold", "silver", "gems"} {
+		if b := e.balance(43, cur); b.Total != 0 {
+			t.Fatalf("%s = %+v after the chargeback, want 0", cur, b)
+		}
+	}
+}
+
 // TestAuditFindsRefundDamageAfterAnExchange: a refund that followed an
 // exchange is checked with what its exchanged coins counted for: clean
 // as written, and a damaged count is reported.

@@ -75,11 +75,13 @@ func newEnvAt(t *testing.T, version int64, servers ...*pgserver.Server) *env {
 	}
 	cat, err := coffer.NewCatalog([]coffer.Currency{
 		{ID: 1, Code: "gold", Paid: true, RefundPolicy: coffer.RefundClawBack}, {ID: 2, Code: "silver", Paid: true}, {ID: 3, Code: "credits"},
+		{ID: 4, Code: "gems", Paid: true},
 	}, 10*time.Minute, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	must(t, cat.AddRate(1, "gold", "silver", coffer.Rate{Num: 100, Den: 1}))
+	must(t, cat.AddRate(1, "gold", "gems", coffer.Rate{Num: 10, Den: 1}))
 	must(t, cat.AddRate(1, "silver", "credits", coffer.Rate{Num: 1, Den: 10}))
 	e := &env{store: postgres.New(router, cat, postgres.Options{}), router: router, catalog: cat, t: t, sent: sent, cfg: cfg}
 	t.Cleanup(func() {
