@@ -20,6 +20,11 @@ type Route struct {
 	Method, Path string
 	// Body tells whether the request's other fields come in a JSON body.
 	Body bool
+	// Query names the query parameters the route takes: without a body,
+	// the request's fields the path does not name; with one, none. Any
+	// other parameter is refused, so that a write never goes through
+	// with a parameter it ignored (?hold=true on a change).
+	Query []string
 	// Namespaced tells whether the path names a namespace, which the
 	// permission then applies to. A call that names none addresses the
 	// instance and needs ops.
@@ -59,6 +64,14 @@ func Routes() []Route {
 			r.Method, r.Path = "POST", p.Post
 		}
 		r.Namespaced = strings.Contains(r.Path, "{namespace}")
+		if !r.Body {
+			fields := m.Input().Fields()
+			for j := 0; j < fields.Len(); j++ {
+				if name := string(fields.Get(j).Name()); !strings.Contains(r.Path, "{"+name+"}") {
+					r.Query = append(r.Query, name)
+				}
+			}
+		}
 		if r.Method == "" || r.Permission == "" || r.Namespaced == (r.Permission == coffer.PermOps) {
 			panic(fmt.Sprintf("api: rpc %s needs a GET or POST rule and a permission, ops exactly when it names no namespace", r.RPC))
 		}

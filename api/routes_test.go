@@ -11,5 +11,8 @@ func TestRoutesCoverContract(t *testing.T) {
 		if r.Method == "POST" && r.Permission != "write" {
 			t.Errorf("%s: a POST must need write, has %s", r.RPC, r.Permission)
 		}
+		if r.Method == "POST" && len(r.Query) > 0 {
+			t.Errorf("%s: a POST takes no query parameter, has %v", r.RPC, r.Query)
+		}
 	}
 }

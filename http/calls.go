@@ -21,10 +21,7 @@ func (s *Server) getBalances(r *http.Request, _ *coffer.Client) (int, any, error
 	if q.Namespace, q.PlayerID, err = pathPlayer(r); err != nil {
 		return 0, nil, err
 	}
-	v, err := query(r, "currency", "at", "lots")
-	if err != nil {
-		return 0, nil, err
-	}
+	v := query(r)
 	q.Currency = v.str("currency")
 	q.At = v.time("at")
 	q.Lots = v.bool("lots")
@@ -68,9 +65,6 @@ func (s *Server) rollback(r *http.Request, c *coffer.Client) (int, any, error) {
 
 func (s *Server) getTrx(r *http.Request, c *coffer.Client) (int, any, error) {
 	sc, err := s.scope(r, c)
-	if err == nil {
-		_, err = query(r)
-	}
 	if err != nil {
 		return 0, nil, err
 	}
@@ -110,10 +104,7 @@ func (s *Server) finlog(r *http.Request, _ *coffer.Client) (int, any, error) {
 	if q.Namespace, q.PlayerID, err = pathPlayer(r); err != nil {
 		return 0, nil, err
 	}
-	v, err := query(r, "from", "to", "currency", "reason", "limit", "cursor", "order")
-	if err != nil {
-		return 0, nil, err
-	}
+	v := query(r)
 	q.From, q.To = v.time("from"), v.time("to")
 	q.Currency, q.Reason, q.Cursor = v.str("currency"), v.str("reason"), v.str("cursor")
 	q.Limit = int(v.int("limit"))
@@ -132,10 +123,7 @@ func (s *Server) revenue(r *http.Request, _ *coffer.Client) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	v, err := query(r, "from", "to", "currency")
-	if err != nil {
-		return 0, nil, err
-	}
+	v := query(r)
 	from, to := v.time("from"), v.time("to")
 	if v.err == nil && (from == nil || to == nil) {
 		v.err = coffer.Errorf(coffer.CodeInvalid, "from and to are required (RFC 3339 times)")
@@ -151,9 +139,6 @@ func (s *Server) revenue(r *http.Request, _ *coffer.Client) (int, any, error) {
 }
 
 func (s *Server) getStatus(r *http.Request, _ *coffer.Client) (int, any, error) {
-	if _, err := query(r); err != nil {
-		return 0, nil, err
-	}
 	return http.StatusOK, s.Status(r.Context()), nil
 }
 

@@ -263,26 +263,27 @@ type params struct {
 	err error
 }
 
-// query checks that r's query names only allowed parameters, each once.
-func query(r *http.Request, allowed ...string) (*params, error) {
+// checkQuery checks that r's query names only allowed parameters (the
+// route's), each once. Errors are invalid_argument.
+func checkQuery(r *http.Request, allowed []string) error {
 	v, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return nil, coffer.Errorf(coffer.CodeInvalid, "query: %v", err)
+		return coffer.Errorf(coffer.CodeInvalid, "query: %v", err)
 	}
 	for name, vals := range v {
-		ok := false
-		for _, a := range allowed {
-			ok = ok || a == name
-		}
-		if !ok {
-			return nil, coffer.Errorf(coffer.CodeInvalid, "query: unknown parameter %q", name)
+		if !slices.Contains(allowed, name) {
+			return coffer.Errorf(coffer.CodeInvalid, "query: unknown parameter %q", name)
 		}
 		if len(vals) > 1 {
-			return nil, coffer.Errorf(coffer.CodeInvalid, "query: %s given more than once", name)
+			return coffer.Errorf(coffer.CodeInvalid, "query: %s given more than once", name)
 		}
 	}
-	return &params{v: v}, nil
+	return nil
 }
+
+// query is r's query parameters, which checkQuery checked before the
+// handler ran.
+func query(r *http.Request) *params { return &params{v: r.URL.Query()} }
 
 func (p *params) str(name string) string { return p.v.Get(name) }
 

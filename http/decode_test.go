@@ -158,10 +158,11 @@ func TestPathIDsHaveOneSpelling(t *testing.T) {
 		}
 	}
 	for limit, ok := range map[string]bool{"5": true, "0": true, "%2B5": false, "007": false, "-1": false} {
-		q, err := query(httptest.NewRequest("GET", "/?limit="+limit, nil), "limit")
-		if err != nil {
+		r := httptest.NewRequest("GET", "/?limit="+limit, nil)
+		if err := checkQuery(r, []string{"limit"}); err != nil {
 			t.Fatal(err)
 		}
+		q := query(r)
 		q.int("limit")
 		if (q.err == nil) != ok {
 			t.Errorf("limit %q: %v", limit, q.err)

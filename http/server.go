@@ -96,7 +96,7 @@ func (s *Server) Handler() http.Handler {
 
 // call wraps an rpc's handler: request id, metrics, a slot in Gate,
 // authentication and authorization (before any database work), the
-// response and one log line. The slot is held until the answer is sent,
+// route's query parameters, the response and one log line. The slot is held until the answer is sent,
 // so a client that reads slowly counts, for at most WriteTimeout.
 func (s *Server) call(rt api.Route, h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -109,6 +109,9 @@ func (s *Server) call(rt api.Route, h handler) http.Handler {
 		if err == nil {
 			defer s.Gate.Leave()
 			if client, err = s.authorize(r, rt); err == nil {
+				err = checkQuery(r, rt.Query)
+			}
+			if err == nil {
 				status, body, err = serve(h, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)), client)
 			}
 		}

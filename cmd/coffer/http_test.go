@@ -392,6 +392,13 @@ func TestHTTPBadInput(t *testing.T) {
 		{"finlog of an unknown currency", "GET", "/v1/namespaces/1/players/77/finlog?currency=mana", "", 400, coffer.CodeInvalid},
 		{"revenue of an unknown currency", "GET", "/v1/namespaces/1/reports/revenue?from=2026-01-01T00:00:00Z&to=2027-01-01T00:00:00Z&currency=mana", "", 400, coffer.CodeInvalid},
 		{"commit with a body", "POST", tx + "/k/commit", `{"force": true}`, 400, coffer.CodeInvalid},
+		// A write takes no query: a client that asks for a hold there
+		// must not get a one-phase change.
+		{"change with a query", "POST", tx + "?hold=true", op(""), 400, coffer.CodeInvalid},
+		{"exchange with a query", "POST", "/v1/namespaces/1/players/77/exchanges?dry_run=1", `{"idempotency_key": "e2", "from": "gold", "to": "silver", "amount": 5}`, 400, coffer.CodeInvalid},
+		{"refund with a query", "POST", "/v1/namespaces/1/players/77/refunds?x=1", `{"idempotency_key": "r", "store": "s", "order_id": "o", "kind": "refund"}`, 400, coffer.CodeInvalid},
+		{"batch with a query", "POST", "/v1/namespaces/1/transactions:batch?atomic=true", `{"changes": [{"player_id": 77, "idempotency_key": "b", "ops": [{"currency": "gold", "amount": 5}]}]}`, 400, coffer.CodeInvalid},
+		{"commit with a query", "POST", tx + "/k/commit?force=true", ``, 400, coffer.CodeInvalid},
 		{"exchange without rate", "POST", "/v1/namespaces/1/players/77/exchanges", `{"idempotency_key": "e", "from": "credits", "to": "gold", "amount": 5}`, 400, coffer.CodeInvalid},
 		// One request, one spelling (docs/api.md, Strict JSON).
 		{"a name twice", "POST", tx, `{"idempotency_key": "k", "idempotency_key": "k6", "ops": [{"currency": "gold", "amount": 5}]}`, 400, coffer.CodeInvalid},
