@@ -1,11 +1,16 @@
 package grpc
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/cofferhq/coffer"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // readFactor × the largest message limit is the largest request message
@@ -18,8 +23,9 @@ const readFactor = 2
 
 // codec is gRPC's protobuf codec, except that a request message that does
 // not decode is not refused by gRPC itself (with a bare INTERNAL, as if it
-// were a bug, before any interceptor runs): Unmarshal succeeds with an
-// empty request and records the refusal, invalid_argument, which intercept
+// were a bug, before any interceptor runs), and one with a field the
+// contract does not have is not served as if it had none (unknownField):
+// Unmarshal succeeds and records the refusal, invalid_argument, which intercept
 // takes by the request's pointer (refusal) and answers like any refused
 // call, after the key is checked, measured and logged. It is safe for
 // concurrent use.
@@ -35,8 +41,51 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if err := c.base.Unmarshal(data, v); err != nil {
 		c.refused.Store(v, &coffer.Error{Code: coffer.CodeInvalid, Message: "the request message is not a valid protobuf message of the call", Err: err})
+		return nil
+	}
+	if m, ok := v.(proto.Message); ok {
+		if at, num, found := unknownField(m.ProtoReflect()); found {
+			c.refused.Store(v, coffer.Errorf(coffer.CodeInvalid, "%s: field number %d is not in the contract", at, num))
+		}
 	}
 	return nil
+}
+
+// unknownField finds the first field of m, or of a message in it, that
+// the contract does not have: the path to the message that holds it
+// ("request", "request.ops[0]") and its number. Protobuf keeps such fields
+// aside and reads the rest, so a request that means more than the
+// contract says (a client's own dry_run) would be served as if it had not
+// sent it; the HTTP transport likewise refuses an unknown name.
+func unknownField(m protoreflect.Message) (at string, num protowire.Number, found bool) {
+	if raw := m.GetUnknown(); len(raw) > 0 {
+		num, _, _ = protowire.ConsumeTag(raw)
+		return "request", num, true
+	}
+	m.Range(func(f protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		name := string(f.Name())
+		switch {
+		case f.IsList() && f.Message() != nil:
+			for i := 0; i < v.List().Len() && !found; i++ {
+				if at, num, found = unknownField(v.List().Get(i).Message()); found {
+					at = strings.Replace(at, "request", fmt.Sprintf("request.%s[%d]", name, i), 1)
+				}
+			}
+		case f.IsMap() && f.MapValue().Message() != nil:
+			v.Map().Range(func(k protoreflect.MapKey, e protoreflect.Value) bool {
+				if at, num, found = unknownField(e.Message()); found {
+					at = strings.Replace(at, "request", fmt.Sprintf("request.%s[%q]", name, k.String()), 1)
+				}
+				return !found
+			})
+		case !f.IsList() && !f.IsMap() && f.Message() != nil:
+			if at, num, found = unknownField(v.Message()); found {
+				at = strings.Replace(at, "request", "request."+name, 1)
+			}
+		}
+		return !found
+	})
+	return at, num, found
 }
 
 // refusal takes the refusal recorded for req, or nil if it decoded.

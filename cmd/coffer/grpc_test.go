@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -206,6 +209,23 @@ func TestGRPCErrors(t *testing.T) {
 	// Field 1 announces 5 bytes and 1 follows: no valid ChangeRequest.
 	err = conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_Change_FullMethodName, []byte{0x0a, 0x05, 0x61}, new([]byte), grpc.ForceCodec(rawCodec{}))
 	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
+	// A field the contract does not have, at the top or in an op, is
+	// refused as HTTP refuses an unknown name: a client that sends one
+	// (a dry_run of its own version of the contract) must not be
+	// written as if it had not.
+	unknown := func(raw []byte) []byte {
+		return protowire.AppendVarint(protowire.AppendTag(raw, 99, protowire.VarintType), 1)
+	}
+	top, _ := proto.Marshal(&cofferv1.ChangeRequest{Namespace: 1, PlayerId: 1, IdempotencyKey: "u1", Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 3}}})
+	op, _ := proto.Marshal(&cofferv1.OpRequest{Currency: "gold", Amount: 3})
+	inOp, _ := proto.Marshal(&cofferv1.ChangeRequest{Namespace: 1, PlayerId: 1, IdempotencyKey: "u2"})
+	inOp = protowire.AppendBytes(protowire.AppendTag(inOp, 4, protowire.BytesType), unknown(op)) // ops = 4
+	for at, raw := range map[string][]byte{"request:": unknown(top), "request.ops[0]:": inOp} {
+		err = conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_Change_FullMethodName, raw, new([]byte), grpc.ForceCodec(rawCodec{}))
+		if status.Code(err) != codes.InvalidArgument || coffergrpc.Code(err) != coffer.CodeInvalid || !strings.Contains(err.Error(), at+" field number 99") {
+			t.Errorf("an unknown field in %s %v", at, err)
+		}
+	}
 	b, err := w.GetBalances(grpcCtx(devKey), bal)
 	must(t, err)
 	if b.Version != 0 {
