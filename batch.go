@@ -47,34 +47,6 @@ func ValidateBatchSize(n int) error {
 	return nil
 }
 
-// BatchPlayers groups the changes of a batch by player (namespace and
-// player id): each group lists the indexes of one player's changes in
-// request order, and the groups come in the order their player first
-// appears. A batch behaves as if its changes were sent one after the
-// other, in request order: a player's changes must run in that order (a
-// consume after a grant, the second of two changes with one key a replay
-// or a conflict of the first); changes of different players touch nothing
-// in common, so their groups may run concurrently.
-func BatchPlayers(reqs []ChangeRequest) [][]int {
-	type player struct {
-		ns Namespace
-		id PlayerID
-	}
-	at := map[player]int{}
-	var groups [][]int
-	for i, req := range reqs {
-		p := player{req.Namespace, req.PlayerID}
-		g, ok := at[p]
-		if !ok {
-			g = len(groups)
-			at[p] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], i)
-	}
-	return groups
-}
-
 // Request is the ChangeRequest of a change body in scope sc (whose key is
 // replaced by the body's). Errors (invalid_argument) are those of the
 // fields read here; Catalog.ValidateChange checks the rest.

@@ -1,30 +1,6 @@
 package coffer
 
-import (
-	"reflect"
-	"testing"
-)
-
-func TestBatchPlayers(t *testing.T) {
-	req := func(ns Namespace, p PlayerID) ChangeRequest {
-		return ChangeRequest{Scope: Scope{Namespace: ns, PlayerID: p}}
-	}
-	cases := []struct {
-		name string
-		reqs []ChangeRequest
-		want [][]int
-	}{
-		{"one", []ChangeRequest{req(1, 5)}, [][]int{{0}}},
-		{"each player in request order", []ChangeRequest{req(1, 5), req(1, 6), req(1, 5), req(1, 7), req(1, 6), req(1, 5)},
-			[][]int{{0, 2, 5}, {1, 4}, {3}}},
-		{"a namespace is another balance", []ChangeRequest{req(1, 5), req(2, 5), req(1, 5)}, [][]int{{0, 2}, {1}}},
-	}
-	for _, c := range cases {
-		if got := BatchPlayers(c.reqs); !reflect.DeepEqual(got, c.want) {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
-		}
-	}
-}
+import "testing"
 
 func TestValidateBatchSize(t *testing.T) {
 	for n, ok := range map[int]bool{0: false, 1: true, BatchChangesMax: true, BatchChangesMax + 1: false} {

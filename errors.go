@@ -9,7 +9,7 @@ import (
 // to one HTTP and gRPC status, in one table.
 type Code string
 
-// The error codes of the API contract (DESIGN.md §8).
+// The error codes of the API contract (docs/api.md, Errors).
 const (
 	CodeInvalid             Code = "invalid_argument"
 	CodeUnauthenticated     Code = "unauthenticated"

@@ -238,7 +238,7 @@ type Ledger interface {
 	// BatchChange applies each change as Change would, atomically per
 	// change and never across changes, and answers each in request
 	// order. It behaves as if the changes were sent one after the other:
-	// one player's run in request order (BatchPlayers), so the second of
+	// one player's changes run in request order, so the second of
 	// two changes with one key is a replay or idempotency_conflict of the
 	// first. A change that fails does not stop the others. The error is
 	// the whole batch's, returned before any change runs:

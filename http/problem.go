@@ -10,8 +10,8 @@ import (
 	"github.com/cofferhq/coffer/shard"
 )
 
-// statusOf maps each error code to its HTTP status: the one table of
-// DESIGN.md §8.
+// statusOf maps each error code to its HTTP status: the one table
+// (docs/api.md, Errors).
 var statusOf = map[coffer.Code]int{
 	coffer.CodeInvalid:                 http.StatusBadRequest,
 	coffer.CodeUnauthenticated:         http.StatusUnauthorized,

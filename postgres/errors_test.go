@@ -23,6 +23,8 @@ func TestClassify(t *testing.T) {
 		{&pgconn.PgError{Code: "57P01"}, coffer.CodeUnavailable, true},
 		{&pgconn.PgError{Code: "08006"}, coffer.CodeUnavailable, true},
 		{&pgconn.PgError{Code: "53300"}, coffer.CodeUnavailable, false},
+		{&pgconn.PgError{Code: "40P01"}, coffer.CodeUnavailable, false},
+		{&pgconn.PgError{Code: "40001"}, coffer.CodeUnavailable, false},
 		{&pgconn.PgError{Code: "22003"}, coffer.CodeInvalid, false},
 		{&pgconn.PgError{Code: "23514"}, coffer.CodeInternal, false},
 		{fmt.Errorf("scan: %w", context.DeadlineExceeded), coffer.CodeUnavailable, false},

@@ -225,7 +225,7 @@ func problemSchema() object {
 	}
 }
 
-// codes are the stable error codes of the contract (DESIGN.md §8).
+// codes are the stable error codes of the contract (docs/api.md, Errors).
 func codes() []any {
 	out := make([]any, len(coffer.Codes))
 	for i, c := range coffer.Codes {
