@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -43,6 +44,18 @@ type Exchange = coffer.ExchangeBody
 
 func playerPath(ns coffer.Namespace, p coffer.PlayerID) string {
 	return fmt.Sprintf("/v1/namespaces/%d/players/%d", ns, p)
+}
+
+// trxPath is the path of the trx of idempotency key key, plus suffix. The
+// key is one escaped path segment; "." and ".." are valid keys too, which
+// PathEscape leaves as they are and every URL resolver then removes as dot
+// segments (RFC 3986 §5.2.4), so their dots are escaped.
+func trxPath(ns coffer.Namespace, p coffer.PlayerID, key, suffix string) string {
+	seg := url.PathEscape(key)
+	if key == "." || key == ".." {
+		seg = strings.Repeat("%2E", len(key))
+	}
+	return playerPath(ns, p) + "/transactions/" + seg + suffix
 }
 
 // Balances reads a player's balances; q's Namespace and PlayerID address
@@ -110,20 +123,20 @@ func (c *Client) BatchChange(ctx context.Context, ns coffer.Namespace, changes [
 
 // Commit commits a pending hold.
 func (c *Client) Commit(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (trx coffer.Trx, replay bool, err error) {
-	status, err := c.do(ctx, "POST", playerPath(ns, p)+"/transactions/"+url.PathEscape(key)+"/commit", nil, nil, &trx)
+	status, err := c.do(ctx, "POST", trxPath(ns, p, key, "/commit"), nil, nil, &trx)
 	return trx, status == http.StatusOK, err
 }
 
 // Rollback rolls a pending hold back.
 func (c *Client) Rollback(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (trx coffer.Trx, replay bool, err error) {
-	status, err := c.do(ctx, "POST", playerPath(ns, p)+"/transactions/"+url.PathEscape(key)+"/rollback", nil, nil, &trx)
+	status, err := c.do(ctx, "POST", trxPath(ns, p, key, "/rollback"), nil, nil, &trx)
 	return trx, status == http.StatusOK, err
 }
 
 // Trx reads one trx of this client by its idempotency key.
 func (c *Client) Trx(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (coffer.Trx, error) {
 	var trx coffer.Trx
-	_, err := c.do(ctx, "GET", playerPath(ns, p)+"/transactions/"+url.PathEscape(key), nil, nil, &trx)
+	_, err := c.do(ctx, "GET", trxPath(ns, p, key, ""), nil, nil, &trx)
 	return trx, err
 }
 

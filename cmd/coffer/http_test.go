@@ -172,6 +172,21 @@ func TestHTTPHoldLife(t *testing.T) {
 		t.Fatalf("commit after rollback: %v", err)
 	}
 
+	// A key that is a dot segment is a key like any other: the client
+	// escapes it, where a path would resolve it away (RFC 3986 §5.2.4)
+	// and the call would miss its trx.
+	for _, key := range []string{".", ".."} {
+		hold.IdempotencyKey = key
+		_, _, err = s.dev.Change(ctx, 1, p, hold)
+		must(t, err)
+		if trx, err = s.dev.Trx(ctx, 1, p, key); err != nil || trx.IdempotencyKey != key {
+			t.Fatalf("trx %q: %+v %v", key, trx, err)
+		}
+		if trx, _, err = s.dev.Rollback(ctx, 1, p, key); err != nil || trx.Status != coffer.StatusRolledBack {
+			t.Fatalf("rollback %q: %+v %v", key, trx, err)
+		}
+	}
+
 	hold.IdempotencyKey, hold.HoldTTLSeconds = "abandoned", 1
 	_, _, err = s.dev.Change(ctx, 1, p, hold)
 	must(t, err)
