@@ -206,10 +206,10 @@ func (q RevenueQuery) Validate() error {
 	if q.Namespace <= 0 || !q.From.Before(q.To) {
 		return Errorf(CodeInvalid, "namespace must be > 0 and from before to")
 	}
-	if err := checkTime("from", q.From); err != nil {
+	if err := CheckTime("from", q.From); err != nil {
 		return err
 	}
-	return checkTime("to", q.To)
+	return CheckTime("to", q.To)
 }
 
 // checkOptTime checks a time a query may leave out.
@@ -217,7 +217,7 @@ func checkOptTime(field string, t *time.Time) error {
 	if t == nil {
 		return nil
 	}
-	return checkTime(field, *t)
+	return CheckTime(field, *t)
 }
 
 // Ledger is the money service. Implementations are safe for concurrent use.

@@ -136,9 +136,9 @@ var (
 	timeMax = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
-// checkTime checks that t lies in the years 0001–9999. Errors are
-// invalid_argument.
-func checkTime(field string, t time.Time) error {
+// CheckTime checks that t lies in the years 0001–9999, as every time a
+// request carries must. Errors are invalid_argument.
+func CheckTime(field string, t time.Time) error {
 	if t.Before(timeMin) || !t.Before(timeMax) {
 		return Errorf(CodeInvalid, "%s: must lie in the years 0001–9999", field)
 	}
@@ -244,7 +244,7 @@ func (c *Catalog) validateOp(i int, op OpRequest) (ValidOp, error) {
 		return ValidOp{}, Errorf(CodeInvalid, "ops[%d].kind: must be paid or free", i)
 	}
 	if op.ExpiresAt != nil {
-		if err := checkTime(fmt.Sprintf("ops[%d].expires_at", i), *op.ExpiresAt); err != nil {
+		if err := CheckTime(fmt.Sprintf("ops[%d].expires_at", i), *op.ExpiresAt); err != nil {
 			return ValidOp{}, err
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -143,7 +141,7 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 	var afterTime *time.Time
 	var afterPos int64
 	if q.Cursor != "" {
-		t, pos, err := decodeCursor(q.Cursor)
+		t, pos, err := decodeCursor(q.Cursor, q.Namespace, q.PlayerID)
 		if err != nil {
 			return coffer.FinlogPage{}, err
 		}
@@ -176,7 +174,7 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 			page.Items, lastPos = append(page.Items, st.Trx), st.pos
 		} else {
 			last := page.Items[q.Limit-1]
-			page.NextCursor = encodeCursor(last.CreatedAt, lastPos)
+			page.NextCursor = encodeCursor(q.Namespace, q.PlayerID, last.CreatedAt, lastPos)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -185,29 +183,36 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 	return page, nil
 }
 
-// A cursor is the (created_at, pos) of the last trx of a page. The ":"
-// tells it from the cursors of earlier versions, "micros.trx_id", which
-// paged by trx id: those are refused rather than misread.
-func encodeCursor(t time.Time, pos int64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(t.UnixMicro(), 10) + ":" + strconv.FormatInt(pos, 10)))
+// A cursor is the (created_at, pos) of the last trx of a page, with the
+// namespace and player whose finlog it pages: "ns:player:micros:pos". A
+// cursor of another player's finlog would read as some position in this
+// one and skip its trx before it, silently; it is refused, as are the
+// cursors of earlier versions ("micros:pos", and before that
+// "micros.trx_id", which paged by trx id), rather than misread.
+func encodeCursor(ns coffer.Namespace, player coffer.PlayerID, t time.Time, pos int64) string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%d:%d:%d:%d", ns, player, t.UnixMicro(), pos))
 }
 
-func decodeCursor(c string) (time.Time, int64, error) {
-	bad := coffer.Errorf(coffer.CodeInvalid, "cursor: not a cursor from a previous page")
+// decodeCursor reads a cursor of the finlog of ns and player: only one
+// that encodeCursor wrote for it (one spelling, and a time in the years
+// 0001–9999, which the driver encodes exactly: far beyond, it wraps one
+// around, and a made-up cursor would answer an empty page, as if the
+// finlog ended). Errors are invalid_argument.
+func decodeCursor(c string, ns coffer.Namespace, player coffer.PlayerID) (time.Time, int64, error) {
+	bad := coffer.Errorf(coffer.CodeInvalid, "cursor: not a cursor from a previous page of this player's finlog")
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
 		return time.Time{}, 0, bad
 	}
-	micro, pos, ok := strings.Cut(string(raw), ":")
-	if !ok {
+	var n, p, micros, pos int64
+	if _, err := fmt.Sscanf(string(raw), "%d:%d:%d:%d", &n, &p, &micros, &pos); err != nil {
 		return time.Time{}, 0, bad
 	}
-	m, err1 := strconv.ParseInt(micro, 10, 64)
-	n, err2 := strconv.ParseInt(pos, 10, 64)
-	if err1 != nil || err2 != nil {
+	t := time.UnixMicro(micros).UTC()
+	if n != int64(ns) || p != int64(player) || coffer.CheckTime("cursor", t) != nil || encodeCursor(ns, player, t, pos) != c {
 		return time.Time{}, 0, bad
 	}
-	return time.UnixMicro(m).UTC(), n, nil
+	return t, pos, nil
 }
 
 // Revenue sums paid ops of the namespace over every shard, one statement

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -281,6 +282,17 @@ func TestHTTPExchangeAtAndFinlog(t *testing.T) {
 	}
 	r = s.call("GET", fmt.Sprintf("/v1/namespaces/1/players/%d/finlog?currency=silver&order=asc&limit=10", p), devKey, "")
 	wantStatus(t, r, http.StatusOK, "")
+	// A cursor pages the finlog it came from. Another player's, or one
+	// no page gave (its time wrapped to the future: an empty page, as if
+	// the finlog ended), is refused, not read as some other position.
+	for path, cursor := range map[string]string{
+		"/v1/namespaces/1/players/98/finlog": page.NextCursor,
+		"/v1/namespaces/2/players/99/finlog": page.NextCursor,
+		"/v1/namespaces/1/players/99/finlog": base64.RawURLEncoding.EncodeToString([]byte("-9223372036854775808:1")),
+	} {
+		r = s.call("GET", path+"?cursor="+url.QueryEscape(cursor), devKey, "")
+		wantStatus(t, r, http.StatusBadRequest, coffer.CodeInvalid)
+	}
 
 	lines, err := s.dev.Revenue(ctx, coffer.RevenueQuery{Namespace: 1, From: first.CreatedAt.Add(-time.Hour), To: time.Now().Add(time.Hour)})
 	must(t, err)
