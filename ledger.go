@@ -171,7 +171,9 @@ func (q BalanceQuery) Validate() error {
 }
 
 // Validate checks a finlog query's ids, times, reason and limit (0 means
-// the default). Errors: invalid_argument.
+// the default). A period given whole must not be empty: from before to,
+// as in a revenue report; a client that swapped them would read an empty
+// finlog as a player with no history. Errors: invalid_argument.
 func (q FinlogQuery) Validate() error {
 	switch {
 	case q.Namespace <= 0 || q.PlayerID <= 0:
@@ -180,6 +182,8 @@ func (q FinlogQuery) Validate() error {
 		return Errorf(CodeInvalid, "limit must be 1–%d", FinlogLimitMax)
 	case !utf8.ValidString(q.Reason) || strings.IndexByte(q.Reason, 0) >= 0:
 		return Errorf(CodeInvalid, "reason: must be UTF-8 without NUL")
+	case q.From != nil && q.To != nil && !q.From.Before(*q.To):
+		return Errorf(CodeInvalid, "from must be before to")
 	}
 	if err := checkOptTime("from", q.From); err != nil {
 		return err

@@ -191,6 +191,8 @@ func TestGRPCErrors(t *testing.T) {
 	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
 	_, err = w.Finlog(grpcCtx(devKey), &cofferv1.FinlogRequest{Namespace: 1, PlayerId: 1, From: &timestamppb.Timestamp{Nanos: -1}})
 	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
+	_, err = w.Finlog(grpcCtx(devKey), &cofferv1.FinlogRequest{Namespace: 1, PlayerId: 1, From: timestamppb.New(time.Now()), To: timestamppb.New(time.Now().Add(-time.Hour))})
+	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
 	// The scheme is Bearer, in any case, and required.
 	_, err = w.GetBalances(metadata.AppendToOutgoingContext(ctx, "authorization", devKey), bal)
 	wantGRPC(t, err, codes.Unauthenticated, coffer.CodeUnauthenticated)

@@ -412,6 +412,11 @@ func TestHTTPBadInput(t *testing.T) {
 		{"bad order", "GET", "/v1/namespaces/1/players/77/finlog?order=sideways", "", 400, coffer.CodeInvalid},
 		{"bad limit", "GET", "/v1/namespaces/1/players/77/finlog?limit=100000", "", 400, coffer.CodeInvalid},
 		{"bad cursor", "GET", "/v1/namespaces/1/players/77/finlog?cursor=zzz", "", 400, coffer.CodeInvalid},
+		// An empty period is a mistake (from and to swapped), not an
+		// empty finlog, as in the revenue report.
+		{"finlog from after to", "GET", "/v1/namespaces/1/players/77/finlog?from=2030-01-01T00:00:00Z&to=2020-01-01T00:00:00Z", "", 400, coffer.CodeInvalid},
+		{"finlog from at to", "GET", "/v1/namespaces/1/players/77/finlog?from=2030-01-01T00:00:00Z&to=2030-01-01T00:00:00Z", "", 400, coffer.CodeInvalid},
+		{"revenue from after to", "GET", "/v1/namespaces/1/reports/revenue?from=2030-01-01T00:00:00Z&to=2020-01-01T00:00:00Z", "", 400, coffer.CodeInvalid},
 		{"revenue without range", "GET", "/v1/namespaces/1/reports/revenue", "", 400, coffer.CodeInvalid},
 		// A filter by a currency the catalog does not have (coffer.Catalog.Named).
 		{"balances of an unknown currency", "GET", "/v1/namespaces/1/players/77/balances?currency=mana", "", 400, coffer.CodeInvalid},
