@@ -111,14 +111,67 @@ func (p PastBalance) at(at time.Time) (total, paid Amount, ok bool) {
 	return total, paid, ok
 }
 
+// PastVersion is what a store loads to tell the player's version at a
+// past time: its newest trx created at or before that time (Trx), and
+// its newest hold finish at or before it (Finish); nil for none.
+type PastVersion struct {
+	Trx    *PastTrx
+	Finish *PastFinish
+}
+
+// PastTrx is a trx row as stored. A hold's finish (commit, rollback or
+// expiry) sets its row's Version to the finish's and FinishedAt; since
+// V0019 it keeps the version its begin left in BeginVersion.
+type PastTrx struct {
+	CreatedAt    time.Time
+	Version      int64
+	FinishedAt   *time.Time
+	BeginVersion *int64
+}
+
+// PastFinish is a hold's finish: its time and the version it left.
+type PastFinish struct {
+	At      time.Time
+	Version int64
+}
+
+// at is the player's version at time at: the version the player's last
+// write at or before at left, as a current read at that moment answered.
+// A player's writes are the trx it inserts and the finishes of its holds,
+// which insert no trx of their own; the version grows with each, so the
+// later of the newest trx and the newest finish decides (a finish at the
+// time of a trx is the same write: it inserted that trx, an expiry).
+func (v PastVersion) at(at time.Time) int64 {
+	var version int64
+	var last time.Time
+	if t := v.Trx; t != nil && !t.CreatedAt.After(at) {
+		version, last = t.begun(), t.CreatedAt
+	}
+	if f := v.Finish; f != nil && !f.At.After(at) && !f.At.Before(last) {
+		version = f.Version
+	}
+	return version
+}
+
+// begun is the version the trx's own write left. A hold finished before
+// V0019 by an older coffer, after the migration's backfill, kept no
+// begin version: its finish's is all there is.
+func (t *PastTrx) begun() int64 {
+	if t.FinishedAt != nil && t.BeginVersion != nil {
+		return *t.BeginVersion
+	}
+	return t.Version
+}
+
 // BalancesAt answers q, a read of balances at the past time q.At, from
-// the player's version then and what a store loaded for each currency
-// asked (PastBalance.at says how it counts), in the order loaded. A read
-// of all currencies answers those held (Held). Errors: internal when a
-// sum passes int64, which no write allows (the ledger is damaged).
-func (c *Catalog) BalancesAt(q BalanceQuery, version int64, past []PastBalance) (Balances, error) {
+// what a store loaded to tell the player's version then (PastVersion.at)
+// and for each currency asked (PastBalance.at says how it counts), in
+// the order loaded. A read of all currencies answers those held (Held).
+// Errors: internal when a sum passes int64, which no write allows (the
+// ledger is damaged).
+func (c *Catalog) BalancesAt(q BalanceQuery, version PastVersion, past []PastBalance) (Balances, error) {
 	at := q.At.UTC()
-	out := Balances{Namespace: q.Namespace, PlayerID: q.PlayerID, Version: version, At: &at, Balances: []Balance{}}
+	out := Balances{Namespace: q.Namespace, PlayerID: q.PlayerID, Version: version.at(at), At: &at, Balances: []Balance{}}
 	for _, p := range past {
 		total, paid, ok := p.at(at)
 		code := c.CurrencyOf(p.Currency).Code

@@ -125,8 +125,64 @@ func TestBalancesAt(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			tc.q.Namespace, tc.q.PlayerID, tc.q.At = 1, 42, &at
-			got, err := c.BalancesAt(tc.q, 9, tc.past)
+			got, err := c.BalancesAt(tc.q, PastVersion{Trx: &PastTrx{CreatedAt: before, Version: 9}}, tc.past)
 			checkBalances(t, got, err, tc.code, Balances{Namespace: 1, PlayerID: 42, Version: 9, At: &at, Balances: tc.want})
+		})
+	}
+}
+
+// TestVersionAt: the version of a balance at a past time T is the one
+// the player's last write at or before T left, as a current read then
+// answered. A write inserts trx or finishes a hold; a hold's finish
+// overwrites its row's version, so a hold finished after T counts with
+// the version its begin left, and a finish after the newest trx before T
+// decides over that trx.
+func TestVersionAt(t *testing.T) {
+	c, err := NewCatalog([]Currency{{ID: 1, Code: "gold"}}, time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) time.Time { return at.Add(-d) }
+	later := func(d time.Duration) *time.Time { l := at.Add(d); return &l }
+	v := func(n int64) *int64 { return &n }
+	for name, tc := range map[string]struct {
+		past PastVersion
+		want int64
+	}{
+		"no write by T":                 {past: PastVersion{}, want: 0},
+		"a trx at T itself":             {past: PastVersion{Trx: &PastTrx{CreatedAt: at, Version: 4}}, want: 4},
+		"a hold pending at T and since": {past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 4}}, want: 4},
+		"a hold finished after T: its begin's version, not the finish's": {
+			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 7, FinishedAt: later(time.Second), BeginVersion: v(4)}},
+			want: 4},
+		"a hold finished by T, nothing after: its finish's": {
+			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(2 * time.Second), Version: 5, FinishedAt: later(-time.Second), BeginVersion: v(4)},
+				Finish: &PastFinish{At: ago(time.Second), Version: 5}},
+			want: 5},
+		"a finish after the last trx: the finish's, not the trx's": {
+			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(2 * time.Second), Version: 5},
+				Finish: &PastFinish{At: ago(time.Second), Version: 6}},
+			want: 6},
+		"a finish before the last trx: the trx's": {
+			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 7},
+				Finish: &PastFinish{At: ago(2 * time.Second), Version: 6}},
+			want: 7},
+		"a finish and the expiry trx it inserted, one write": {
+			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 6},
+				Finish: &PastFinish{At: ago(time.Second), Version: 6}},
+			want: 6},
+		"a hold pending at T begun after a finish, finished since": {
+			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 9, FinishedAt: later(time.Minute), BeginVersion: v(7)},
+				Finish: &PastFinish{At: ago(2 * time.Second), Version: 6}},
+			want: 7},
+		"a hold finished after T by a coffer before V0019: its row's version": {
+			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 7, FinishedAt: later(time.Second)}},
+			want: 7},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := c.BalancesAt(BalanceQuery{Namespace: 1, PlayerID: 42, At: &at}, tc.past, nil)
+			checkBalances(t, got, err, "", Balances{Namespace: 1, PlayerID: 42, Version: tc.want, At: &at, Balances: []Balance{}})
 		})
 	}
 }

@@ -60,13 +60,16 @@ type TrxRow struct {
 }
 
 // TrxFinish ends a pending hold: its new status, at the version and time
-// of the write that ends it.
+// of the write that ends it. The row's version becomes the finish's; it
+// keeps the one its begin left as BeginVersion, for the version of a
+// balance at a time the hold was pending (PastVersion).
 type TrxFinish struct {
-	ID         int64
-	CreatedAt  time.Time
-	Status     TrxStatus
-	Version    int64
-	FinishedAt time.Time
+	ID           int64
+	CreatedAt    time.Time
+	Status       TrxStatus
+	Version      int64
+	BeginVersion int64
+	FinishedAt   time.Time
 }
 
 // OpRow is an op to insert: the planned op, its trx, its place in the trx
@@ -475,7 +478,7 @@ func (p *Player) finish(k TrxKey, commit, sweep bool) Plan {
 	out.Ops = append(settled, p.catalog.Ops(ops)...)
 	out.Balances = p.catalog.BalancesAfter(ops)
 	w.expiries(expired)
-	w.plan.Finish = &TrxFinish{ID: h.ID, CreatedAt: h.CreatedAt, Status: status, Version: w.version, FinishedAt: w.at}
+	w.plan.Finish = &TrxFinish{ID: h.ID, CreatedAt: h.CreatedAt, Status: status, Version: w.version, BeginVersion: h.Version, FinishedAt: w.at}
 	w.ops(h.ID, int32(len(settled)), ops)
 	w.expiries(expiredAfter)
 	if status == StatusCommitted {

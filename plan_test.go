@@ -88,7 +88,7 @@ func render(c *Catalog, p Plan) string {
 	}
 	if f := p.Finish; f != nil {
 		text, first := ops(f.ID)
-		entries = append(entries, entry{first, fmt.Sprintf("finish %d %s v%d", f.ID, f.Status, f.Version) + text})
+		entries = append(entries, entry{first, fmt.Sprintf("finish %d %s v%d (begin v%d)", f.ID, f.Status, f.Version, f.BeginVersion) + text})
 	}
 	slices.SortStableFunc(entries, func(a, b entry) int { return cmp.Compare(a.pos, b.pos) })
 	for _, e := range entries {
@@ -304,7 +304,7 @@ func TestPlanHold(t *testing.T) {
 				"trx 100 hold pending v4 @11\n  consume gold -10 lot 1 = 5/5 @12\n  consume gold -2 lot 2 = 3/3 @13"},
 			{changeOf(t, c, "h", true, freeOp("gold", -12), freeOp("silver", 3)), "replay 100"},
 			{func(p *Player) Plan { return p.Rollback(key("nope")) }, "error not_found"},
-			{func(p *Player) Plan { return p.Commit(key("h")) }, "finish 100 committed v5\n  grant silver 3 lot 101 = 3/0 @14"},
+			{func(p *Player) Plan { return p.Commit(key("h")) }, "finish 100 committed v5 (begin v4)\n  grant silver 3 lot 101 = 3/0 @14"},
 			{func(p *Player) Plan { return p.Commit(key("h")) }, "replay 100"},
 			{func(p *Player) Plan { return p.Rollback(key("h")) }, "error hold_not_pending"},
 		})
@@ -323,7 +323,7 @@ func TestPlanHold(t *testing.T) {
 		runSteps(t, c, p, []step{
 			{changeOf(t, c, "x", false, freeOp("gold", -4)), "error insufficient_funds"},
 			{func(p *Player) Plan { return p.Rollback(key("h")) },
-				"finish 100 rolled_back v5\n  grant gold 10 lot 1 = 13/3 @14\n  grant gold 2 lot 2 = 15/5 @15"},
+				"finish 100 rolled_back v5 (begin v4)\n  grant gold 10 lot 1 = 13/3 @14\n  grant gold 2 lot 2 = 15/5 @15"},
 			{func(p *Player) Plan { return p.Rollback(key("h")) }, "replay 100"},
 			{func(p *Player) Plan { return p.Commit(key("h")) }, "error hold_not_pending"},
 			{changeOf(t, c, "y", false, freeOp("gold", -15)), "trx 102 change committed v6 @16\n  consume gold -10 lot 1 = 5/5 @17\n  consume gold -5 lot 2 = 0/0 @18"},
@@ -336,7 +336,7 @@ func TestPlanHold(t *testing.T) {
 func TestPlanHoldStates(t *testing.T) {
 	c := requestCatalog(t)
 	hold := func(status TrxStatus, expiresIn time.Duration) *StoredTrx {
-		return &StoredTrx{Trx: Trx{ID: 9, IdempotencyKey: "h", Kind: TrxHold, Status: status, HoldExpiresAt: at(expiresIn),
+		return &StoredTrx{Trx: Trx{ID: 9, IdempotencyKey: "h", Kind: TrxHold, Status: status, HoldExpiresAt: at(expiresIn), Version: 2,
 			Ops: []Op{{Currency: "gold", Amount: -4, Kind: OpConsume, LotID: 1}}}, Emitter: 7}
 	}
 	reserved := []BookLot{{ID: 1, Currency: 1, Amount: 6, Reserved: 4}}
@@ -346,10 +346,10 @@ func TestPlanHoldStates(t *testing.T) {
 		commit, rollback, sweep string
 	}{
 		{"pending", hold(StatusPending, time.Minute),
-			"finish 9 committed v4", "finish 9 rolled_back v4\n  grant gold 4 lot 1 = 10/0 @11", "replay 9"},
+			"finish 9 committed v4 (begin v2)", "finish 9 rolled_back v4 (begin v2)\n  grant gold 4 lot 1 = 10/0 @11", "replay 9"},
 		{"pending past its TTL", hold(StatusPending, -time.Minute),
-			"error hold_expired, writing:\nfinish 9 expired v4\n  grant gold 4 lot 1 = 10/0 @11",
-			"finish 9 expired v4\n  grant gold 4 lot 1 = 10/0 @11", "finish 9 expired v4\n  grant gold 4 lot 1 = 10/0 @11"},
+			"error hold_expired, writing:\nfinish 9 expired v4 (begin v2)\n  grant gold 4 lot 1 = 10/0 @11",
+			"finish 9 expired v4 (begin v2)\n  grant gold 4 lot 1 = 10/0 @11", "finish 9 expired v4 (begin v2)\n  grant gold 4 lot 1 = 10/0 @11"},
 		{"committed", hold(StatusCommitted, time.Minute), "replay 9", "error hold_not_pending", "replay 9"},
 		{"rolled back", hold(StatusRolledBack, time.Minute), "error hold_not_pending", "replay 9", "replay 9"},
 		{"expired", hold(StatusExpired, -time.Minute), "error hold_expired", "replay 9", "replay 9"},
@@ -378,10 +378,10 @@ func TestPlanHoldStates(t *testing.T) {
 // trx after the hold's ops.
 func TestPlanHoldCommitOntoExpiredLot(t *testing.T) {
 	c := requestCatalog(t)
-	h := &StoredTrx{Trx: Trx{ID: 9, IdempotencyKey: "h", Kind: TrxHold, Status: StatusPending, HoldExpiresAt: at(time.Minute),
+	h := &StoredTrx{Trx: Trx{ID: 9, IdempotencyKey: "h", Kind: TrxHold, Status: StatusPending, HoldExpiresAt: at(time.Minute), Version: 2,
 		Ops: []Op{{Currency: "gold", Amount: -4, Kind: OpConsume, LotID: 1}}}, Emitter: 7}
 	p := testPlayer(t, c, []BookLot{{ID: 1, Currency: 1, Amount: 0, Reserved: 4, ExpiresAt: at(-time.Second)}}, h)
-	want := "finish 9 rolled_back v4\n  grant gold 4 lot 1 = 4/0 @11\ntrx 100 expire committed v4 @12\n  expire gold -4 lot 1 = 0/0 @13"
+	want := "finish 9 rolled_back v4 (begin v2)\n  grant gold 4 lot 1 = 4/0 @11\ntrx 100 expire committed v4 @12\n  expire gold -4 lot 1 = 0/0 @13"
 	if got := render(c, p.Rollback(key("h"))); got != want {
 		t.Fatalf("rollback onto an expired lot:\n%s\nwant\n%s", got, want)
 	}
@@ -462,14 +462,14 @@ func TestPlanValue(t *testing.T) {
 		{"a hold reserves a share; its rollback returns it to the lot", three, func(t *testing.T) []step {
 			return []step{
 				{changeOf(t, c, "h", true, freeOp("gold", -1)), "trx 100 hold pending v4 @11\n  consume gold -1 lot 1 = 2/2 @12 USD -33"},
-				{func(p *Player) Plan { return p.Rollback(key("h")) }, "finish 100 rolled_back v5\n  grant gold 1 lot 1 = 3/3 @13 USD 33"},
+				{func(p *Player) Plan { return p.Rollback(key("h")) }, "finish 100 rolled_back v5 (begin v4)\n  grant gold 1 lot 1 = 3/3 @13 USD 33"},
 				{changeOf(t, c, "a", false, freeOp("gold", -3)), "trx 101 change committed v6 @14\n  consume gold -3 lot 1 = 0/0 @15 USD -100"},
 			}
 		}, "0/0"},
 		{"a hold reserves a share; its commit settles it, and the rest stays on the lot", three, func(t *testing.T) []step {
 			return []step{
 				{changeOf(t, c, "h", true, freeOp("gold", -2)), "trx 100 hold pending v4 @11\n  consume gold -2 lot 1 = 1/1 @12 USD -67"},
-				{func(p *Player) Plan { return p.Commit(key("h")) }, "finish 100 committed v5"},
+				{func(p *Player) Plan { return p.Commit(key("h")) }, "finish 100 committed v5 (begin v4)"},
 				{changeOf(t, c, "a", false, freeOp("gold", -1)), "trx 101 change committed v6 @13\n  consume gold -1 lot 1 = 0/0 @14 USD -33"},
 			}
 		}, "0/0"},

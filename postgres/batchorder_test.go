@@ -74,3 +74,36 @@ func TestRollbackReplayOfAGrantsOnlyHoldInOneBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestBalanceAtVersionOfAHoldBegunAndCommittedInOneBatch: a hold begun
+// and committed in one batch is inserted finished; its row keeps its
+// begin's version all the same, so a balance at its begin's time
+// answers that version, in a batch as alone.
+func TestBalanceAtVersionOfAHoldBegunAndCommittedInOneBatch(t *testing.T) {
+	e := newEnv(t)
+	ps := e.playersOn(0, 1, 3)
+	for _, p := range ps[1:] {
+		e.mustChange(p, "grant", free("gold", 10))
+	}
+	begin := func(s *postgres.Store, p coffer.PlayerID) (coffer.Trx, error) {
+		trx, _, err := s.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "h"), Hold: true, Ops: []coffer.OpRequest{free("gold", -4)}})
+		return trx, err
+	}
+	commit := func(s *postgres.Store, p coffer.PlayerID) (coffer.Trx, error) {
+		trx, _, err := s.Commit(ctx, scope(p, "h"))
+		return trx, err
+	}
+	inBatch, alone := e.batchAndAlone(ps[0], ps[1], ps[2], begin, commit)
+	for p, trx := range map[coffer.PlayerID][]coffer.Trx{ps[1]: inBatch, ps[2]: alone} {
+		for _, c := range []struct {
+			at   time.Time
+			want int64
+		}{{trx[0].CreatedAt, 2}, {time.Now(), 3}} {
+			b, err := e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: p, At: &c.at})
+			must(t, err)
+			if b.Version != c.want {
+				t.Errorf("player %d at %s: version %d, want %d", p, c.at.Format(time.RFC3339Nano), b.Version, c.want)
+			}
+		}
+	}
+}

@@ -137,14 +137,14 @@ var writeBranches = []struct {
 	// A hold begun and finished in one batch is inserted finished: one
 	// statement sees one snapshot and may not change a row twice.
 	{"trx", `INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
-		kind, status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at, refund)
+		kind, status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at, refund, begin_version)
 	SELECT ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
-		kind::trx_kind, status::trx_status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at, refund
+		kind::trx_kind, status::trx_status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at, refund, begin_version
 	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::timestamptz[]) AS created_at, unnest($4::bigint[]) AS trx_id,
 		unnest($5::int[]) AS emitter, unnest($6::text[]) AS idempotency_key, unnest($7::bytea[]) AS request_hash, unnest($8::text[]) AS kind,
 		unnest($9::text[]) AS status, unnest($10::text[]) AS reason, unnest($11::text[]) AS meta, unnest($12::timestamptz[]) AS hold_expires_at,
 		unnest($13::jsonb[]) AS pending_grants, unnest($14::bigint[]) AS version, unnest($15::bigint[]) AS pos, unnest($16::timestamptz[]) AS finished_at,
-		unnest($17::jsonb[]) AS refund) AS u`, 17},
+		unnest($17::jsonb[]) AS refund, unnest($18::bigint[]) AS begin_version) AS u`, 18},
 	// An op of a lot without a value (fiat NULL) stores no value.
 	{"ops", `INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
 		balance_after, paid_after, created_at, purchase, pos, fiat, value)
@@ -167,10 +167,10 @@ var writeBranches = []struct {
 	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::int[]) AS currency, unnest($4::bigint[]) AS lot_id,
 		unnest($5::bigint[]) AS amount, unnest($6::bigint[]) AS reserved, unnest($7::bigint[]) AS value, unnest($8::bigint[]) AS value_reserved) AS u
 	WHERE l.ns = u.ns AND l.player_id = u.player_id AND l.currency = u.currency AND l.lot_id = u.lot_id`, 8},
-	{"finished", `UPDATE trx_N t SET status = u.status::trx_status, version = u.version, finished_at = u.finished_at
+	{"finished", `UPDATE trx_N t SET status = u.status::trx_status, version = u.version, finished_at = u.finished_at, begin_version = u.begin_version
 	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::timestamptz[]) AS created_at, unnest($4::bigint[]) AS trx_id,
-		unnest($5::text[]) AS status, unnest($6::bigint[]) AS version, unnest($7::timestamptz[]) AS finished_at) AS u
-	WHERE t.ns = u.ns AND t.player_id = u.player_id AND t.created_at = u.created_at AND t.trx_id = u.trx_id`, 7},
+		unnest($5::text[]) AS status, unnest($6::bigint[]) AS version, unnest($7::timestamptz[]) AS finished_at, unnest($8::bigint[]) AS begin_version) AS u
+	WHERE t.ns = u.ns AND t.player_id = u.player_id AND t.created_at = u.created_at AND t.trx_id = u.trx_id`, 8},
 	{"players", `UPDATE balance_N b SET version = u.version, pos = u.pos, updated_at = u.updated_at
 	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::bigint[]) AS version, unnest($4::bigint[]) AS pos,
 		unnest($5::timestamptz[]) AS updated_at) AS u

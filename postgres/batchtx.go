@@ -531,18 +531,19 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan,
 		ns, id := int32(p.key.ns), int64(p.key.id)
 		for _, r := range plan.Inserts {
 			var finishedAt *time.Time
+			var beginVersion *int64
 			if f := inserted[trxOf{p.key, r.ID}]; f != nil {
-				r.Status, r.Version, finishedAt = f.Status, f.Version, &f.FinishedAt
+				r.Status, r.Version, finishedAt, beginVersion = f.Status, f.Version, &f.FinishedAt, &f.BeginVersion
 			}
 			trx.add(p.shard, ns, id, r.CreatedAt, r.ID, int32(r.Emitter), r.IdempotencyKey, r.Hash, string(r.Kind), string(r.Status),
-				r.Reason, metaText(r.Meta), r.HoldExpiresAt, pendingJSON(r.PendingGrants), r.Version, r.Pos, finishedAt, refundJSON(r.Refund))
+				r.Reason, metaText(r.Meta), r.HoldExpiresAt, pendingJSON(r.PendingGrants), r.Version, r.Pos, finishedAt, refundJSON(r.Refund), beginVersion)
 		}
 		for _, o := range plan.Ops {
 			ops.add(p.shard, ns, id, o.CreatedAt, o.TrxID, o.Seq, int32(o.Currency), o.LotID, string(o.Kind), string(o.Cause),
 				int64(o.Amount), o.Paid, int64(o.BalanceAfter), int64(o.PaidAfter), purchaseJSON(o.Purchase), o.Pos, o.Fiat, int64(o.Value))
 		}
 		if f := plan.Finish; f != nil && inserted[trxOf{p.key, f.ID}] == nil {
-			finished.add(p.shard, ns, id, f.CreatedAt, f.ID, string(f.Status), f.Version, f.FinishedAt)
+			finished.add(p.shard, ns, id, f.CreatedAt, f.ID, string(f.Status), f.Version, f.FinishedAt, f.BeginVersion)
 		}
 	}
 	for _, p := range players {

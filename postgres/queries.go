@@ -39,12 +39,17 @@ func newQueries(id coffer.ShardID) *queries {
 		// balance after the last op at or before $3; the lots with coins
 		// whose expiry had come by $3; and the ops of the first write
 		// after $3, with their lots' expiries
-		// (coffer.PastBalance: the domain says what counts).
+		// (coffer.PastBalance: the domain says what counts). Once, in
+		// the trx key and trx_N_finished: the player's last trx and last
+		// hold finish at or before $3 (coffer.PastVersion).
 		balancesAt: n(`SELECT c.currency, COALESCE(o.balance_after, 0), COALESCE(o.paid_after, 0),
 				x.amounts, x.paid, x.expires, y.amounts, y.paid, y.expires,
-				(SELECT t.version FROM trx_N t WHERE t.ns = $1 AND t.player_id = $2 AND t.created_at <= $3
-					ORDER BY t.created_at DESC, t.pos DESC LIMIT 1)
+				t.created_at, t.version, t.finished_at, t.begin_version, f.finished_at, f.version
 			FROM unnest($4::int[]) AS c(currency)
+			LEFT JOIN (SELECT created_at, version, finished_at, begin_version FROM trx_N
+				WHERE ns = $1 AND player_id = $2 AND created_at <= $3 ORDER BY created_at DESC, pos DESC LIMIT 1) t ON true
+			LEFT JOIN (SELECT finished_at, version FROM trx_N
+				WHERE ns = $1 AND player_id = $2 AND finished_at IS NOT NULL AND finished_at <= $3 ORDER BY finished_at DESC LIMIT 1) f ON true
 			LEFT JOIN LATERAL (SELECT balance_after, paid_after FROM op_N
 				WHERE ns = $1 AND player_id = $2 AND currency = c.currency AND created_at <= $3
 				ORDER BY created_at DESC, pos DESC LIMIT 1) o ON true

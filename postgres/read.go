@@ -54,25 +54,28 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 }
 
 // balancesAt loads, for each of currencies, what coffer.PastBalance
-// needs to tell its balance at q.At, and the player's version then.
-func (s *Store) balancesAt(ctx context.Context, pool *pgxpool.Pool, qs *queries, q coffer.BalanceQuery, currencies []*coffer.Currency) (version int64, past []coffer.PastBalance, err error) {
+// needs to tell its balance at q.At, and what coffer.PastVersion needs
+// to tell the player's version then.
+func (s *Store) balancesAt(ctx context.Context, pool *pgxpool.Pool, qs *queries, q coffer.BalanceQuery, currencies []*coffer.Currency) (version coffer.PastVersion, past []coffer.PastBalance, err error) {
 	ids := make([]int32, len(currencies))
 	for i, c := range currencies {
 		ids[i] = int32(c.ID)
 	}
 	rows, err := pool.Query(ctx, qs.balancesAt, q.Namespace, q.PlayerID, q.At.UTC(), ids)
 	if err != nil {
-		return 0, nil, err
+		return version, nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var p coffer.PastBalance
-		var v *int64
 		var lotAmounts, nextAmounts []coffer.Amount
 		var lotPaid, nextPaid []bool
 		var lotExpires, nextExpires []*time.Time
-		if err := rows.Scan(&p.Currency, &p.Total, &p.Paid, &lotAmounts, &lotPaid, &lotExpires, &nextAmounts, &nextPaid, &nextExpires, &v); err != nil {
-			return 0, nil, err
+		var trxAt, finishedAt, finishAt *time.Time
+		var trxVersion, beginVersion, finishVersion *int64
+		if err := rows.Scan(&p.Currency, &p.Total, &p.Paid, &lotAmounts, &lotPaid, &lotExpires, &nextAmounts, &nextPaid, &nextExpires,
+			&trxAt, &trxVersion, &finishedAt, &beginVersion, &finishAt, &finishVersion); err != nil {
+			return version, nil, err
 		}
 		for i := range lotAmounts {
 			p.Expired = append(p.Expired, coffer.BookLot{Currency: p.Currency, Amount: lotAmounts[i], Paid: lotPaid[i], ExpiresAt: lotExpires[i]})
@@ -80,8 +83,11 @@ func (s *Store) balancesAt(ctx context.Context, pool *pgxpool.Pool, qs *queries,
 		for i := range nextAmounts {
 			p.Next = append(p.Next, coffer.PastOp{Amount: nextAmounts[i], Paid: nextPaid[i], LotExpiresAt: nextExpires[i]})
 		}
-		if v != nil {
-			version = *v
+		if trxAt != nil {
+			version.Trx = &coffer.PastTrx{CreatedAt: *trxAt, Version: *trxVersion, FinishedAt: finishedAt, BeginVersion: beginVersion}
+		}
+		if finishAt != nil {
+			version.Finish = &coffer.PastFinish{At: *finishAt, Version: *finishVersion}
 		}
 		past = append(past, p)
 	}

@@ -443,6 +443,96 @@ func TestExpiryAndBalanceAt(t *testing.T) {
 	}
 }
 
+// TestBalanceAtVersionAcrossHolds: a balance read at a past time T
+// answers the version a current read answered at T, also while holds
+// were pending: a hold finished after T counts with its begin's version,
+// not its finish's; a hold's finish after the player's last trx before T
+// counts, also one that writes no op (a commit of consumes alone); and a
+// hold still pending counts with its begin's.
+func TestBalanceAtVersionAcrossHolds(t *testing.T) {
+	e := newEnv(t)
+	const p = 60
+	hold := func(key string, amount coffer.Amount) {
+		t.Helper()
+		_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, key), Hold: true, Ops: []coffer.OpRequest{free("gold", amount)}})
+		must(t, err)
+	}
+	type seen struct {
+		after   string
+		at      time.Time
+		version int64
+	}
+	var log []seen
+	step := func(after string, write func()) {
+		t.Helper()
+		write()
+		time.Sleep(2 * time.Millisecond)
+		b, err := e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: p})
+		must(t, err)
+		log = append(log, seen{after, time.Now(), b.Version})
+		time.Sleep(2 * time.Millisecond)
+	}
+	step("the grant", func() { e.mustChange(p, "grant", free("gold", 100)) })
+	step("h1 begun (pending at T, finished later)", func() { hold("h1", -10) })
+	step("a change while h1 is pending", func() { e.mustChange(p, "more", free("gold", 5)) })
+	step("h1 committed (no op), after the change", func() {
+		_, _, err := e.store.Commit(ctx, scope(p, "h1"))
+		must(t, err)
+	})
+	step("h2 begun (rolled back later)", func() { hold("h2", -5) })
+	step("h3 begun (pending to the end)", func() { hold("h3", -1) })
+	step("h2 rolled back, after h3 begun", func() {
+		_, _, err := e.store.Rollback(ctx, scope(p, "h2"))
+		must(t, err)
+	})
+	for _, s := range log {
+		b, err := e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: p, At: &s.at})
+		must(t, err)
+		if b.Version != s.version {
+			t.Errorf("after %s: version at T %d; a current read at T answered %d", s.after, b.Version, s.version)
+		}
+	}
+}
+
+// TestMigrationKeepsTheVersionOfHoldsBegun: V0019 gives each hold
+// finished before it the version its begin left (one more than the
+// player's write before it), so that a balance at a time it was pending
+// answers that version, not its finish's. The fixture: a change, hold h1
+// begun, a change, h1 committed, hold h2 begun and rolled back, hold h3
+// begun and pending (versions 1 … 7, h1 begun at 2 and h2 at 5).
+func TestMigrationKeepsTheVersionOfHoldsBegun(t *testing.T) {
+	e := newEnvAt(t, 18, pgtest.Server(t, 0), pgtest.Server(t, 1))
+	const p = 61
+	id := e.router.Map().ShardOf(p)
+	t0 := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	for _, sql := range []string{
+		`INSERT INTO balance_N (ns, player_id, version, updated_at, pos) VALUES (1, $1, 7, $2::timestamptz + interval '6 seconds', 5)`,
+		`INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason,
+				hold_expires_at, version, pos, finished_at)
+			VALUES (1, $1, $2, 10, 7, 'a', '', 'change', 'committed', '', NULL, 1, 1, NULL),
+				(1, $1, $2::timestamptz + interval '1 second', 11, 7, 'h1', '', 'hold', 'committed', '', $2::timestamptz + interval '1 hour', 4, 2, $2::timestamptz + interval '3 seconds'),
+				(1, $1, $2::timestamptz + interval '2 seconds', 12, 7, 'b', '', 'change', 'committed', '', NULL, 3, 3, NULL),
+				(1, $1, $2::timestamptz + interval '4 seconds', 13, 7, 'h2', '', 'hold', 'rolled_back', '', $2::timestamptz + interval '1 hour', 6, 4, $2::timestamptz + interval '5 seconds'),
+				(1, $1, $2::timestamptz + interval '6 seconds', 14, 7, 'h3', '', 'hold', 'pending', '', now() + interval '1 hour', 7, 5, NULL)`,
+	} {
+		_, err := e.router.Shard(id).Exec(ctx, strings.ReplaceAll(sql, "_N", fmt.Sprintf("_%d", id)), p, t0)
+		must(t, err)
+	}
+	migrateTo(t, e.router.Map(), -1)
+	for _, c := range []struct {
+		at   float64
+		want int64
+	}{{0.5, 1}, {1.5, 2}, {2.5, 3}, {3.5, 4}, {4.5, 5}, {5.5, 6}, {6.5, 7}} {
+		when := at(c.at)
+		b, err := e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: p, At: &when})
+		must(t, err)
+		if b.Version != c.want {
+			t.Errorf("version %.1f s in: %d, want %d", c.at, b.Version, c.want)
+		}
+	}
+}
+
 // TestWriteRecordsItsCurrenciesExpiries checks that a write records the due
 // expiries of the currencies it touches before its own ops, and leaves
 // those of other currencies to the sweeper: it reads only its currencies'
@@ -793,6 +883,18 @@ func TestAuditFindsDamage(t *testing.T) {
 			e.auditFinds(31, check, damage)
 		})
 	}
+}
+
+// TestAuditFindsAHoldBegunAtItsFinishVersion: a finished hold's begin
+// version must be below its finish's (balances at a past time answer it).
+func TestAuditFindsAHoldBegunAtItsFinishVersion(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(31, "a", free("gold", 5))
+	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(31, "h"), Hold: true, Ops: []coffer.OpRequest{free("gold", -2)}})
+	must(t, err)
+	_, _, err = e.store.Commit(ctx, scope(31, "h"))
+	must(t, err)
+	e.auditFinds(31, "version went back", "UPDATE trx_%d SET begin_version = version WHERE kind = 'hold'")
 }
 
 // auditFinds runs damage, an SQL statement with the shard's number for
