@@ -153,9 +153,9 @@ func (v PastVersion) at(at time.Time) int64 {
 	return version
 }
 
-// begun is the version the trx's own write left. A hold finished before
-// V0019 by an older coffer, after the migration's backfill, kept no
-// begin version: its finish's is all there is.
+// begun is the version the trx's own write left. A hold that a coffer
+// older than V0019 finished after the migration's backfill kept no begin
+// version: its finish's is all there is.
 func (t *PastTrx) begun() int64 {
 	if t.FinishedAt != nil && t.BeginVersion != nil {
 		return *t.BeginVersion
