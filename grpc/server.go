@@ -6,8 +6,6 @@ package grpc
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -261,13 +259,14 @@ func (s *Server) log(ctx context.Context, rpc, id string, c *coffer.Client, err 
 	s.Logger.LogAttrs(ctx, level, "request", attrs...)
 }
 
+// requestID is the caller's x-request-id if it is sane, or a new one
+// (coffer.RequestID).
 func requestID(md metadata.MD) string {
-	if v := md.Get("x-request-id"); len(v) > 0 && len(v[0]) > 0 && len(v[0]) <= 64 {
-		return v[0]
+	var given string
+	if v := md.Get("x-request-id"); len(v) > 0 {
+		given = v[0]
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return coffer.RequestID(given)
 }
 
 func clientOf(ctx context.Context) *coffer.Client { return ctx.Value(clientKey{}).(*coffer.Client) }

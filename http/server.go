@@ -7,14 +7,11 @@ package http
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -183,15 +180,10 @@ func (s *Server) log(r *http.Request, rt api.Route, id string, c *coffer.Client,
 // requestIDKey holds the request id in a handler's context.
 type requestIDKey struct{}
 
-// requestID takes the caller's X-Request-Id if it is sane, or makes one,
-// and echoes it in the response.
+// requestID takes the caller's X-Request-Id if it is sane, or makes one
+// (coffer.RequestID), and echoes it in the response.
 func requestID(w http.ResponseWriter, r *http.Request) string {
-	id := r.Header.Get("X-Request-Id")
-	if len(id) == 0 || len(id) > 64 || strings.IndexFunc(id, func(c rune) bool { return c <= ' ' || c > '~' }) >= 0 {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		id = hex.EncodeToString(b[:])
-	}
+	id := coffer.RequestID(r.Header.Get("X-Request-Id"))
 	w.Header().Set("X-Request-Id", id)
 	return id
 }

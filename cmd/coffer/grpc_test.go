@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -232,5 +233,31 @@ func TestGRPCErrors(t *testing.T) {
 	must(t, err)
 	if b.Version != 0 {
 		t.Fatalf("refused requests wrote: %v", b)
+	}
+}
+
+// TestRequestIDOverBothTransports: HTTP and gRPC keep a caller's sane
+// request id and replace any other by the same rule (coffer.RequestID):
+// a space would split the id in a log line, on either transport.
+func TestRequestIDOverBothTransports(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	for given, kept := range map[string]bool{"trace-7731": true, "trace 7731": false} {
+		req, err := http.NewRequest("GET", s.base+"/v1/namespaces/1/players/1/balances", nil)
+		must(t, err)
+		req.Header.Set("Authorization", "Bearer "+devKey)
+		req.Header.Set("X-Request-Id", given)
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		resp.Body.Close()
+		if got := resp.Header.Get("X-Request-Id"); (got == given) != kept || got == "" {
+			t.Errorf("HTTP: sent %q, answered %q; kept: want %v", given, got, kept)
+		}
+		var hdr metadata.MD
+		_, err = s.grpc.GetBalances(metadata.AppendToOutgoingContext(grpcCtx(devKey), "x-request-id", given),
+			&cofferv1.GetBalancesRequest{Namespace: 1, PlayerId: 1}, grpc.Header(&hdr))
+		must(t, err)
+		if got := hdr.Get("x-request-id"); len(got) != 1 || (got[0] == given) != kept || got[0] == "" {
+			t.Errorf("gRPC: sent %q, answered %q; kept: want %v", given, got, kept)
+		}
 	}
 }
