@@ -49,7 +49,7 @@ func TestRequestID(t *testing.T) {
 			t.Errorf("RequestID(%q) = %q; kept: want %v", given, got, kept)
 		}
 	}
-	if RequestID("") == RequestID("") {
-		t.Error("two new request ids are the same")
+	if a, b := RequestID(""), RequestID(""); a == b {
+		t.Errorf("two new request ids are the same: %q", a)
 	}
 }
