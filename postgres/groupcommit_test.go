@@ -813,10 +813,14 @@ func cutBatchThenAnotherInstance(t *testing.T, clockBehind bool) {
 	pid := e.waitForBackend(0, "%INSERT INTO trx_%")
 
 	// Another instance commits the hold as soon as the batch lets go of
-	// its player: it waits for the lock before the batch is cut.
+	// its player: it waits for the lock before the batch is cut. Its lock
+	// wait spans the test's polling and the kill, so it gets as long as
+	// store's, not e.store's 1.25 s, which a loaded machine can pass.
+	another := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 20 * time.Second})
+	defer another.Close()
 	other := make(chan error, 1)
 	go func() {
-		_, _, err := e.store.Commit(ctx, scope(holder, "h"))
+		_, _, err := another.Commit(ctx, scope(holder, "h"))
 		other <- err
 	}()
 	e.waitForBackend(0, "%locked%", pid)
