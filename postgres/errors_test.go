@@ -25,6 +25,7 @@ func TestClassify(t *testing.T) {
 		{&pgconn.PgError{Code: "53300"}, coffer.CodeUnavailable, false},
 		{&pgconn.PgError{Code: "40P01"}, coffer.CodeUnavailable, false},
 		{&pgconn.PgError{Code: "40001"}, coffer.CodeUnavailable, false},
+		{&pgconn.PgError{Code: "23505", ConstraintName: "trx_3_idempotency"}, coffer.CodeUnavailable, false},
 		{&pgconn.PgError{Code: "22003"}, coffer.CodeInvalid, false},
 		{&pgconn.PgError{Code: "23514"}, coffer.CodeInternal, false},
 		{fmt.Errorf("scan: %w", context.DeadlineExceeded), coffer.CodeUnavailable, false},

@@ -237,9 +237,9 @@ func classify(id coffer.ShardID, err error) (mapped error, connFailed bool) {
 			return unavailable("is unavailable"), false
 		case pg.Code == "55P03":
 			return unavailable("has the player locked by another transaction"), false
-		case pg.Code == "40001", pg.Code == "40P01":
-			// A race lost again after every retry (retryable): nothing
-			// was written, and the same request may well pass later.
+		case retryable(err):
+			// A race lost again after every retry: nothing was written,
+			// and the same request may well pass later.
 			return unavailable("aborted the write in a conflict with another transaction"), false
 		case pg.Code[:2] == "22":
 			return &coffer.Error{Code: coffer.CodeInvalid, Message: pg.Message, Err: err}, false
