@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -131,8 +130,7 @@ func TestMetaStoredBeforeV0010IsServedCanonical(t *testing.T) {
 		`INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, pos)
 			VALUES (10, 0, 1, $1, 1, 9, 'grant', 'change', 5, false, 5, 0, $2, 2)`,
 	} {
-		_, err := e.router.Shard(id).Exec(ctx, strings.ReplaceAll(sql, "_N", fmt.Sprintf("_%d", id)), p, t0)
-		must(t, err)
+		e.exec(p, sql, p, t0)
 	}
 	var printed int
 	must(t, e.router.Shard(id).QueryRow(ctx, fmt.Sprintf(`SELECT length(meta::text) FROM trx_%d WHERE idempotency_key = 'old'`, id)).Scan(&printed))

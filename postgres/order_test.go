@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -117,8 +116,7 @@ func TestMigrationKeepsTheOrderOfExistingRows(t *testing.T) {
 				(11, 0, 1, $1, 1, 9, 'grant', 'change', 5, false, 75, 0, $4),
 				(12, 1, 1, $1, 1, 9, 'grant', 'release', 30, false, 105, 0, $5)`, []any{at(0), at(1), at(2), at(3)}},
 	} {
-		_, err := e.router.Shard(id).Exec(ctx, strings.ReplaceAll(row.sql, "_N", fmt.Sprintf("_%d", id)), append([]any{p}, row.args...)...)
-		must(t, err)
+		e.exec(p, row.sql, append([]any{p}, row.args...)...)
 	}
 	migrateTo(t, e.router.Map(), -1)
 
@@ -156,7 +154,6 @@ func TestMigrationKeepsTheOrderOfExistingRows(t *testing.T) {
 func TestMigrationReservesWhatPendingHoldsTook(t *testing.T) {
 	e := newEnvAt(t, 8, pgtest.Server(t, 0), pgtest.Server(t, 1))
 	const p = 51
-	id := e.router.Map().ShardOf(p)
 	t0 := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
 	for _, sql := range []string{
 		`INSERT INTO balance_N VALUES (1, $1, 3, $2, 7)`,
@@ -171,8 +168,7 @@ func TestMigrationReservesWhatPendingHoldsTook(t *testing.T) {
 				(11, 0, 1, $1, 1, 9, 'consume', 'change', -30, false, 70, 0, $2 + interval '1 second', 4),
 				(12, 0, 1, $1, 1, 9, 'consume', 'change', -10, false, 60, 0, $2 + interval '2 second', 6)`,
 	} {
-		_, err := e.router.Shard(id).Exec(ctx, strings.ReplaceAll(sql, "_N", fmt.Sprintf("_%d", id)), p, t0)
-		must(t, err)
+		e.exec(p, sql, p, t0)
 	}
 	migrateTo(t, e.router.Map(), -1)
 	r, _, err := e.store.Rollback(ctx, scope(p, "h"))

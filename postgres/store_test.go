@@ -121,6 +121,16 @@ func (e *env) auditClean() {
 	}
 }
 
+// exec runs sql, its tables named trx_N …, on player's shard: rows as an
+// older coffer left them, for a migration to meet.
+func (e *env) exec(player coffer.PlayerID, sql string, args ...any) {
+	e.t.Helper()
+	id := e.router.Map().ShardOf(player)
+	if _, err := e.router.Shard(id).Exec(ctx, postgres.ShardSQL(sql, id), args...); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 func scope(player coffer.PlayerID, key string) coffer.Scope {
 	return coffer.Scope{Namespace: 1, PlayerID: player, Emitter: 7, IdempotencyKey: key}
 }
@@ -503,7 +513,6 @@ func TestBalanceAtVersionAcrossHolds(t *testing.T) {
 func TestMigrationKeepsTheVersionOfHoldsBegun(t *testing.T) {
 	e := newEnvAt(t, 18, pgtest.Server(t, 0), pgtest.Server(t, 1))
 	const p = 61
-	id := e.router.Map().ShardOf(p)
 	t0 := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	for _, sql := range []string{
@@ -516,8 +525,7 @@ func TestMigrationKeepsTheVersionOfHoldsBegun(t *testing.T) {
 				(1, $1, $2::timestamptz + interval '4 seconds', 13, 7, 'h2', '', 'hold', 'rolled_back', '', $2::timestamptz + interval '1 hour', 6, 4, $2::timestamptz + interval '5 seconds'),
 				(1, $1, $2::timestamptz + interval '6 seconds', 14, 7, 'h3', '', 'hold', 'pending', '', now() + interval '1 hour', 7, 5, NULL)`,
 	} {
-		_, err := e.router.Shard(id).Exec(ctx, strings.ReplaceAll(sql, "_N", fmt.Sprintf("_%d", id)), p, t0)
-		must(t, err)
+		e.exec(p, sql, p, t0)
 	}
 	migrateTo(t, e.router.Map(), -1)
 	for _, c := range []struct {
