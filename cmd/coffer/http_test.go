@@ -284,13 +284,22 @@ func TestHTTPExchangeAtAndFinlog(t *testing.T) {
 	wantStatus(t, r, http.StatusOK, "")
 	// A cursor pages the finlog it came from. Another player's, or one
 	// no page gave (its time wrapped to the future: an empty page, as if
-	// the finlog ended), is refused, not read as some other position.
-	for path, cursor := range map[string]string{
-		"/v1/namespaces/1/players/98/finlog": page.NextCursor,
-		"/v1/namespaces/2/players/99/finlog": page.NextCursor,
-		"/v1/namespaces/1/players/99/finlog": base64.RawURLEncoding.EncodeToString([]byte("-9223372036854775808:1")),
+	// the finlog ended; or another spelling of a page's), is refused, not
+	// read as some other position.
+	raw, err := base64.RawURLEncoding.DecodeString(page.NextCursor)
+	must(t, err)
+	cut := strings.LastIndexByte(string(raw), ':')
+	spelt := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	r = s.call("GET", "/v1/namespaces/1/players/99/finlog?order=desc&cursor="+url.QueryEscape(spelt(string(raw))), devKey, "")
+	wantStatus(t, r, http.StatusOK, "")
+	for _, c := range []struct{ path, cursor string }{
+		{"/v1/namespaces/1/players/98/finlog", page.NextCursor},
+		{"/v1/namespaces/2/players/99/finlog", page.NextCursor},
+		{"/v1/namespaces/1/players/99/finlog", spelt("1:99:-9223372036854775808:1")},
+		{"/v1/namespaces/1/players/99/finlog", spelt(string(raw[:cut+1]) + "+" + string(raw[cut+1:]))},
+		{"/v1/namespaces/1/players/99/finlog", spelt(string(raw[:cut+1]) + "0" + string(raw[cut+1:]))},
 	} {
-		r = s.call("GET", path+"?cursor="+url.QueryEscape(cursor), devKey, "")
+		r = s.call("GET", c.path+"?cursor="+url.QueryEscape(c.cursor), devKey, "")
 		wantStatus(t, r, http.StatusBadRequest, coffer.CodeInvalid)
 	}
 
