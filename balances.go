@@ -120,12 +120,12 @@ type PastVersion struct {
 }
 
 // PastTrx is a trx row as stored. A hold's finish (commit, rollback or
-// expiry) sets its row's Version to the finish's and FinishedAt; since
-// V0019 it keeps the version its begin left in BeginVersion.
+// expiry) sets its row's Version to the finish's; since V0019 it keeps
+// the version its begin left in BeginVersion, which is nil on every
+// other row.
 type PastTrx struct {
 	CreatedAt    time.Time
 	Version      int64
-	FinishedAt   *time.Time
 	BeginVersion *int64
 }
 
@@ -157,7 +157,7 @@ func (v PastVersion) at(at time.Time) int64 {
 // older than V0019 finished after the migration's backfill kept no begin
 // version: its finish's is all there is.
 func (t *PastTrx) begun() int64 {
-	if t.FinishedAt != nil && t.BeginVersion != nil {
+	if t.BeginVersion != nil {
 		return *t.BeginVersion
 	}
 	return t.Version

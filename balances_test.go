@@ -144,7 +144,6 @@ func TestVersionAt(t *testing.T) {
 	}
 	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	ago := func(d time.Duration) time.Time { return at.Add(-d) }
-	later := func(d time.Duration) *time.Time { l := at.Add(d); return &l }
 	v := func(n int64) *int64 { return &n }
 	for name, tc := range map[string]struct {
 		past PastVersion
@@ -154,10 +153,10 @@ func TestVersionAt(t *testing.T) {
 		"a trx at T itself":             {past: PastVersion{Trx: &PastTrx{CreatedAt: at, Version: 4}}, want: 4},
 		"a hold pending at T and since": {past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 4}}, want: 4},
 		"a hold finished after T: its begin's version, not the finish's": {
-			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 7, FinishedAt: later(time.Second), BeginVersion: v(4)}},
+			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 7, BeginVersion: v(4)}},
 			want: 4},
 		"a hold finished by T, nothing after: its finish's": {
-			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(2 * time.Second), Version: 5, FinishedAt: later(-time.Second), BeginVersion: v(4)},
+			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(2 * time.Second), Version: 5, BeginVersion: v(4)},
 				Finish: &PastFinish{At: ago(time.Second), Version: 5}},
 			want: 5},
 		"a finish after the last trx: the finish's, not the trx's": {
@@ -173,11 +172,11 @@ func TestVersionAt(t *testing.T) {
 				Finish: &PastFinish{At: ago(time.Second), Version: 6}},
 			want: 6},
 		"a hold pending at T begun after a finish, finished since": {
-			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 9, FinishedAt: later(time.Minute), BeginVersion: v(7)},
+			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 9, BeginVersion: v(7)},
 				Finish: &PastFinish{At: ago(2 * time.Second), Version: 6}},
 			want: 7},
 		"a hold finished after T by a coffer before V0019: its row's version": {
-			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 7, FinishedAt: later(time.Second)}},
+			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 7}},
 			want: 7},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -44,9 +44,9 @@ func newQueries(id coffer.ShardID) *queries {
 		// hold finish at or before $3 (coffer.PastVersion).
 		balancesAt: n(`SELECT c.currency, COALESCE(o.balance_after, 0), COALESCE(o.paid_after, 0),
 				x.amounts, x.paid, x.expires, y.amounts, y.paid, y.expires,
-				t.created_at, t.version, t.finished_at, t.begin_version, f.finished_at, f.version
+				t.created_at, t.version, t.begin_version, f.finished_at, f.version
 			FROM unnest($4::int[]) AS c(currency)
-			LEFT JOIN (SELECT created_at, version, finished_at, begin_version FROM trx_N
+			LEFT JOIN (SELECT created_at, version, begin_version FROM trx_N
 				WHERE ns = $1 AND player_id = $2 AND created_at <= $3 ORDER BY created_at DESC, pos DESC LIMIT 1) t ON true
 			LEFT JOIN (SELECT finished_at, version FROM trx_N
 				WHERE ns = $1 AND player_id = $2 AND finished_at IS NOT NULL AND finished_at <= $3 ORDER BY finished_at DESC LIMIT 1) f ON true

@@ -14,8 +14,8 @@ import (
 
 // Balances reads current balances with the other reads of the database
 // gathered with it (runReads: one round trip, a statement per shard, one
-// snapshot per player), or with At the balances of that time, one index
-// lookup per currency.
+// snapshot per player), or with At the balances of that time, in one
+// statement of index lookups (balancesAt).
 func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Balances, error) {
 	if err := q.Validate(); err != nil {
 		return coffer.Balances{}, err
@@ -71,10 +71,10 @@ func (s *Store) balancesAt(ctx context.Context, pool *pgxpool.Pool, qs *queries,
 		var lotAmounts, nextAmounts []coffer.Amount
 		var lotPaid, nextPaid []bool
 		var lotExpires, nextExpires []*time.Time
-		var trxAt, finishedAt, finishAt *time.Time
+		var trxAt, finishAt *time.Time
 		var trxVersion, beginVersion, finishVersion *int64
 		if err := rows.Scan(&p.Currency, &p.Total, &p.Paid, &lotAmounts, &lotPaid, &lotExpires, &nextAmounts, &nextPaid, &nextExpires,
-			&trxAt, &trxVersion, &finishedAt, &beginVersion, &finishAt, &finishVersion); err != nil {
+			&trxAt, &trxVersion, &beginVersion, &finishAt, &finishVersion); err != nil {
 			return version, nil, err
 		}
 		for i := range lotAmounts {
@@ -84,7 +84,7 @@ func (s *Store) balancesAt(ctx context.Context, pool *pgxpool.Pool, qs *queries,
 			p.Next = append(p.Next, coffer.PastOp{Amount: nextAmounts[i], Paid: nextPaid[i], LotExpiresAt: nextExpires[i]})
 		}
 		if trxAt != nil {
-			version.Trx = &coffer.PastTrx{CreatedAt: *trxAt, Version: *trxVersion, FinishedAt: finishedAt, BeginVersion: beginVersion}
+			version.Trx = &coffer.PastTrx{CreatedAt: *trxAt, Version: *trxVersion, BeginVersion: beginVersion}
 		}
 		if finishAt != nil {
 			version.Finish = &coffer.PastFinish{At: *finishAt, Version: *finishVersion}
