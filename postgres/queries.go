@@ -38,10 +38,10 @@ func newQueries(id coffer.ShardID) *queries {
 		// Per currency, index lookups in op_N_at and the lot key: the
 		// balance after the last op at or before $3; the lots with coins
 		// whose expiry had come by $3; and the ops of the first write
-		// after $3, with their lots' expiries
-		// (coffer.PastBalance: the domain says what counts). Once, in
-		// the trx key and trx_N_finished: the player's last trx and last
-		// hold finish at or before $3 (coffer.PastVersion).
+		// after $3 on such lots, with their expiries (coffer.PastBalance:
+		// the domain says what counts; only those ops can). Once, in the
+		// trx key and trx_N_finished: the player's last trx and last hold
+		// finish at or before $3 (coffer.PastVersion).
 		balancesAt: n(`SELECT c.currency, COALESCE(o.balance_after, 0), COALESCE(o.paid_after, 0),
 				x.amounts, x.paid, x.expires, y.amounts, y.paid, y.expires,
 				t.created_at, t.version, t.begin_version, f.finished_at, f.version
@@ -56,7 +56,8 @@ func newQueries(id coffer.ShardID) *queries {
 			LEFT JOIN LATERAL (SELECT array_agg(amount) AS amounts, array_agg(paid) AS paid, array_agg(expires_at) AS expires FROM lot_N
 				WHERE ns = $1 AND player_id = $2 AND currency = c.currency AND amount > 0 AND expires_at <= $3) x ON true
 			LEFT JOIN LATERAL (SELECT array_agg(n.amount) AS amounts, array_agg(n.paid) AS paid, array_agg(l.expires_at) AS expires
-				FROM op_N n LEFT JOIN lot_N l ON l.ns = n.ns AND l.player_id = n.player_id AND l.currency = n.currency AND l.lot_id = n.lot_id
+				FROM op_N n JOIN lot_N l ON l.ns = n.ns AND l.player_id = n.player_id AND l.currency = n.currency AND l.lot_id = n.lot_id
+					AND l.expires_at <= $3
 				WHERE n.ns = $1 AND n.player_id = $2 AND n.currency = c.currency
 					AND n.created_at = (SELECT min(created_at) FROM op_N
 						WHERE ns = $1 AND player_id = $2 AND currency = c.currency AND created_at > $3)) y ON true`),

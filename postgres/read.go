@@ -83,10 +83,11 @@ func (s *Store) balancesAt(ctx context.Context, pool *pgxpool.Pool, qs *queries,
 		for i := range nextAmounts {
 			p.Next = append(p.Next, coffer.PastOp{Amount: nextAmounts[i], Paid: nextPaid[i], LotExpiresAt: nextExpires[i]})
 		}
-		if trxAt != nil {
+		// Each row repeats the player's trx and finish.
+		if trxAt != nil && version.Trx == nil {
 			version.Trx = &coffer.PastTrx{CreatedAt: *trxAt, Version: *trxVersion, BeginVersion: beginVersion}
 		}
-		if finishAt != nil {
+		if finishAt != nil && version.Finish == nil {
 			version.Finish = &coffer.PastFinish{At: *finishAt, Version: *finishVersion}
 		}
 		past = append(past, p)
