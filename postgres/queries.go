@@ -103,12 +103,12 @@ func finlogSQL(desc bool) string {
 //   - the shortfalls of the period's refunds (coins and the value the
 //     refund recorded), in trx_N_refunds, each under the fiat of its
 //     order's grant in that currency (op_N_order).
-const revenueSQL = `SELECT currency, fiat, source, kind, cause, within, at_from, at_to, sum(amount), sum(value)
-	FROM (SELECT currency, COALESCE(fiat, '') AS fiat, 'op' AS source, kind::text AS kind, cause::text AS cause, amount,
+const revenueSQL = `SELECT currency, fiat, held, shortfall, kind, cause, within, at_from, at_to, sum(amount), sum(value)
+	FROM (SELECT currency, COALESCE(fiat, '') AS fiat, false AS held, false AS shortfall, kind::text AS kind, cause::text AS cause, amount,
 			COALESCE(value, 0) AS value, created_at >= $2 AS within, false AS at_from, false AS at_to
 		FROM op_N WHERE ns = $1 AND paid AND created_at < $3
 	UNION ALL
-	SELECT o.currency, COALESCE(o.fiat, ''), 'held', '', '', -o.amount, -COALESCE(o.value, 0), false,
+	SELECT o.currency, COALESCE(o.fiat, ''), true, false, '', '', -o.amount, -COALESCE(o.value, 0), false,
 			t.created_at < $2 AND COALESCE(t.finished_at, 'infinity'::timestamptz) >= $2, COALESCE(t.finished_at, 'infinity'::timestamptz) >= $3
 		FROM trx_N t JOIN op_N o ON o.trx_id = t.trx_id
 		WHERE t.ns = $1 AND t.kind = 'hold' AND COALESCE(t.finished_at, 'infinity'::timestamptz) >= $2 AND t.created_at < $3
@@ -117,7 +117,7 @@ const revenueSQL = `SELECT currency, fiat, source, kind, cause, within, at_from,
 	SELECT (s->>'currency')::int, COALESCE((SELECT g.fiat FROM op_N g WHERE g.ns = t.ns AND g.player_id = t.player_id
 				AND g.purchase IS NOT NULL AND g.purchase->>'store' = t.refund->>'store' AND g.purchase->>'order_id' = t.refund->>'order_id'
 				AND g.kind = 'grant' AND g.currency = (s->>'currency')::int LIMIT 1), ''),
-			'shortfall', '', '', (s->>'amount')::bigint, COALESCE((s->>'value')::bigint, 0), true, false, false
+			false, true, '', '', (s->>'amount')::bigint, COALESCE((s->>'value')::bigint, 0), true, false, false
 		FROM trx_N t CROSS JOIN jsonb_array_elements(t.refund->'shortfall') s
 		WHERE t.ns = $1 AND t.refund IS NOT NULL AND t.created_at >= $2 AND t.created_at < $3) x
-	GROUP BY currency, fiat, source, kind, cause, within, at_from, at_to`
+	GROUP BY currency, fiat, held, shortfall, kind, cause, within, at_from, at_to`

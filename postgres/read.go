@@ -252,13 +252,11 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 		}
 		for rows.Next() {
 			var sum coffer.RevenueSum
-			var source string
-			if err := rows.Scan(&sum.Currency, &sum.Fiat, &source, &sum.Kind, &sum.Cause, &sum.Within, &sum.AtFrom, &sum.AtTo,
+			if err := rows.Scan(&sum.Currency, &sum.Fiat, &sum.Held, &sum.Shortfall, &sum.Kind, &sum.Cause, &sum.Within, &sum.AtFrom, &sum.AtTo,
 				&sum.Amount, &sum.Value); err != nil {
 				rows.Close()
 				return nil, s.fail(id, err)
 			}
-			sum.Held, sum.Shortfall = source == "held", source == "shortfall"
 			if err := report.AddSum(sum); err != nil {
 				rows.Close()
 				return nil, err
