@@ -224,3 +224,16 @@ func TestOrderOfOneFiat(t *testing.T) {
 		t.Fatalf("one order paid in USD and in EUR: error %v, want invalid_argument", err)
 	}
 }
+
+// TestPriceBound: a purchase's price is 0–PriceMax minor units, so that
+// no sum of a revenue report passes int64 before millions of purchases.
+func TestPriceBound(t *testing.T) {
+	c := requestCatalog(t)
+	for price, want := range map[int64]Code{0: "", int64(PriceMax): "", int64(PriceMax) + 1: CodeInvalid, -1: CodeInvalid} {
+		_, err := c.ValidateChange(ChangeRequest{Scope: Scope{Namespace: 1, PlayerID: 42, Emitter: 7, IdempotencyKey: "k"},
+			Ops: []OpRequest{{Currency: "gold", Amount: 1, Kind: "paid", Purchase: &Purchase{Store: "steam", OrderID: "o", Price: price, Fiat: "USD"}}}})
+		if got := ErrorCode(err); got != want || (err != nil && !strings.Contains(err.Error(), "purchase.price")) {
+			t.Errorf("price %d: error %v, want %q", price, err, want)
+		}
+	}
+}
