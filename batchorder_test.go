@@ -522,10 +522,10 @@ func TestBatchAnswersAsAloneCases(t *testing.T) {
 		// A store loads only lots that hold something (69ab49b).
 		{"a free grant after a consume that empties the lot it would join", []modelWrite{w.change("a", false, 0, freeOp("gold", 5))},
 			[]modelWrite{w.change("b", false, 0, freeOp("gold", -5)), w.change("c", false, 0, freeOp("gold", 2))}},
-		// A finish that writes no op answers ops null (a nil slice); the
-		// store reads a trx without ops as ops [] (postgres.scanTrx). The
-		// replay of the rollback in the batch is the first answer, kept
-		// in memory; alone it is read from the store.
+		// A finish that writes no op answers ops [], as the store reads
+		// a trx without ops (postgres.scanTrx). The replay of the
+		// rollback in the batch is the first answer, kept in memory;
+		// alone it is read from the store.
 		{"a rollback of a hold that only grants, sent twice", []modelWrite{w.change("h", true, 0, freeOp("silver", 3))},
 			[]modelWrite{w.finish("rollback", "h"), w.finish("rollback", "h")}},
 	} {

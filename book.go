@@ -115,7 +115,8 @@ type Book struct {
 	lots []*BookLot
 	byID map[int64]*BookLot
 	cur  map[CurrencyID]*bookCurrency
-	// planned counts the ops Grant and Consume planned, for TrxOpsMax.
+	// planned counts the ops planned, for TrxOpsMax: Grant and Consume
+	// are bounded by it, Take and ClawBack (refunds) count but are not.
 	planned int
 }
 

@@ -284,10 +284,11 @@ func TestPlanRefundFollowsAnExchangeOfTheSameBatch(t *testing.T) {
 // TestPlanRefundAfterAnExchangeWhosePaidPartRoundsToNothing: a refund
 // planned after an exchange in one batch follows the exchange's ops as if
 // stored (Player.exchanged). An exchange whose whole paid part rounds to
-// no coin (1 paid silver of 100 at silver→gold 100:1) leaves its paid
-// consume of cause exchange with no paid lot made (Player.Exchange), so
-// exchangeMade finds 1 paid consume and 0 grants and the refund, of
-// another order, fails as a damaged ledger (internal), where alone it
+// no coin (1 paid silver of 100 at silver→gold 100:1) makes no paid
+// lot, so its paid consume is revenue, of cause change
+// (Player.Exchange). Were it left of cause exchange, exchangeMade would
+// find 1 paid consume and 0 grants, and the refund of another order
+// would fail as a damaged ledger (internal) in the batch, where alone it
 // goes through.
 func TestPlanRefundAfterAnExchangeWhosePaidPartRoundsToNothing(t *testing.T) {
 	c := refundCatalog(t)

@@ -50,12 +50,10 @@ func asSent(t coffer.Trx) string {
 
 // TestRollbackReplayOfAGrantsOnlyHoldInOneBatch: a hold that only grants
 // (a pending reward) is rolled back, then the rollback is sent again. Its
-// finish writes no op, so the rollback's plan answers ops null (a nil
-// slice: settledOps and Catalog.Ops append nothing); a replay read from
-// the store answers ops [] (scanTrx: Catalog.Ops of no rows). Sent one at
-// a time the second rollback is read from the store; in one batch it is
-// the first's answer, kept in memory (Player.finish): the same request
-// gets "ops":null in a batch and "ops":[] alone.
+// finish writes no op. Sent one at a time the second rollback is read
+// from the store, which answers ops [] (scanTrx); in one batch it is the
+// first's answer, kept in memory (Player.finish), which must answer ops
+// [] too, not null (settledOps).
 func TestRollbackReplayOfAGrantsOnlyHoldInOneBatch(t *testing.T) {
 	e := newEnv(t)
 	ps := e.playersOn(0, 1, 3)
