@@ -85,11 +85,7 @@ func (m *storeModel) clone() *storeModel {
 // load is the player's state as the batch statements read it.
 func (m *storeModel) load(t *testing.T, n need, newID func() int64) *Player {
 	t.Helper()
-	at := m.clock
-	if next := m.updated.Add(time.Microsecond); next.After(at) {
-		at = next
-	}
-	st := PlayerState{Namespace: 1, PlayerID: 42, Version: m.version, Pos: m.pos, At: at}
+	st := PlayerState{Namespace: 1, PlayerID: 42, Version: m.version, Pos: m.pos, At: m.clock, LastWrite: m.updated}
 	for _, l := range m.lots {
 		if (l.Amount > 0 || l.Reserved > 0) && (n.all || slices.Contains(n.currencies, l.Currency)) {
 			cp := *l
