@@ -1,6 +1,7 @@
 package coffer
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 	"time"
@@ -166,12 +167,14 @@ func (t *PastTrx) begun() int64 {
 // BalancesAt answers q, a read of balances at the past time q.At, from
 // what a store loaded to tell the player's version then (PastVersion.at)
 // and for each currency asked (PastBalance.at says how it counts), in
-// the order loaded. A read of all currencies answers those held (Held).
+// currency id order, as a current read. A read of all currencies answers
+// those held (Held).
 // Errors: internal when a sum passes int64, which no write allows (the
 // ledger is damaged).
 func (c *Catalog) BalancesAt(q BalanceQuery, version PastVersion, past []PastBalance) (Balances, error) {
 	at := q.At.UTC()
 	out := Balances{Namespace: q.Namespace, PlayerID: q.PlayerID, Version: version.at(at), At: &at, Balances: []Balance{}}
+	slices.SortFunc(past, func(a, b PastBalance) int { return cmp.Compare(a.Currency, b.Currency) })
 	for _, p := range past {
 		total, paid, ok := p.at(at)
 		code := c.CurrencyOf(p.Currency).Code
