@@ -27,11 +27,19 @@ const readFactor = 2
 // contract does not have is not served as if it had none (unknownField):
 // Unmarshal succeeds and records the refusal, invalid_argument, which intercept
 // takes by the request's pointer (refusal) and answers like any refused
-// call, after the key is checked, measured and logged. It is safe for
-// concurrent use.
+// call, after the key and its namespace are checked, measured and logged.
+// It is safe for concurrent use.
 type codec struct {
 	base    encoding.CodecV2
-	refused sync.Map // request message pointer → *coffer.Error
+	refused sync.Map // request message pointer → refused
+}
+
+// refused is why a request message is refused, and whether it decoded:
+// one with an unknown field did, so its namespace can be authorized as
+// HTTP authorizes the path's before it reads the body.
+type refused struct {
+	err     *coffer.Error
+	decoded bool
 }
 
 func (c *codec) Name() string { return c.base.Name() }
@@ -40,12 +48,12 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(
 
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if err := c.base.Unmarshal(data, v); err != nil {
-		c.refused.Store(v, &coffer.Error{Code: coffer.CodeInvalid, Message: "the request message is not a valid protobuf message of the call", Err: err})
+		c.refused.Store(v, refused{err: &coffer.Error{Code: coffer.CodeInvalid, Message: "the request message is not a valid protobuf message of the call", Err: err}})
 		return nil
 	}
 	if m, ok := v.(proto.Message); ok {
 		if at, num, found := unknownField(m.ProtoReflect()); found {
-			c.refused.Store(v, coffer.Errorf(coffer.CodeInvalid, "%s: field number %d is not in the contract", at, num))
+			c.refused.Store(v, refused{err: coffer.Errorf(coffer.CodeInvalid, "%s: field number %d is not in the contract", at, num), decoded: true})
 		}
 	}
 	return nil
@@ -88,10 +96,10 @@ func unknownField(m protoreflect.Message) (at string, num protowire.Number, foun
 	return at, num, found
 }
 
-// refusal takes the refusal recorded for req, or nil if it decoded.
-func (c *codec) refusal(req any) *coffer.Error {
+// refusal takes the refusal recorded for req: nil and decoded if none.
+func (c *codec) refusal(req any) (err *coffer.Error, decoded bool) {
 	if r, ok := c.refused.LoadAndDelete(req); ok {
-		return r.(*coffer.Error)
+		return r.(refused).err, r.(refused).decoded
 	}
-	return nil
+	return nil, true
 }

@@ -134,8 +134,8 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	id := requestID(md)
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", id))
 	done := s.Metrics.Begin(rpc)
-	refused := s.codec.refusal(req)
-	if refused != nil {
+	refused, decoded := s.codec.refusal(req)
+	if !decoded {
 		req = nil // what decoded of it, if anything, is not the request
 	}
 	var client *coffer.Client
@@ -180,7 +180,7 @@ func (s *Server) authorize(md metadata.MD, rpc string, req any) (*coffer.Client,
 	}
 	r, ok := req.(namespaced)
 	if !ok {
-		// A request that failed to decode (nil): its refusal says why,
+		// A request that did not decode (nil): its refusal says why,
 		// and no namespace can be read from it.
 		return c, nil
 	}

@@ -229,6 +229,11 @@ func TestGRPCErrors(t *testing.T) {
 			t.Errorf("an unknown field in %s %v", at, err)
 		}
 	}
+	// The key's namespaces are checked first, as HTTP checks the path's
+	// before it reads the body: namespace 3 is not the dev key's.
+	other, _ := proto.Marshal(&cofferv1.ChangeRequest{Namespace: 3, PlayerId: 1, IdempotencyKey: "u3", Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 3}}})
+	err = conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_Change_FullMethodName, unknown(other), new([]byte), grpc.ForceCodec(rawCodec{}))
+	wantGRPC(t, err, codes.PermissionDenied, coffer.CodePermissionDenied)
 	b, err := w.GetBalances(grpcCtx(devKey), bal)
 	must(t, err)
 	if b.Version != 0 {
