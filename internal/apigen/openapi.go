@@ -108,7 +108,7 @@ func operation(file protoreflect.FileDescriptor, m protoreflect.MethodDescriptor
 		"description": comment(file, m),
 		"tags":        []any{"wallet"},
 	}
-	if !body && method == "GET" {
+	if !body {
 		for i := 0; i < in.Fields().Len(); i++ {
 			if f := in.Fields().Get(i); !inPath[string(f.Name())] {
 				params = append(params, parameter(file, f, "query"))
