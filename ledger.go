@@ -179,7 +179,7 @@ func (q FinlogQuery) Validate() error {
 	case q.Namespace <= 0 || q.PlayerID <= 0:
 		return Errorf(CodeInvalid, "namespace and player_id must be > 0")
 	case q.Limit < 0 || q.Limit > FinlogLimitMax:
-		return Errorf(CodeInvalid, "limit must be 1–%d", FinlogLimitMax)
+		return Errorf(CodeInvalid, "limit must be 1–%d, or 0 for the default", FinlogLimitMax)
 	case !utf8.ValidString(q.Reason) || strings.IndexByte(q.Reason, 0) >= 0:
 		return Errorf(CodeInvalid, "reason: must be UTF-8 without NUL")
 	case q.From != nil && q.To != nil && !q.From.Before(*q.To):

@@ -93,8 +93,9 @@ func (s *Server) Handler() http.Handler {
 
 // call wraps an rpc's handler: request id, metrics, a slot in Gate,
 // authentication and authorization (before any database work), the
-// route's query parameters, the response and one log line. The slot is held until the answer is sent,
-// so a client that reads slowly counts, for at most WriteTimeout.
+// route's query parameters, the response and one log line. The slot is
+// held until the answer is sent, so a client that reads slowly counts,
+// for at most WriteTimeout.
 func (s *Server) call(rt api.Route, h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()

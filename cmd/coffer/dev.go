@@ -92,9 +92,8 @@ func openPrivate(path string) (*os.File, error) {
 // devConfig is the dev stack's config (README, "What `make run` gives
 // you"): namespaces 1 and 2; gold and silver (can be bought) and credits
 // (free only); gold→silver at 1:100 and silver→credits at 10:1; one
-// client with the dev key, which
-// may also read the instance's status (ops). No operations listener:
-// `coffer dev` adds its own.
+// client with the dev key, which may also read the instance's status
+// (ops). No operations listener: `coffer dev` adds its own.
 func devConfig(listen, grpcListen, apiKey string) *Config {
 	cfg := DefaultConfig()
 	cfg.ShardCount = 16
