@@ -22,6 +22,11 @@ type PurchaseKey struct {
 	OrderID   string
 }
 
+// Key is the order p credits in namespace ns.
+func (p *Purchase) Key(ns Namespace) PurchaseKey {
+	return PurchaseKey{Namespace: ns, Store: p.Store, OrderID: p.OrderID}
+}
+
 // Hash is the 64-bit key that places the order's claim on a shard (the
 // jump hash of shard.Map.ShardOfPurchase): the first 8 bytes, big-endian,
 // of the SHA-256 of the namespace (4 bytes, big-endian), the store's
@@ -52,7 +57,7 @@ func (v ValidChange) Purchases() []PurchaseKey {
 		if op.Purchase == nil {
 			continue
 		}
-		k := PurchaseKey{Namespace: v.Namespace, Store: op.Purchase.Store, OrderID: op.Purchase.OrderID}
+		k := op.Purchase.Key(v.Namespace)
 		if !slices.Contains(keys, k) {
 			keys = append(keys, k)
 		}

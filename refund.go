@@ -254,7 +254,7 @@ func (p *Player) credited(ops []BookOp) {
 		if op.Kind != OpGrant || op.Purchase == nil {
 			continue
 		}
-		k := PurchaseKey{Namespace: p.state.Namespace, Store: op.Purchase.Store, OrderID: op.Purchase.OrderID}
+		k := op.Purchase.Key(p.state.Namespace)
 		o := p.orders[k]
 		if o == nil {
 			o = &OrderState{Key: k}

@@ -196,7 +196,7 @@ func (c *Catalog) ValidateChange(req ChangeRequest) (ValidChange, error) {
 		// An order is paid in one fiat: its refund adds up what its coins
 		// cost as one value.
 		if p := op.Purchase; p != nil {
-			k := PurchaseKey{Namespace: req.Namespace, Store: p.Store, OrderID: p.OrderID}
+			k := p.Key(req.Namespace)
 			if f, seen := fiats[k]; seen && f != p.Fiat {
 				return ValidChange{}, Errorf(CodeInvalid, "ops[%d].purchase.fiat: order %q of %s is paid in %s in an earlier op; an order has one fiat", i, p.OrderID, p.Store, f)
 			}
