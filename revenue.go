@@ -38,17 +38,17 @@ func (c *Catalog) NewRevenueReport(q RevenueQuery) (*RevenueReport, error) {
 //   - the paid ops of Kind and Cause made before To: in the period
 //     (Within) or before it;
 //   - what the paid consumes of holds begun before To reserve while the
-//     holds are pending (Held), as coins taken: pending at From (AtFrom),
+//     holds are pending (Reserved), as coins taken: pending at From (AtFrom),
 //     at To (AtTo), or both;
 //   - what the period's refunds could not take back (Shortfall).
 type RevenueSum struct {
-	Currency                   CurrencyID
-	Fiat                       string
-	Kind                       OpKind
-	Cause                      OpCause
-	Within, Held, AtFrom, AtTo bool
-	Shortfall                  bool
-	Amount, Value              Amount
+	Currency                       CurrencyID
+	Fiat                           string
+	Kind                           OpKind
+	Cause                          OpCause
+	Within, Reserved, AtFrom, AtTo bool
+	Shortfall                      bool
+	Amount, Value                  Amount
 }
 
 // AddSum adds s to the report, to the figures its kind makes (line).
@@ -98,7 +98,7 @@ func (s RevenueSum) figures(f Amount) (out [revenueFigures]Amount) {
 	switch {
 	case s.Shortfall:
 		out[shortfall] = f
-	case s.Held:
+	case s.Reserved:
 		if s.AtFrom {
 			out[opening] += f
 			out[recognised] += f

@@ -76,7 +76,7 @@ func TestRevenueSums(t *testing.T) {
 		return RevenueSum{Currency: 1, Fiat: "USD", Kind: kind, Cause: cause, Within: within, Amount: amount, Value: 10 * amount}
 	}
 	held := func(atFrom, atTo bool, amount Amount) RevenueSum {
-		return RevenueSum{Currency: 1, Fiat: "USD", Held: true, AtFrom: atFrom, AtTo: atTo, Amount: amount, Value: 10 * amount}
+		return RevenueSum{Currency: 1, Fiat: "USD", Reserved: true, AtFrom: atFrom, AtTo: atTo, Amount: amount, Value: 10 * amount}
 	}
 	line := func(l RevenueLine) RevenueLine {
 		l.Currency, l.Fiat = "gold", "USD"

@@ -103,8 +103,8 @@ func finlogSQL(desc bool) string {
 //   - the shortfalls of the period's refunds (coins and the value the
 //     refund recorded), in trx_N_refunds, each under the fiat of its
 //     order's grant in that currency (op_N_order).
-const revenueSQL = `SELECT currency, fiat, held, shortfall, kind, cause, within, at_from, at_to, sum(amount), sum(value)
-	FROM (SELECT currency, COALESCE(fiat, '') AS fiat, false AS held, false AS shortfall, kind::text AS kind, cause::text AS cause, amount,
+const revenueSQL = `SELECT currency, fiat, reserved, shortfall, kind, cause, within, at_from, at_to, sum(amount), sum(value)
+	FROM (SELECT currency, COALESCE(fiat, '') AS fiat, false AS reserved, false AS shortfall, kind::text AS kind, cause::text AS cause, amount,
 			COALESCE(value, 0) AS value, created_at >= $2 AS within, false AS at_from, false AS at_to
 		FROM op_N WHERE ns = $1 AND paid AND created_at < $3
 	UNION ALL
@@ -120,4 +120,4 @@ const revenueSQL = `SELECT currency, fiat, held, shortfall, kind, cause, within,
 			false, true, '', '', (s->>'amount')::bigint, COALESCE((s->>'value')::bigint, 0), true, false, false
 		FROM trx_N t CROSS JOIN jsonb_array_elements(t.refund->'shortfall') s
 		WHERE t.ns = $1 AND t.refund IS NOT NULL AND t.created_at >= $2 AND t.created_at < $3) x
-	GROUP BY currency, fiat, held, shortfall, kind, cause, within, at_from, at_to`
+	GROUP BY currency, fiat, reserved, shortfall, kind, cause, within, at_from, at_to`

@@ -252,7 +252,7 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 		}
 		for rows.Next() {
 			var sum coffer.RevenueSum
-			if err := rows.Scan(&sum.Currency, &sum.Fiat, &sum.Held, &sum.Shortfall, &sum.Kind, &sum.Cause, &sum.Within, &sum.AtFrom, &sum.AtTo,
+			if err := rows.Scan(&sum.Currency, &sum.Fiat, &sum.Reserved, &sum.Shortfall, &sum.Kind, &sum.Cause, &sum.Within, &sum.AtFrom, &sum.AtTo,
 				&sum.Amount, &sum.Value); err != nil {
 				rows.Close()
 				return nil, s.fail(id, err)
