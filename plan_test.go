@@ -29,8 +29,15 @@ func at(d time.Duration) *time.Time {
 // planT0, whose new ids count from 100.
 func testPlayer(t *testing.T, c *Catalog, lots []BookLot, trx ...*StoredTrx) *Player {
 	t.Helper()
+	return testBuyer(t, c, lots, nil, trx...)
+}
+
+// testBuyer is testPlayer with the orders it was credited (a refund
+// follows them).
+func testBuyer(t *testing.T, c *Catalog, lots []BookLot, orders []*OrderState, trx ...*StoredTrx) *Player {
+	t.Helper()
 	next := int64(99)
-	st := PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0, Trx: trx}
+	st := PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0, Trx: trx, Orders: orders}
 	for i := range lots {
 		l := lots[i]
 		st.Lots = append(st.Lots, &l)
@@ -582,16 +589,7 @@ func TestPlanRefundValue(t *testing.T) {
 			"consume gold -1 lot 2 = 0/0 @12; shortfall [{1 2 67}]"},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
-			next := int64(99)
-			st := PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0, Orders: order(sc.cur)}
-			for i := range sc.lots {
-				l := sc.lots[i]
-				st.Lots = append(st.Lots, &l)
-			}
-			p, err := NewPlayer(c, st, func() int64 { next++; return next })
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := testBuyer(t, c, sc.lots, order(sc.cur))
 			plan := refundOf(t, c, "r", "o", RefundRefund)(p)
 			if plan.Err != nil {
 				t.Fatal(plan.Err)

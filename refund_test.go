@@ -114,16 +114,7 @@ func TestPlanRefund(t *testing.T) {
 		}},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
-			next := int64(99)
-			st := PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0, Orders: sc.orders}
-			for i := range sc.lots {
-				l := sc.lots[i]
-				st.Lots = append(st.Lots, &l)
-			}
-			p, err := NewPlayer(c, st, func() int64 { next++; return next })
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := testBuyer(t, c, sc.lots, sc.orders)
 			for i, st := range sc.steps(t) {
 				if got := renderRefund(c, st.plan(p)); got != st.want {
 					t.Fatalf("step %d:\n%s\nwant\n%s", i, got, st.want)
@@ -240,16 +231,7 @@ func TestPlanRefundFollowsExchanges(t *testing.T) {
 			order(1, 100, 999, made(50, 1, 1, 100, 2, 2, 10000)[:1]...), "error internal"},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
-			next := int64(99)
-			st := PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0, Orders: sc.orders}
-			for i := range sc.lots {
-				l := sc.lots[i]
-				st.Lots = append(st.Lots, &l)
-			}
-			p, err := NewPlayer(c, st, func() int64 { next++; return next })
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := testBuyer(t, c, sc.lots, sc.orders)
 			if got := renderFollow(c, refundOf(t, c, "r", "o", RefundChargeback)(p)); got != sc.want {
 				t.Fatalf("\n%s\nwant\n%s", got, sc.want)
 			}
@@ -265,13 +247,8 @@ func TestPlanRefundFollowsAnExchangeOfTheSameBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	lot := BookLot{ID: 1, Currency: 1, Paid: true, Amount: 10, CreatedAt: planT0.Add(-time.Hour), Worth: Worth{Store: "steam", OrderID: "o", Fiat: "USD", Value: 500}}
-	next := int64(99)
-	p, err := NewPlayer(c, PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0, Lots: []*BookLot{&lot},
-		Orders: []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"}, Lots: []OrderLot{{LotID: 1, Currency: 1, Share: 10, ShareValue: 500}}}}},
-		func() int64 { next++; return next })
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := testBuyer(t, c, []BookLot{lot},
+		[]*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"}, Lots: []OrderLot{{LotID: 1, Currency: 1, Share: 10, ShareValue: 500}}}})
 	runSteps(t, c, p, []step{{exchangeOf(t, c, "x", "gold", "silver", 4),
 		"trx 100 exchange committed v4 @11\n  consume gold -4 lot 1 = 6/6 @12 USD -200 (exchange)\n  grant silver 400 lot 101 = 400/400 @13 USD 200 (exchange)"}})
 	want := "trx 102 refund committed v5 @14\n  consume gold -6 lot 1 = 0/0 @15 USD -300\n  consume silver -400 lot 101 = 0/0 @16 USD -200\n" +
@@ -298,13 +275,8 @@ func TestPlanRefundAfterAnExchangeWhosePaidPartRoundsToNothing(t *testing.T) {
 	order := BookLot{ID: 1, Currency: 1, Paid: true, Amount: 10, CreatedAt: planT0.Add(-2 * time.Hour),
 		Worth: Worth{Store: "steam", OrderID: "o", Fiat: "USD", Value: 500}}
 	silver := []BookLot{{ID: 2, Currency: 2, Amount: 99, CreatedAt: planT0.Add(-time.Hour)}, purchased(3, 2, 1, 10, "other")}
-	next := int64(99)
-	st := PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0, Lots: []*BookLot{&order, &silver[0], &silver[1]},
-		Orders: []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"}, Lots: []OrderLot{{LotID: 1, Currency: 1, Share: 10, ShareValue: 500}}}}}
-	p, err := NewPlayer(c, st, func() int64 { next++; return next })
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := testBuyer(t, c, []BookLot{order, silver[0], silver[1]},
+		[]*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"}, Lots: []OrderLot{{LotID: 1, Currency: 1, Share: 10, ShareValue: 500}}}})
 	if plan := exchangeOf(t, c, "x", "silver", "gold", 100)(p); plan.Err != nil {
 		t.Fatal(plan.Err)
 	}
