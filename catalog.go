@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/big"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -40,6 +42,18 @@ type Currency struct {
 
 // Rate is the exchange rate of a pair: to = floor(from × Num / Den).
 type Rate struct{ Num, Den int64 }
+
+// ParseRate reads a rate as a config writes it, "A:B": A coins of the
+// pair's from currency make B of its to currency, both integers > 0.
+func ParseRate(s string) (Rate, bool) {
+	a, b, found := strings.Cut(s, ":")
+	from, err1 := strconv.ParseInt(strings.TrimSpace(a), 10, 64)
+	to, err2 := strconv.ParseInt(strings.TrimSpace(b), 10, 64)
+	return Rate{Num: to, Den: from}, found && err1 == nil && err2 == nil && from > 0 && to > 0
+}
+
+// String is the rate as a config writes it (ParseRate).
+func (r Rate) String() string { return fmt.Sprintf("%d:%d", r.Den, r.Num) }
 
 // Catalog is a deployment's currencies, exchange rates and hold limits. It
 // is read-only once built and safe for concurrent use.

@@ -313,8 +313,7 @@ func (c *Catalog) ValidateExchange(req ExchangeRequest) (ValidExchange, error) {
 	}
 	total, _, ok := rate.Exchange(req.Amount, 0, false)
 	if !ok || total <= 0 || total > OpAmountMax {
-		// The rate as the config writes it: from:to.
-		return ValidExchange{}, Errorf(CodeInvalid, "amount: %d %s yields %d %s at %d:%d; must yield 1–%d", req.Amount, from.Code, total, to.Code, rate.Den, rate.Num, OpAmountMax)
+		return ValidExchange{}, Errorf(CodeInvalid, "amount: %d %s yields %d %s at %s; must yield 1–%d", req.Amount, from.Code, total, to.Code, rate, OpAmountMax)
 	}
 	v := ValidExchange{ExchangeRequest: req, From: from, To: to, Rate: rate}
 	v.Hash = exchangeHash(v, sent.Meta)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -290,11 +289,11 @@ func (c *Config) service() (*coffer.Catalog, *coffer.Clients, error) {
 		}
 		namespaces[ns.ID] = true
 		for j, ex := range ns.Exchanges {
-			from, to, ok := parseRate(ex.Rate)
+			rate, ok := coffer.ParseRate(ex.Rate)
 			if !ok {
 				return nil, nil, fmt.Errorf("namespaces[%d].exchanges[%d].rate: must be A:B with integers > 0, e.g. 1:100", i, j)
 			}
-			if err := catalog.AddRate(coffer.Namespace(ns.ID), ex.From, ex.To, coffer.Rate{Num: to, Den: from}); err != nil {
+			if err := catalog.AddRate(coffer.Namespace(ns.ID), ex.From, ex.To, rate); err != nil {
 				return nil, nil, fmt.Errorf("namespaces[%d].exchanges[%d]: %w", i, j, err)
 			}
 		}
@@ -326,12 +325,4 @@ func (c *Config) clients(namespaces map[int32]bool) (*coffer.Clients, error) {
 		list = append(list, cl)
 	}
 	return coffer.NewClients(list)
-}
-
-// parseRate reads "A:B".
-func parseRate(s string) (from, to int64, ok bool) {
-	a, b, found := strings.Cut(s, ":")
-	from, err1 := strconv.ParseInt(strings.TrimSpace(a), 10, 64)
-	to, err2 := strconv.ParseInt(strings.TrimSpace(b), 10, 64)
-	return from, to, found && err1 == nil && err2 == nil && from > 0 && to > 0
 }
