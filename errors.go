@@ -39,7 +39,7 @@ const (
 // service's side, which the log reports as an error: internal, or a
 // database out of reach (shard_unavailable). The others are refusals,
 // business as usual (insufficient funds, a replayed conflict), and so is
-// overloaded: load shed on purpose, counted in coffer_errors_total, where
+// overloaded: load shed on purpose, which the metrics count, where
 // a line per refused call would flood the log when it matters least.
 func (c Code) ServerFailure() bool { return c == CodeInternal || c == CodeUnavailable }
 
