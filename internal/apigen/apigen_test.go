@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -46,5 +47,32 @@ func TestOpenAPIValid(t *testing.T) {
 	}
 	if n := doc.Paths.Len(); n != 14 {
 		t.Errorf("%d paths, want 14 (11 of the API, 3 operational: the probes and this document)", n)
+	}
+}
+
+// TestQueryOfABodylessPost: a route without a body takes its fields
+// outside the path as query parameters, whatever its method, as the
+// server does (api.Route.Query); api's TestRoutesTakeTheDocumentedQuery
+// holds the two together on the contract's routes, none of which is
+// such a POST yet.
+func TestQueryOfABodylessPost(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := compile(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := file.Services().Get(0).Methods().ByName("GetBalances")
+	op := operation(file, m, "/v1/namespaces/{namespace}/players/{player_id}/balances", "POST", false)
+	var query []string
+	for _, p := range op["parameters"].([]any) {
+		if p := p.(object); p["in"] == "query" {
+			query = append(query, p["name"].(string))
+		}
+	}
+	if want := []string{"currency", "at", "lots"}; !slices.Equal(query, want) {
+		t.Fatalf("query parameters of a body-less POST: %v, want %v", query, want)
 	}
 }
