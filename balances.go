@@ -61,7 +61,8 @@ func (c *Catalog) CurrentBalances(q BalanceQuery, version int64, lots []BookLot,
 // past time: the balance and its paid part after the currency's last op
 // at or before that time; the lots that hold coins now and may have
 // expired by then (Expired: no op records their expiry yet); and the ops
-// of the currency's first write after that time (Next).
+// of the currency's first write after that time (Next), of which only
+// those on lots expired by then count, so a store may load those alone.
 type PastBalance struct {
 	Currency    CurrencyID
 	Total, Paid Amount
@@ -167,8 +168,8 @@ func (t *PastTrx) begun() int64 {
 // BalancesAt answers q, a read of balances at the past time q.At, from
 // what a store loaded to tell the player's version then (PastVersion.at)
 // and for each currency asked (PastBalance.at says how it counts), in
-// currency id order, as a current read. A read of all currencies answers
-// those held (Held).
+// currency id order, as a current read (it sorts past). A read of all
+// currencies answers those held (Held).
 // Errors: internal when a sum passes int64, which no write allows (the
 // ledger is damaged).
 func (c *Catalog) BalancesAt(q BalanceQuery, version PastVersion, past []PastBalance) (Balances, error) {

@@ -38,8 +38,8 @@ func (c *Catalog) NewRevenueReport(q RevenueQuery) (*RevenueReport, error) {
 //   - the paid ops of Kind and Cause made before To: in the period
 //     (Within) or before it;
 //   - what the paid consumes of holds begun before To reserve while the
-//     holds are pending (Reserved), as coins taken: pending at From (AtFrom),
-//     at To (AtTo), or both;
+//     holds are pending (Reserved), as coins taken: pending at From
+//     (AtFrom), at To (AtTo), or both;
 //   - what the period's refunds could not take back (Shortfall).
 type RevenueSum struct {
 	Currency                       CurrencyID

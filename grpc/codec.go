@@ -27,17 +27,18 @@ const readFactor = 2
 // contract does not have is not served as if it had none (unknownField):
 // Unmarshal succeeds and records the refusal, invalid_argument, which intercept
 // takes by the request's pointer (refusal) and answers like any refused
-// call, after the key and its namespace are checked, measured and logged.
+// call, after the key (and the namespace of a message that decoded) is
+// checked, measured and logged.
 // It is safe for concurrent use.
 type codec struct {
 	base    encoding.CodecV2
-	refused sync.Map // request message pointer → refused
+	refused sync.Map // request message pointer → decodeRefusal
 }
 
-// refused is why a request message is refused, and whether it decoded:
+// decodeRefusal is why a request message is refused, and whether it decoded:
 // one with an unknown field did, so its namespace can be authorized as
 // HTTP authorizes the path's before it reads the body.
-type refused struct {
+type decodeRefusal struct {
 	err     *coffer.Error
 	decoded bool
 }
@@ -48,12 +49,12 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(
 
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if err := c.base.Unmarshal(data, v); err != nil {
-		c.refused.Store(v, refused{err: &coffer.Error{Code: coffer.CodeInvalid, Message: "the request message is not a valid protobuf message of the call", Err: err}})
+		c.refused.Store(v, decodeRefusal{err: &coffer.Error{Code: coffer.CodeInvalid, Message: "the request message is not a valid protobuf message of the call", Err: err}})
 		return nil
 	}
 	if m, ok := v.(proto.Message); ok {
 		if at, num, found := unknownField(m.ProtoReflect()); found {
-			c.refused.Store(v, refused{err: coffer.Errorf(coffer.CodeInvalid, "%s: field number %d is not in the contract", at, num), decoded: true})
+			c.refused.Store(v, decodeRefusal{err: coffer.Errorf(coffer.CodeInvalid, "%s: field number %d is not in the contract", at, num), decoded: true})
 		}
 	}
 	return nil
@@ -99,7 +100,7 @@ func unknownField(m protoreflect.Message) (at string, num protowire.Number, foun
 // refusal takes the refusal recorded for req: nil and decoded if none.
 func (c *codec) refusal(req any) (err *coffer.Error, decoded bool) {
 	if r, ok := c.refused.LoadAndDelete(req); ok {
-		return r.(refused).err, r.(refused).decoded
+		return r.(decodeRefusal).err, r.(decodeRefusal).decoded
 	}
 	return nil, true
 }
