@@ -11,13 +11,20 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 )
 
-// TestGeneratedIsFresh fails when the committed code or OpenAPI document
-// differs from what the contract generates: run `go generate ./api`.
-func TestGeneratedIsFresh(t *testing.T) {
-	root, err := filepath.Abs("../..")
+// testRoot is the module's root, as go generate finds it.
+func testRoot(t *testing.T) string {
+	t.Helper()
+	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return root
+}
+
+// TestGeneratedIsFresh fails when the committed code or OpenAPI document
+// differs from what the contract generates: run `go generate ./api`.
+func TestGeneratedIsFresh(t *testing.T) {
+	root := testRoot(t)
 	files, err := generate(root)
 	if err != nil {
 		t.Fatal(err)
@@ -56,11 +63,7 @@ func TestOpenAPIValid(t *testing.T) {
 // holds the two together on the contract's routes, none of which is
 // such a POST yet.
 func TestQueryOfABodylessPost(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	file, err := compile(root)
+	file, err := compile(testRoot(t))
 	if err != nil {
 		t.Fatal(err)
 	}
