@@ -53,7 +53,7 @@ func (s *Server) batchChange(r *http.Request, c *coffer.Client) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	id, _ := r.Context().Value(requestIDKey{}).(string)
+	id := callOf(r).id
 	out := batchResponse{Results: make([]batchResult, len(results))}
 	for i, res := range results {
 		s.Metrics.BatchChange(res.Err)

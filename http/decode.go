@@ -263,27 +263,27 @@ type params struct {
 	err error
 }
 
-// checkQuery checks that r's query names only allowed parameters (the
-// route's), each once. Errors are invalid_argument.
-func checkQuery(r *http.Request, allowed []string) error {
+// checkQuery parses r's query and checks that it names only allowed
+// parameters (the route's), each once. Errors are invalid_argument.
+func checkQuery(r *http.Request, allowed []string) (url.Values, error) {
 	v, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return coffer.Errorf(coffer.CodeInvalid, "query: %v", err)
+		return nil, coffer.Errorf(coffer.CodeInvalid, "query: %v", err)
 	}
 	for name, vals := range v {
 		if !slices.Contains(allowed, name) {
-			return coffer.Errorf(coffer.CodeInvalid, "query: unknown parameter %q", name)
+			return nil, coffer.Errorf(coffer.CodeInvalid, "query: unknown parameter %q", name)
 		}
 		if len(vals) > 1 {
-			return coffer.Errorf(coffer.CodeInvalid, "query: %s given more than once", name)
+			return nil, coffer.Errorf(coffer.CodeInvalid, "query: %s given more than once", name)
 		}
 	}
-	return nil
+	return v, nil
 }
 
-// query is r's query parameters, which checkQuery checked before the
+// query is r's query parameters, as checkQuery gave them before the
 // handler ran.
-func query(r *http.Request) *params { return &params{v: r.URL.Query()} }
+func query(r *http.Request) *params { return &params{v: callOf(r).query} }
 
 func (p *params) str(name string) string { return p.v.Get(name) }
 

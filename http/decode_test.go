@@ -158,11 +158,11 @@ func TestPathIDsHaveOneSpelling(t *testing.T) {
 		}
 	}
 	for limit, ok := range map[string]bool{"5": true, "0": true, "%2B5": false, "007": false, "-1": false} {
-		r := httptest.NewRequest("GET", "/?limit="+limit, nil)
-		if err := checkQuery(r, []string{"limit"}); err != nil {
+		v, err := checkQuery(httptest.NewRequest("GET", "/?limit="+limit, nil), []string{"limit"})
+		if err != nil {
 			t.Fatal(err)
 		}
-		q := query(r)
+		q := &params{v: v}
 		q.int("limit")
 		if (q.err == nil) != ok {
 			t.Errorf("limit %q: %v", limit, q.err)

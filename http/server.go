@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"time"
 
@@ -106,11 +107,12 @@ func (s *Server) call(rt api.Route, h handler) http.Handler {
 		err := s.Gate.Enter()
 		if err == nil {
 			defer s.Gate.Leave()
+			var q url.Values
 			if client, err = s.authorize(r, rt); err == nil {
-				err = checkQuery(r, rt.Query)
+				q, err = checkQuery(r, rt.Query)
 			}
 			if err == nil {
-				status, body, err = serve(h, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)), client)
+				status, body, err = serve(h, r.WithContext(context.WithValue(r.Context(), callKey{}, &callInfo{id, q})), client)
 			}
 		}
 		done(err)
@@ -178,8 +180,17 @@ func (s *Server) log(r *http.Request, rt api.Route, id string, c *coffer.Client,
 	s.Logger.LogAttrs(r.Context(), level, "request", attrs...)
 }
 
-// requestIDKey holds the request id in a handler's context.
-type requestIDKey struct{}
+// callKey holds a handler's callInfo in its context.
+type callKey struct{}
+
+// callInfo is what call learnt of a request before its handler ran: its
+// id and its query parameters, parsed and checked once.
+type callInfo struct {
+	id    string
+	query url.Values
+}
+
+func callOf(r *http.Request) *callInfo { return r.Context().Value(callKey{}).(*callInfo) }
 
 // requestID takes the caller's X-Request-Id if it is sane, or makes one
 // (coffer.RequestID), and echoes it in the response.
