@@ -2,7 +2,6 @@ package grpc
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/cofferhq/coffer"
@@ -25,11 +24,11 @@ const readFactor = 2
 // not decode is not refused by gRPC itself (with a bare INTERNAL, as if it
 // were a bug, before any interceptor runs), and one with a field the
 // contract does not have is not served as if it had none (unknownField):
-// Unmarshal succeeds and records the refusal, invalid_argument, which intercept
-// takes by the request's pointer (refusal) and answers like any refused
-// call, after the key (and the namespace of a message that decoded) is
-// checked, measured and logged.
-// It is safe for concurrent use.
+// Unmarshal succeeds and records the refusal, invalid_argument, which
+// intercept takes by the request's pointer (refusal) and answers like any
+// refused call, after the key (and the namespace of a message that
+// decoded) is checked, measured and logged. It is safe for concurrent
+// use.
 type codec struct {
 	base    encoding.CodecV2
 	refused sync.Map // request message pointer → decodeRefusal
@@ -53,48 +52,48 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 		return nil
 	}
 	if m, ok := v.(proto.Message); ok {
-		if at, num, found := unknownField(m.ProtoReflect()); found {
-			c.refused.Store(v, decodeRefusal{err: coffer.Errorf(coffer.CodeInvalid, "%s: field number %d is not in the contract", at, num), decoded: true})
+		if path, num, found := unknownField(m.ProtoReflect()); found {
+			c.refused.Store(v, decodeRefusal{err: coffer.Errorf(coffer.CodeInvalid, "request%s: field number %d is not in the contract", path, num), decoded: true})
 		}
 	}
 	return nil
 }
 
 // unknownField finds the first field of m, or of a message in it, that
-// the contract does not have: the path to the message that holds it
-// ("request", "request.ops[0]") and its number. Protobuf keeps such fields
-// aside and reads the rest, so a request that means more than the
-// contract says (a client's own dry_run) would be served as if it had not
-// sent it; the HTTP transport likewise refuses an unknown name.
-func unknownField(m protoreflect.Message) (at string, num protowire.Number, found bool) {
+// the contract does not have: its number, and the path from m to the
+// message that holds it ("", ".ops[0]"). Protobuf keeps such fields aside
+// and reads the rest, so a request that means more than the contract
+// says (a client's own dry_run) would be served as if it had not sent it;
+// the HTTP transport likewise refuses an unknown name.
+func unknownField(m protoreflect.Message) (path string, num protowire.Number, found bool) {
 	if raw := m.GetUnknown(); len(raw) > 0 {
 		num, _, _ = protowire.ConsumeTag(raw)
-		return "request", num, true
+		return "", num, true
 	}
 	m.Range(func(f protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		name := string(f.Name())
+		var in string
 		switch {
 		case f.IsList() && f.Message() != nil:
 			for i := 0; i < v.List().Len() && !found; i++ {
-				if at, num, found = unknownField(v.List().Get(i).Message()); found {
-					at = strings.Replace(at, "request", fmt.Sprintf("request.%s[%d]", name, i), 1)
+				if in, num, found = unknownField(v.List().Get(i).Message()); found {
+					path = fmt.Sprintf(".%s[%d]%s", f.Name(), i, in)
 				}
 			}
 		case f.IsMap() && f.MapValue().Message() != nil:
 			v.Map().Range(func(k protoreflect.MapKey, e protoreflect.Value) bool {
-				if at, num, found = unknownField(e.Message()); found {
-					at = strings.Replace(at, "request", fmt.Sprintf("request.%s[%q]", name, k.String()), 1)
+				if in, num, found = unknownField(e.Message()); found {
+					path = fmt.Sprintf(".%s[%q]%s", f.Name(), k.String(), in)
 				}
 				return !found
 			})
 		case !f.IsList() && !f.IsMap() && f.Message() != nil:
-			if at, num, found = unknownField(v.Message()); found {
-				at = strings.Replace(at, "request", "request."+name, 1)
+			if in, num, found = unknownField(v.Message()); found {
+				path = "." + string(f.Name()) + in
 			}
 		}
 		return !found
 	})
-	return at, num, found
+	return path, num, found
 }
 
 // refusal takes the refusal recorded for req: nil and decoded if none.
