@@ -416,6 +416,8 @@ func TestHTTPBadInput(t *testing.T) {
 		{"player zero", "GET", "/v1/namespaces/1/players/0/balances", "", 400, coffer.CodeInvalid},
 		{"player overflows", "GET", "/v1/namespaces/1/players/9223372036854775808/balances", "", 400, coffer.CodeInvalid},
 		{"unknown query parameter", "GET", "/v1/namespaces/1/players/77/balances?colour=red", "", 400, coffer.CodeInvalid},
+		{"query parameter given twice", "GET", "/v1/namespaces/1/players/77/balances?currency=gold&currency=silver", "", 400, coffer.CodeInvalid},
+		{"malformed query", "GET", "/v1/namespaces/1/players/77/balances?currency=%zz", "", 400, coffer.CodeInvalid},
 		{"bad at", "GET", "/v1/namespaces/1/players/77/balances?at=yesterday", "", 400, coffer.CodeInvalid},
 		{"bad lots", "GET", "/v1/namespaces/1/players/77/balances?lots=maybe", "", 400, coffer.CodeInvalid},
 		{"bad order", "GET", "/v1/namespaces/1/players/77/finlog?order=sideways", "", 400, coffer.CodeInvalid},
