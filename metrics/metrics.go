@@ -1,7 +1,7 @@
 // Package metrics is coffer's Prometheus instrumentation: request latency
 // by call and outcome, errors by code, in-flight requests, pool usage and
-// availability per database, and the sweepers. All names start with
-// coffer_.
+// availability per database, group commit's batches and queues, and the
+// sweepers. All names start with coffer_.
 package metrics
 
 import (
@@ -28,7 +28,14 @@ type Metrics struct {
 	sweeps          *prometheus.CounterVec
 	swept           *prometheus.CounterVec
 	batchChanges    *prometheus.CounterVec
+	batchItems      *prometheus.HistogramVec
+	batchDuration   *prometheus.HistogramVec
+	batchAttempts   *prometheus.CounterVec
 }
+
+// latencyBuckets are 0.25 ms … 8 s: a balance change takes about a
+// millisecond.
+var latencyBuckets = prometheus.ExponentialBuckets(0.00025, 2, 16)
 
 // New registers coffer's collectors, the Go runtime's and the process's,
 // and the pool usage of every database of router.
@@ -36,10 +43,9 @@ func New(router *shard.Router) *Metrics {
 	m := &Metrics{
 		registry: prometheus.NewRegistry(),
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "coffer_request_duration_seconds",
-			Help: "Latency of API calls by call and outcome (ok or the error code).",
-			// 0.25 ms … 8 s: a balance change takes about a millisecond.
-			Buckets: prometheus.ExponentialBuckets(0.00025, 2, 16),
+			Name:    "coffer_request_duration_seconds",
+			Help:    "Latency of API calls by call and outcome (ok or the error code).",
+			Buckets: latencyBuckets,
 		}, []string{"call", "outcome"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coffer_errors_total", Help: "API errors by code.",
@@ -66,10 +72,25 @@ func New(router *shard.Router) *Metrics {
 		batchChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coffer_batch_changes_total", Help: "Changes sent in batches, by outcome (ok or the error code).",
 		}, []string{"outcome"}),
+		batchItems: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "coffer_batch_items",
+			Help: "Writes or balance reads per group-commit batch, by database and kind (writes, reads): how much each transaction carries.",
+			// 1 … 1024: a batch holds batches.size_max writes, or a batch call's up to 1000.
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+		}, []string{"database", "kind"}),
+		batchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "coffer_batch_duration_seconds",
+			Help:    "Time a group-commit batch took from its start to its answers, retries and splits included, by database and kind.",
+			Buckets: latencyBuckets,
+		}, []string{"database", "kind"}),
+		batchAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coffer_batch_attempts_total",
+			Help: "Attempts of batches of writes by database and how they ended (committed, retried, split, cut, failed, not_run).",
+		}, []string{"database", "outcome"}),
 	}
 	shards := prometheus.NewGauge(prometheus.GaugeOpts{Name: "coffer_shards", Help: "The shard_count of the deployment."})
 	shards.Set(float64(router.Map().ShardCount()))
-	m.registry.MustRegister(m.requests, m.errors, m.inFlight, m.databaseUp, m.syncStandbys, m.shardsAvailable, m.sweeps, m.swept, m.batchChanges, shards,
+	m.registry.MustRegister(m.requests, m.errors, m.inFlight, m.databaseUp, m.syncStandbys, m.shardsAvailable, m.sweeps, m.swept, m.batchChanges, m.batchItems, m.batchDuration, m.batchAttempts, shards,
 		poolCollector{router},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -106,6 +127,24 @@ func (m *Metrics) outcome(err error) string {
 // would, so that an alert on a code sees batches.
 func (m *Metrics) BatchChange(err error) {
 	m.batchChanges.WithLabelValues(m.outcome(err)).Inc()
+}
+
+// Batch records a group-commit batch of kind on database: its writes or
+// reads, and how long it took.
+func (m *Metrics) Batch(database, kind string, items int, took time.Duration) {
+	m.batchItems.WithLabelValues(database, kind).Observe(float64(items))
+	m.batchDuration.WithLabelValues(database, kind).Observe(took.Seconds())
+}
+
+// Attempt records how an attempt of a batch of writes on database ended.
+func (m *Metrics) Attempt(database, outcome string) {
+	m.batchAttempts.WithLabelValues(database, outcome).Inc()
+}
+
+// WatchQueues reads, at each scrape, the jobs waiting for each database's
+// committers: queues calls its argument once per database and kind.
+func (m *Metrics) WatchQueues(queues func(yield func(database, kind string, jobs int))) {
+	m.registry.MustRegister(queueCollector(queues))
 }
 
 // SetDatabaseUp records a database check.
@@ -159,4 +198,19 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(poolWaits, prometheus.CounterValue, float64(st.EmptyAcquireCount()), name)
 	}
+}
+
+// queueCollector reads the committers' queues at scrape time.
+type queueCollector func(yield func(database, kind string, jobs int))
+
+var queueJobs = prometheus.NewDesc("coffer_batch_queue_jobs",
+	"Calls waiting for a database's committers, by kind (writes, reads); batches.queue_max is the most, beyond which calls are refused (overloaded).",
+	[]string{"database", "kind"}, nil)
+
+func (c queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- queueJobs }
+
+func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
+	c(func(database, kind string, jobs int) {
+		ch <- prometheus.MustNewConstMetric(queueJobs, prometheus.GaugeValue, float64(jobs), database, kind)
+	})
 }

@@ -135,7 +135,8 @@ func TestBatchTimeoutBoundsTheWholeBatch(t *testing.T) {
 	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = 19 FOR UPDATE`, id))
 	must(t, err)
 	const timeout = 300 * time.Millisecond
-	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: timeout})
+	o := &observed{}
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: timeout, Observer: o})
 	var reqs []coffer.ChangeRequest
 	for i := range 4 {
 		reqs = append(reqs, coffer.ChangeRequest{Scope: scope(19, fmt.Sprint("b", i)), Ops: []coffer.OpRequest{free("gold", 1)}})
@@ -151,4 +152,6 @@ func TestBatchTimeoutBoundsTheWholeBatch(t *testing.T) {
 		wantCode(t, got[i].Err, coffer.CodeUnavailable)
 	}
 	must(t, got[4].Err)
+	// The locked player's writes wait for one lock: not split.
+	o.want(t, e.router.Map().Databases()[e.router.DatabaseIndex(id)].Name(), postgres.AttemptFailed)
 }

@@ -32,13 +32,22 @@ func (s *Store) settle(db int, m *mark, reqs []*request) {
 		return
 	}
 	var a, unknown *attempt
-	for try := 0; try <= s.opts.RetriesMax; try++ {
+	notRun := false
+	// ended tells the observer how the last attempt ended.
+	ended := func(outcome string) {
+		if notRun {
+			outcome = AttemptNotRun
+		}
+		s.opts.Observer.Attempt(s.router.Map().Databases()[db].Name(), outcome)
+	}
+	for try := 0; ; try++ {
 		if err := s.router.Writable(db); err != nil {
-			a = &attempt{err: &coffer.Error{Code: coffer.CodeUnavailable, Message: "the player's database is unavailable", Err: err}}
+			a, notRun = &attempt{err: &coffer.Error{Code: coffer.CodeUnavailable, Message: "the player's database is unavailable", Err: err}}, true
 			break
 		}
 		a = s.attempt(db, m, reqs, unknown)
 		if a.err == nil {
+			ended(AttemptCommitted)
 			for i, r := range reqs {
 				r.plan = a.plans[i]
 			}
@@ -50,23 +59,27 @@ func (s *Store) settle(db int, m *mark, reqs []*request) {
 		case a.unapplied:
 			unknown = nil // a failure of its own may be split again
 		}
-		if _, connFailed := classify(0, a.err); !connFailed && !a.uncertain && !retryable(a.err) {
+		if _, connFailed := classify(0, a.err); try == s.opts.RetriesMax || !connFailed && !a.uncertain && !retryable(a.err) {
 			break
 		}
+		ended(AttemptRetried)
 	}
 	s.failed(db, a.err)
 	if unknown != nil {
+		ended(AttemptCut)
 		failWrites(reqs, &coffer.Error{Code: coffer.CodeUnavailable,
 			Message: "the batch's commit was cut off and its outcome could not be read; retry with the same key", Err: a.err})
 		return
 	}
 	parts := split(reqs, a.err)
 	if parts == nil {
+		ended(AttemptFailed)
 		for _, r := range reqs {
 			r.err, _ = classify(s.router.Map().ShardOf(r.scope.PlayerID), a.err)
 		}
 		return
 	}
+	ended(AttemptSplit)
 	for _, part := range parts {
 		s.settle(db, m, part)
 	}

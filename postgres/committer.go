@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cofferhq/coffer"
 )
@@ -14,11 +15,12 @@ import (
 // for more, runs the batch and answers its jobs. There is no timer: an
 // idle database runs each call at once, a busy one runs the calls that
 // queued while its connections were busy in one go. Items are the
-// writes (*request) or the balance reads (*readRequest) of a job.
+// writes (*request) or the balance reads (*readRequest) of a job, kind
+// says which ("writes" or "reads").
 type committer[R any] struct {
 	s     *Store
 	db    int
-	what  string
+	kind  string
 	queue chan *job[R]
 	// runner makes, for each goroutine, what runs one of its batches and
 	// answers every item of it; fail answers the items of a job that
@@ -39,8 +41,8 @@ type job[R any] struct {
 	done  chan struct{}
 }
 
-func newCommitter[R any](s *Store, db int, what string, runner func() func(int, []R), fail func([]R, error)) *committer[R] {
-	return &committer[R]{s: s, db: db, what: what, queue: make(chan *job[R], s.opts.QueueMax),
+func newCommitter[R any](s *Store, db int, kind string, runner func() func(int, []R), fail func([]R, error)) *committer[R] {
+	return &committer[R]{s: s, db: db, kind: kind, queue: make(chan *job[R], s.opts.QueueMax),
 		runner: runner, fail: fail, stop: make(chan struct{})}
 }
 
@@ -62,7 +64,7 @@ func (c *committer[R]) submit(ctx context.Context, items []R) error {
 	case c.queue <- j:
 	default:
 		return coffer.Errorf(coffer.CodeOverloaded, "%d calls' %s wait for database %s, the most it queues; retry after Retry-After",
-			cap(c.queue), c.what, c.s.router.Map().Databases()[c.db].Name())
+			cap(c.queue), c.kind, c.database())
 	}
 	select {
 	case <-j.done:
@@ -102,7 +104,9 @@ func (c *committer[R]) loop() {
 				break fill
 			}
 		}
+		began := time.Now()
 		c.runSafely(run, items)
+		c.s.opts.Observer.Batch(c.database(), c.kind, len(items), time.Since(began))
 		for _, j := range jobs {
 			close(j.done)
 		}
@@ -114,11 +118,14 @@ func (c *committer[R]) loop() {
 func (c *committer[R]) runSafely(run func(int, []R), items []R) {
 	defer func() {
 		if p := recover(); p != nil {
-			c.fail(items, coffer.Errorf(coffer.CodeInternal, "a batch of %s failed: %v", c.what, p))
+			c.fail(items, coffer.Errorf(coffer.CodeInternal, "a batch of %s failed: %v", c.kind, p))
 		}
 	}()
 	run(c.db, items)
 }
+
+// database is the name of the committer's database.
+func (c *committer[R]) database() string { return c.s.router.Map().Databases()[c.db].Name() }
 
 // drain answers the jobs still queued when the store closes.
 func (c *committer[R]) drain() {

@@ -8,9 +8,6 @@ func RevenueSQL(id coffer.ShardID) string { return newQueries(id).revenue }
 // ShardSQL is sql with its tables (trx_N …) named for shard id.
 func ShardSQL(sql string, id coffer.ShardID) string { return shardSQL(sql, id) }
 
-// Queued is how many jobs of writes wait for database db's committers.
-func (s *Store) Queued(db int) int { return len(s.writers[db].queue) }
-
 // BatchReads are the batch's read statements on shard id, with the
 // settings a batch sends before them (keyedJoins).
 func BatchReads(id coffer.ShardID) (settings string, reads map[string]string) {

@@ -504,7 +504,8 @@ func (c *commitCutter) serve(client net.Conn) {
 // as new writes, not as replays, applied once.
 func TestLostCommitAnswerIsRecognised(t *testing.T) {
 	e := newEnv(t)
-	cutter, store := e.storeThroughCutter(postgres.Options{})
+	o := &observed{}
+	cutter, store := e.storeThroughCutter(postgres.Options{Observer: o})
 
 	ps := e.playersOn(0, 1, 2)
 	e.mustChange(ps[1], "seed", free("gold", 3))
@@ -516,6 +517,7 @@ func TestLostCommitAnswerIsRecognised(t *testing.T) {
 	if cutter.cuts.Load() != 1 {
 		t.Fatalf("%d COMMIT answers cut, want 1", cutter.cuts.Load())
 	}
+	o.want(t, "", postgres.AttemptRetried, postgres.AttemptCommitted)
 	for i, r := range got {
 		if r.Err != nil || r.Replay {
 			t.Fatalf("change %d after its COMMIT's answer was lost: replay %v, %v", i, r.Replay, r.Err)
@@ -568,7 +570,8 @@ func (e *env) storeThroughCutter(opts postgres.Options) (*commitCutter, *postgre
 // runs again once the other is done, and answers as if nothing happened.
 func TestDeadlockIsRetried(t *testing.T) {
 	e := newEnv(t)
-	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 20 * time.Second})
+	o := &observed{}
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 20 * time.Second, Observer: o})
 	defer store.Close()
 	// Two players of one shard: the batch locks the smaller id first.
 	id := e.router.Map().ShardOf(1)
@@ -612,6 +615,7 @@ func TestDeadlockIsRetried(t *testing.T) {
 	if deadlocks() == before {
 		t.Fatal("no deadlock happened")
 	}
+	o.want(t, "", postgres.AttemptRetried, postgres.AttemptCommitted)
 	for i := range reqs {
 		reqs[i].Namespace = 2
 		e.changeNS2(reqs[i].PlayerID, "seed", free("gold", 10))
@@ -751,11 +755,107 @@ func (e *env) queuedBehind(store *postgres.Store, blocker coffer.PlayerID, calls
 	e.waitForBackend(0, "%locked%")
 	for i, call := range calls {
 		go func() { out <- call() }()
-		for store.Queued(0) < i+1 {
+		for queued(store, e.router.Map().Databases()[0].Name(), "writes") < i+1 {
 			time.Sleep(time.Millisecond)
 		}
 	}
 	return tx, out
+}
+
+// queued is how many jobs of kind wait for database's committers.
+func queued(store *postgres.Store, database, kind string) int {
+	n := -1
+	store.Queues(func(db, k string, jobs int) {
+		if db == database && k == kind {
+			n = jobs
+		}
+	})
+	return n
+}
+
+// observed records what a store's committers tell its Observer: each
+// batch as "database kind items", each attempt's outcome by database.
+type observed struct {
+	mu       sync.Mutex
+	batches  []string
+	attempts map[string][]string
+}
+
+func (o *observed) Batch(database, kind string, items int, took time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if took <= 0 {
+		kind += " (no time)"
+	}
+	o.batches = append(o.batches, fmt.Sprint(database, " ", kind, " ", items))
+}
+
+func (o *observed) Attempt(database, outcome string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.attempts == nil {
+		o.attempts = map[string][]string{}
+	}
+	o.attempts[database] = append(o.attempts[database], outcome)
+}
+
+// want fails t unless the attempts told so far on database ("": the one
+// database told of) ended with outcomes, in order.
+func (o *observed) want(t *testing.T, database string, outcomes ...string) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if database == "" && len(o.attempts) == 1 {
+		for database = range o.attempts {
+		}
+	}
+	if got := o.attempts[database]; !slices.Equal(got, outcomes) {
+		t.Fatalf("attempts on %q ended %q (all: %q), want %q", database, got, o.attempts, outcomes)
+	}
+}
+
+// TestObserverSeesBatches: a store tells its observer each batch (its
+// database, kind and size) and how each attempt ended, and shows the
+// jobs waiting in each queue. A batch whose database is marked down
+// while it waits is not attempted.
+func TestObserverSeesBatches(t *testing.T) {
+	e := newEnv(t)
+	o := &observed{}
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second, Observer: o})
+	defer store.Close()
+	dbs := e.router.Map().Databases()
+	ps := e.playersOn(0, 1, 3)
+	grant := func(p coffer.PlayerID) func() error {
+		return func() error {
+			_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "a"), Ops: []coffer.OpRequest{free("gold", 1)}})
+			return err
+		}
+	}
+	_, err := store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: ps[0]})
+	must(t, err)
+	tx, errs := e.queuedBehind(store, ps[0], grant(ps[1]), grant(ps[2]))
+	queues := map[string]int{}
+	store.Queues(func(database, kind string, jobs int) { queues[database+" "+kind] = jobs })
+	want := map[string]int{dbs[0].Name() + " writes": 2, dbs[0].Name() + " reads": 0, dbs[1].Name() + " writes": 0, dbs[1].Name() + " reads": 0}
+	if !reflect.DeepEqual(queues, want) {
+		t.Fatalf("queues %v, want %v", queues, want)
+	}
+	e.router.MarkDown(0)
+	must(t, tx.Rollback(ctx))
+	// The blocker's batch was under way; the two queued were not run.
+	var codes []coffer.Code
+	for range 3 {
+		codes = append(codes, coffer.ErrorCode(<-errs))
+	}
+	slices.Sort(codes)
+	if w := []coffer.Code{"", coffer.CodeUnavailable, coffer.CodeUnavailable}; !slices.Equal(codes, w) {
+		t.Fatalf("answers %q, want %q", codes, w)
+	}
+	e.router.MarkUp(0)
+	o.want(t, dbs[0].Name(), postgres.AttemptCommitted, postgres.AttemptNotRun)
+	if w := []string{dbs[0].Name() + " reads 1", dbs[0].Name() + " writes 1", dbs[0].Name() + " writes 2"}; !slices.Equal(o.batches, w) {
+		t.Fatalf("batches %q, want %q", o.batches, w)
+	}
 }
 
 // TestCutBatchIsNotTakenForAnotherInstancesWrite: a batch commits a hold

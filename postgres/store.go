@@ -48,6 +48,9 @@ type Options struct {
 	// 2. Each reads every shard, so a burst of them would take a pool
 	// connection on every database for each.
 	ReportsMax int
+	// Observer is told of each batch and of each attempt of a batch of
+	// writes (metrics); nil tells nothing.
+	Observer Observer
 }
 
 // Store implements coffer.Ledger on the shards of a Router. It is safe for
@@ -95,10 +98,13 @@ func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
 	if opts.QueueMax == 0 {
 		opts.QueueMax = 1024
 	}
+	if opts.Observer == nil {
+		opts.Observer = unobserved{}
+	}
 	s := &Store{router: router, catalog: catalog, opts: opts, reports: shed.NewGate("revenue reports in flight", opts.ReportsMax)}
 	for i := range router.Map().Databases() {
 		s.writers = append(s.writers, newCommitter(s, i, "writes", s.settler, failWrites))
-		s.readers = append(s.readers, newCommitter(s, i, "balance reads", func() func(int, []*readRequest) { return s.runReads }, failReads))
+		s.readers = append(s.readers, newCommitter(s, i, "reads", func() func(int, []*readRequest) { return s.runReads }, failReads))
 	}
 	return s
 }

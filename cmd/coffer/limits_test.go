@@ -25,12 +25,14 @@ import (
 // TestOverloadIsShedAtOnce: with every slot taken by calls waiting on a
 // player's lock, one more call is refused at once with overloaded, 503
 // and Retry-After (gRPC: UNAVAILABLE), over both transports, while the
-// probes and the metrics still answer; the waiting calls then finish.
-// Revenue reports have a bound of their own.
+// probes and the metrics still answer (the second call waits in its
+// database's queue, behind the first's batch); the waiting calls then
+// finish. Revenue reports have a bound of their own.
 func TestOverloadIsShedAtOnce(t *testing.T) {
 	s := startService(t, twoServers(t), func(c *Config) {
 		c.Limits.RequestsInFlightMax = 2
 		c.Limits.ReportsInFlightMax = 1
+		c.Batches.Committers = 1
 	})
 	const p = 5
 	_, _, err := s.dev.Change(ctx, 1, p, grant("seed", "gold", 10))
@@ -46,6 +48,10 @@ func TestOverloadIsShedAtOnce(t *testing.T) {
 		}()
 	}
 	waitFor(t, func() bool { return strings.Contains(s.metrics(), "coffer_requests_in_flight 2") })
+	database := s.m.DatabaseOf(s.m.ShardOf(p)).Name()
+	waitFor(t, func() bool {
+		return strings.Contains(s.metrics(), `coffer_batch_queue_jobs{database="`+database+`",kind="writes"} 1`)
+	})
 	start := time.Now()
 	r := s.call("GET", "/v1/namespaces/1/players/6/balances", devKey, "")
 	wantStatus(t, r, 503, coffer.CodeOverloaded)
@@ -64,8 +70,18 @@ func TestOverloadIsShedAtOnce(t *testing.T) {
 		must(t, err)
 		_ = i
 	}
-	if m := s.metrics(); !strings.Contains(m, `coffer_errors_total{code="overloaded"} 2`) {
+	m := s.metrics()
+	if !strings.Contains(m, `coffer_errors_total{code="overloaded"} 2`) {
 		t.Fatalf("metrics:\n%s", grepLines(m, "coffer_errors_total"))
+	}
+	// The seed, then the two waiting calls: one batch each.
+	for _, line := range []string{`coffer_batch_attempts_total{database="` + database + `",outcome="committed"} 3`,
+		`coffer_batch_items_count{database="` + database + `",kind="writes"} 3`,
+		`coffer_batch_duration_seconds_count{database="` + database + `",kind="writes"} 3`,
+		`coffer_batch_queue_jobs{database="` + database + `",kind="writes"} 0`} {
+		if !strings.Contains(m, line) {
+			t.Fatalf("no %s in metrics:\n%s", line, grepLines(m, "coffer_batch_"))
+		}
 	}
 
 	// A report held up on shard 0 takes the one report slot.

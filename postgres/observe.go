@@ -1,0 +1,59 @@
+package postgres
+
+import "time"
+
+// Observer is told what the committers do, for an operator's metrics:
+// how many writes or reads each batch carries, how long it takes, and how
+// each attempt of a batch of writes ends. It is called on the committers'
+// goroutines: it must be quick and safe for concurrent use.
+type Observer interface {
+	// Batch: a committer of database ran a batch of kind ("writes" or
+	// "reads") of items writes or reads, in took, its retries and
+	// splits included.
+	Batch(database, kind string, items int, took time.Duration)
+	// Attempt: an attempt of a batch of writes on database ended so (one
+	// of the Attempt… outcomes).
+	Attempt(database, outcome string)
+}
+
+// How an attempt of a batch of writes ends (Store.settle).
+const (
+	// AttemptCommitted: its COMMIT was applied.
+	AttemptCommitted = "committed"
+	// AttemptRetried: it lost a race (a deadlock, a serialization
+	// failure, a key another instance inserted) or its connection, or
+	// its COMMIT was cut off: the batch runs again.
+	AttemptRetried = "retried"
+	// AttemptSplit: a player's lock timed out, or the database refused
+	// a value: the batch runs again in parts, by player, then by write.
+	AttemptSplit = "split"
+	// AttemptCut: the batch's retries ran out after a COMMIT cut off
+	// whose outcome no later attempt could read: each write answers
+	// shard_unavailable (a retry with the same key tells).
+	AttemptCut = "cut"
+	// AttemptFailed: each write answers the error (shard_unavailable
+	// once the retries ran out, internal).
+	AttemptFailed = "failed"
+	// AttemptNotRun: the database is known down, or lacks its required
+	// synchronous standby: not attempted, each write answers
+	// shard_unavailable.
+	AttemptNotRun = "not_run"
+)
+
+// Queues calls yield with the jobs (a call's writes or its read) waiting
+// now for each database's committers, by kind: what a full queue would
+// refuse (overloaded) is near.
+func (s *Store) Queues(yield func(database, kind string, jobs int)) {
+	for _, c := range s.writers {
+		yield(c.database(), c.kind, len(c.queue))
+	}
+	for _, c := range s.readers {
+		yield(c.database(), c.kind, len(c.queue))
+	}
+}
+
+// unobserved is the Observer of a store given none.
+type unobserved struct{}
+
+func (unobserved) Batch(string, string, int, time.Duration) {}
+func (unobserved) Attempt(string, string)                   {}
