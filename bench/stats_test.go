@@ -77,10 +77,11 @@ func TestSideTotals(t *testing.T) {
 	before := counters{pgCPU: 1, cofferCPU: 2, benchCPU: 4, machine: 1000, steal: 10}
 	before.db.WALBytes, before.db.LotUpdates, before.db.LotHOTUpdates = 1000, 10, 5
 	after := counters{pgCPU: 3, cofferCPU: 3, benchCPU: 4.5, machine: 1400, steal: 30}
-	after.db.WALBytes, after.db.LotUpdates, after.db.LotHOTUpdates, after.db.Trx = 6000, 20, 14, 10
+	after.db.WALBytes, after.db.LotUpdates, after.db.LotHOTUpdates, after.db.Trx, after.db.Transactions = 6000, 20, 14, 10, 4
 	s.add(before, after, 10)
 	side := s.side()
-	if side.WALBytesPerOp != 500 || side.PostgresCPUPer1000Op != 200 || side.CofferCPUPer1000Op != 100 || side.BenchCPUPer1000Op != 50 || side.StealShare != 0.05 || side.LotHOTShare != 0.9 || s.trx != 10 {
+	if side.WALBytesPerOp != 500 || side.PostgresCPUPer1000Op != 200 || side.CofferCPUPer1000Op != 100 || side.BenchCPUPer1000Op != 50 || side.StealShare != 0.05 || side.LotHOTShare != 0.9 || s.trx != 10 ||
+		side.TransactionsPerOp != 0.4 {
 		t.Fatalf("%+v", side)
 	}
 }

@@ -116,6 +116,10 @@ type Side struct {
 	// the machine with the side they drive.
 	BenchCPUPer1000Op float64 `json:"bench_cpu_s_per_1000_ops"`
 	LotHOTShare       float64 `json:"lot_hot_update_share,omitempty"`
+	// TransactionsPerOp is the transactions that wrote per op, each a
+	// commit and a WAL flush: one per write for a side that commits each
+	// write alone, fewer for one that commits writes in batches.
+	TransactionsPerOp float64 `json:"transactions_per_op"`
 	// StatementsPerOp and ExecUsPerOp are what pg_stat_statements counted
 	// (with Options.Statements): statements sent and the time executing
 	// them, per op. Statements lists them, the costliest first, with those
@@ -211,6 +215,7 @@ func (e *Env) read(ctx context.Context) (counters, error) {
 type sideTotals struct {
 	ops                      int64
 	wal, size, upd, hot, trx int64
+	transactions             int64
 	pgCPU, cofferCPU         float64
 	benchCPU                 float64
 	machine, steal           int64
@@ -224,6 +229,7 @@ func (s *sideTotals) add(before, after counters, ops int64) {
 	s.upd += after.db.LotUpdates - before.db.LotUpdates
 	s.hot += after.db.LotHOTUpdates - before.db.LotHOTUpdates
 	s.trx += after.db.Trx - before.db.Trx
+	s.transactions += after.db.Transactions - before.db.Transactions
 	s.pgCPU += after.pgCPU - before.pgCPU
 	s.cofferCPU += after.cofferCPU - before.cofferCPU
 	s.benchCPU += after.benchCPU - before.benchCPU
@@ -235,7 +241,7 @@ func (s *sideTotals) side() Side {
 	per := func(x float64) float64 { return x / float64(max(s.ops, 1)) }
 	out := Side{Ops: s.ops, WALBytesPerOp: per(float64(s.wal)), DBBytesPerOp: per(float64(s.size)),
 		PostgresCPUPer1000Op: 1000 * per(s.pgCPU), CofferCPUPer1000Op: 1000 * per(s.cofferCPU),
-		BenchCPUPer1000Op: 1000 * per(s.benchCPU)}
+		BenchCPUPer1000Op: 1000 * per(s.benchCPU), TransactionsPerOp: per(float64(s.transactions))}
 	if s.upd > 0 {
 		out.LotHOTShare = float64(s.hot) / float64(s.upd)
 	}

@@ -155,6 +155,11 @@ type ServerStats struct {
 	LotUpdates, LotHOTUpdates int64
 	// Trx counts the rows of coffer's trx tables.
 	Trx int64
+	// Transactions counts the transaction ids the servers assigned: one
+	// per transaction that wrote (committed or rolled back), each a WAL
+	// flush at its commit. Unlike pg_stat_database, which a backend may
+	// update up to 10 seconds late, it is exact at once.
+	Transactions int64
 }
 
 // ReadServerStats reads the counters of every database of router. WAL is
@@ -166,11 +171,12 @@ func ReadServerStats(ctx context.Context, router *shard.Router) (ServerStats, er
 		pool := router.Database(i)
 		if !servers[db.Server()] {
 			servers[db.Server()] = true
-			var lsn int64
-			if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn() - '0/0'`).Scan(&lsn); err != nil {
+			var lsn, xids int64
+			if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn() - '0/0', pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&lsn, &xids); err != nil {
 				return st, err
 			}
 			st.WALBytes += lsn
+			st.Transactions += xids
 		}
 		var size, upd, hot int64
 		if err := pool.QueryRow(ctx, `SELECT pg_database_size(current_database()),

@@ -55,6 +55,8 @@ func TestBenchSelf(t *testing.T) {
 		t.Fatalf("PostgreSQL settings: %v\n%s", rep.PostgresSettings, out)
 	case rep.WALBytesPerOp <= 0 || rep.Baseline == nil || rep.Baseline.WALBytesPerOp <= 0 || rep.RSSPeakBytes <= 0 || rep.Coffer.CofferCPUPer1000Op <= 0:
 		t.Fatalf("costs: %s", raw)
+	case rep.Coffer.TransactionsPerOp <= 0 || rep.Coffer.TransactionsPerOp > 1.01 || rep.Baseline.TransactionsPerOp < 0.99 || rep.Baseline.TransactionsPerOp > 1.01:
+		t.Fatalf("transactions per write: coffer %.3f, want at most one; baseline %.3f, want one", rep.Coffer.TransactionsPerOp, rep.Baseline.TransactionsPerOp)
 	}
 	var ops int64
 	for _, r := range rep.Runs {
@@ -151,6 +153,10 @@ func TestBenchSelfBatchAgainstPgbench(t *testing.T) {
 		t.Fatalf("grants acknowledged %d, trx rows written %d, costed %d", rep.Writes, rep.TrxWritten, rep.Coffer.Ops)
 	case !rep.Audited || rep.AuditViolations != 0:
 		t.Fatalf("audit: ran %v, %d violations", rep.Audited, rep.AuditViolations)
+	// A call's 20 grants are one transaction per database (two), each of
+	// pgbench's one of its own.
+	case rep.Coffer.TransactionsPerOp <= 0 || rep.Coffer.TransactionsPerOp > 0.15 || rep.Baseline.TransactionsPerOp < 0.99 || rep.Baseline.TransactionsPerOp > 1.01:
+		t.Fatalf("transactions per grant: coffer %.3f, want about 0.1; pgbench %.3f, want 1", rep.Coffer.TransactionsPerOp, rep.Baseline.TransactionsPerOp)
 	}
 	// pgbench inserts a trx per grant; coffer one per batch and shard:
 	// 20 grants over 16 shards share at least four.
