@@ -73,19 +73,19 @@ func New(router *shard.Router) *Metrics {
 			Name: "coffer_batch_changes_total", Help: "Changes sent in batches, by outcome (ok or the error code).",
 		}, []string{"outcome"}),
 		batchItems: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "coffer_batch_items",
+			Name: "coffer_group_commit_batch_size",
 			Help: "Writes or balance reads per group-commit batch, by database and kind (writes, reads): how much each transaction carries.",
 			// 1 … 1024: a batch holds batches.size_max writes, or a batch call's up to 1000.
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}, []string{"database", "kind"}),
 		batchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "coffer_batch_duration_seconds",
+			Name:    "coffer_group_commit_batch_duration_seconds",
 			Help:    "Time a group-commit batch took from its start to its answers, retries and splits included, by database and kind.",
 			Buckets: latencyBuckets,
 		}, []string{"database", "kind"}),
 		batchAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "coffer_batch_attempts_total",
-			Help: "Attempts of batches of writes by database and how they ended (committed, retried, split, cut, failed, not_run).",
+			Name: "coffer_group_commit_attempts_total",
+			Help: "Attempts of group-commit batches of writes by database and how they ended (committed, retried, split, cut, failed; not_run: a try not made, the database being down).",
 		}, []string{"database", "outcome"}),
 	}
 	shards := prometheus.NewGauge(prometheus.GaugeOpts{Name: "coffer_shards", Help: "The shard_count of the deployment."})
@@ -203,14 +203,14 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 // queueCollector reads the committers' queues at scrape time.
 type queueCollector func(yield func(database, kind string, jobs int))
 
-var queueJobs = prometheus.NewDesc("coffer_batch_queue_jobs",
+var queueCalls = prometheus.NewDesc("coffer_group_commit_queue_calls",
 	"Calls waiting for a database's committers, by kind (writes, reads); batches.queue_max is the most, beyond which calls are refused (overloaded).",
 	[]string{"database", "kind"}, nil)
 
-func (c queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- queueJobs }
+func (c queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- queueCalls }
 
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	c(func(database, kind string, jobs int) {
-		ch <- prometheus.MustNewConstMetric(queueJobs, prometheus.GaugeValue, float64(jobs), database, kind)
+		ch <- prometheus.MustNewConstMetric(queueCalls, prometheus.GaugeValue, float64(jobs), database, kind)
 	})
 }

@@ -152,6 +152,7 @@ func TestBatchTimeoutBoundsTheWholeBatch(t *testing.T) {
 		wantCode(t, got[i].Err, coffer.CodeUnavailable)
 	}
 	must(t, got[4].Err)
-	// The locked player's writes wait for one lock: not split.
+	// The locked player's writes all wait for its lock: a lock timeout
+	// is not split.
 	o.want(t, e.router.Map().Databases()[e.router.DatabaseIndex(id)].Name(), postgres.AttemptFailed)
 }

@@ -25,32 +25,30 @@ import (
 // split by player (and a player's writes one by one) when the failure may
 // come from some of its writes only; so that each write gets the answer it
 // would have got alone. After a COMMIT whose answer was lost, the next
-// attempt reads whether it was applied, from m (batch_mark).
+// attempt reads whether it was applied, from m (batch_mark). Each
+// attempt's ending is told to the Observer.
 func (s *Store) settle(db int, m *mark, reqs []*request) {
 	reqs = live(reqs)
 	if len(reqs) == 0 {
 		return
 	}
 	var a, unknown *attempt
-	notRun := false
-	// ended tells the observer how the last attempt ended.
-	ended := func(outcome string) {
-		if notRun {
-			outcome = AttemptNotRun
-		}
-		s.opts.Observer.Attempt(s.router.Map().Databases()[db].Name(), outcome)
-	}
 	for try := 0; ; try++ {
 		if err := s.router.Writable(db); err != nil {
-			a, notRun = &attempt{err: &coffer.Error{Code: coffer.CodeUnavailable, Message: "the player's database is unavailable", Err: err}}, true
+			a = &attempt{err: &coffer.Error{Code: coffer.CodeUnavailable, Message: "the player's database is unavailable", Err: err}}
+			if unknown == nil {
+				s.observe(db, AttemptNotRun)
+				failWrites(reqs, a.err)
+				return
+			}
 			break
 		}
 		a = s.attempt(db, m, reqs, unknown)
 		if a.err == nil {
-			ended(AttemptCommitted)
 			for i, r := range reqs {
 				r.plan = a.plans[i]
 			}
+			s.observe(db, AttemptCommitted)
 			return
 		}
 		switch {
@@ -62,24 +60,24 @@ func (s *Store) settle(db int, m *mark, reqs []*request) {
 		if _, connFailed := classify(0, a.err); try == s.opts.RetriesMax || !connFailed && !a.uncertain && !retryable(a.err) {
 			break
 		}
-		ended(AttemptRetried)
+		s.observe(db, AttemptRetried)
 	}
 	s.failed(db, a.err)
 	if unknown != nil {
-		ended(AttemptCut)
+		s.observe(db, AttemptCut)
 		failWrites(reqs, &coffer.Error{Code: coffer.CodeUnavailable,
 			Message: "the batch's commit was cut off and its outcome could not be read; retry with the same key", Err: a.err})
 		return
 	}
 	parts := split(reqs, a.err)
 	if parts == nil {
-		ended(AttemptFailed)
+		s.observe(db, AttemptFailed)
 		for _, r := range reqs {
 			r.err, _ = classify(s.router.Map().ShardOf(r.scope.PlayerID), a.err)
 		}
 		return
 	}
-	ended(AttemptSplit)
+	s.observe(db, AttemptSplit)
 	for _, part := range parts {
 		s.settle(db, m, part)
 	}

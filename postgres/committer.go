@@ -63,8 +63,8 @@ func (c *committer[R]) submit(ctx context.Context, items []R) error {
 	select {
 	case c.queue <- j:
 	default:
-		return coffer.Errorf(coffer.CodeOverloaded, "%d calls' %s wait for database %s, the most it queues; retry after Retry-After",
-			cap(c.queue), c.kind, c.database())
+		return coffer.Errorf(coffer.CodeOverloaded, "%d calls (%s) wait for database %s, the most it queues; retry after Retry-After",
+			cap(c.queue), c.kind, c.s.databaseName(c.db))
 	}
 	select {
 	case <-j.done:
@@ -106,7 +106,7 @@ func (c *committer[R]) loop() {
 		}
 		began := time.Now()
 		c.runSafely(run, items)
-		c.s.opts.Observer.Batch(c.database(), c.kind, len(items), time.Since(began))
+		c.s.opts.Observer.Batch(c.s.databaseName(c.db), c.kind, len(items), time.Since(began))
 		for _, j := range jobs {
 			close(j.done)
 		}
@@ -114,7 +114,8 @@ func (c *committer[R]) loop() {
 }
 
 // runSafely runs a batch; a panic (a bug) answers its items internal
-// instead of killing the process with every call in flight.
+// instead of killing the process with every call in flight (counted in
+// coffer_errors_total, not as an attempt).
 func (c *committer[R]) runSafely(run func(int, []R), items []R) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -123,9 +124,6 @@ func (c *committer[R]) runSafely(run func(int, []R), items []R) {
 	}()
 	run(c.db, items)
 }
-
-// database is the name of the committer's database.
-func (c *committer[R]) database() string { return c.s.router.Map().Databases()[c.db].Name() }
 
 // drain answers the jobs still queued when the store closes.
 func (c *committer[R]) drain() {

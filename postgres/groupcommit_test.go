@@ -419,6 +419,8 @@ type commitCutter struct {
 	clients  sync.Map // id → net.Conn
 	opened   atomic.Int64
 	cutTo    atomic.Int64
+	// onCut, if set before arming, runs when the COMMIT's answer is cut.
+	onCut func()
 }
 
 // cutClients cuts the client side of every connection opened so far.
@@ -482,6 +484,9 @@ func (c *commitCutter) serve(client net.Conn) {
 		n, err := server.Read(buf)
 		if n > 0 && bytes.Contains(buf[:n], commitDone) && c.armed.CompareAndSwap(true, false) {
 			c.cuts.Add(1)
+			if c.onCut != nil {
+				c.onCut()
+			}
 			return
 		}
 		if n > 0 && id <= c.cutTo.Load() {
@@ -505,7 +510,7 @@ func (c *commitCutter) serve(client net.Conn) {
 func TestLostCommitAnswerIsRecognised(t *testing.T) {
 	e := newEnv(t)
 	o := &observed{}
-	cutter, store := e.storeThroughCutter(postgres.Options{Observer: o})
+	cutter, _, store := e.storeThroughCutter(postgres.Options{Observer: o})
 
 	ps := e.playersOn(0, 1, 2)
 	e.mustChange(ps[1], "seed", free("gold", 3))
@@ -531,6 +536,32 @@ func TestLostCommitAnswerIsRecognised(t *testing.T) {
 	}
 }
 
+// TestCutThenDownIsCut: the answer to a batch's COMMIT is lost, and its
+// database is found unusable before another attempt could read whether
+// the COMMIT was applied: the write answers that its outcome is unknown,
+// the attempt counts as cut (not as a try not made), and the retry with
+// the same key tells: applied.
+func TestCutThenDownIsCut(t *testing.T) {
+	e := newEnv(t)
+	o := &observed{}
+	cutter, router, store := e.storeThroughCutter(postgres.Options{Observer: o})
+	cutter.onCut = func() { router.SetVerified(0, false) }
+	cutter.armed.Store(true)
+	req := coffer.ChangeRequest{Scope: scope(e.playersOn(0, 1, 1)[0], "a"), Ops: []coffer.OpRequest{free("gold", 5)}}
+	_, _, err := store.Change(ctx, req)
+	wantCode(t, err, coffer.CodeUnavailable)
+	if !strings.Contains(err.Error(), "outcome could not be read") {
+		t.Fatalf("the write answered %v, want its outcome unknown", err)
+	}
+	o.want(t, "", postgres.AttemptRetried, postgres.AttemptCut)
+	router.SetVerified(0, true)
+	_, replay, err := store.Change(ctx, req)
+	must(t, err)
+	if !replay {
+		t.Fatal("the retry applied the write again")
+	}
+}
+
 // rogueTrx is an uncommitted trx of player under key (an instance that
 // does not lock the player first): a batch's write of a trx under that
 // key waits for it. It is rolled back at the end of the test at the
@@ -548,7 +579,7 @@ func (e *env) rogueTrx(player coffer.PlayerID, key string) pgx.Tx {
 
 // storeThroughCutter is a store whose first database is reached through
 // a commitCutter.
-func (e *env) storeThroughCutter(opts postgres.Options) (*commitCutter, *postgres.Store) {
+func (e *env) storeThroughCutter(opts postgres.Options) (*commitCutter, *shard.Router, *postgres.Store) {
 	db := e.cfg.Databases[0]
 	cutter := newCommitCutter(e.t, fmt.Sprintf("%s:%d", db.Host, db.Port))
 	cfg := e.cfg
@@ -561,7 +592,7 @@ func (e *env) storeThroughCutter(opts postgres.Options) (*commitCutter, *postgre
 	e.t.Cleanup(router.Close)
 	store := postgres.New(router, e.catalog, opts)
 	e.t.Cleanup(store.Close)
-	return cutter, store
+	return cutter, router, store
 }
 
 // TestDeadlockIsRetried: a transaction holds the second player of a batch
@@ -816,7 +847,7 @@ func (o *observed) want(t *testing.T, database string, outcomes ...string) {
 
 // TestObserverSeesBatches: a store tells its observer each batch (its
 // database, kind and size) and how each attempt ended, and shows the
-// jobs waiting in each queue. A batch whose database is marked down
+// jobs waiting in each queue. A batch whose database is found unusable
 // while it waits is not attempted.
 func TestObserverSeesBatches(t *testing.T) {
 	e := newEnv(t)
@@ -840,7 +871,7 @@ func TestObserverSeesBatches(t *testing.T) {
 	if !reflect.DeepEqual(queues, want) {
 		t.Fatalf("queues %v, want %v", queues, want)
 	}
-	e.router.MarkDown(0)
+	e.router.SetVerified(0, false)
 	must(t, tx.Rollback(ctx))
 	// The blocker's batch was under way; the two queued were not run.
 	var codes []coffer.Code
@@ -851,8 +882,10 @@ func TestObserverSeesBatches(t *testing.T) {
 	if w := []coffer.Code{"", coffer.CodeUnavailable, coffer.CodeUnavailable}; !slices.Equal(codes, w) {
 		t.Fatalf("answers %q, want %q", codes, w)
 	}
-	e.router.MarkUp(0)
+	e.router.SetVerified(0, true)
 	o.want(t, dbs[0].Name(), postgres.AttemptCommitted, postgres.AttemptNotRun)
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if w := []string{dbs[0].Name() + " reads 1", dbs[0].Name() + " writes 1", dbs[0].Name() + " writes 2"}; !slices.Equal(o.batches, w) {
 		t.Fatalf("batches %q, want %q", o.batches, w)
 	}
@@ -1096,7 +1129,7 @@ func TestMarkOnlyGrows(t *testing.T) {
 // would be answered as a replay of itself.
 func TestMarkIsReadAfterTheLocks(t *testing.T) {
 	e := newEnv(t)
-	cutter, store := e.storeThroughCutter(postgres.Options{Committers: 1, Timeout: 20 * time.Second})
+	cutter, _, store := e.storeThroughCutter(postgres.Options{Committers: 1, Timeout: 20 * time.Second})
 	p := e.playersOn(0, 1, 1)[0]
 	e.mustChange(p, "seed", free("gold", 1))
 	rogue := e.rogueTrx(p, "late")

@@ -22,33 +22,42 @@ const (
 	AttemptCommitted = "committed"
 	// AttemptRetried: it lost a race (a deadlock, a serialization
 	// failure, a key another instance inserted) or its connection, or
-	// its COMMIT was cut off: the batch runs again.
+	// its COMMIT was cut off: the batch is tried again.
 	AttemptRetried = "retried"
 	// AttemptSplit: a player's lock timed out, or the database refused
 	// a value: the batch runs again in parts, by player, then by write.
 	AttemptSplit = "split"
-	// AttemptCut: the batch's retries ran out after a COMMIT cut off
-	// whose outcome no later attempt could read: each write answers
-	// shard_unavailable (a retry with the same key tells).
+	// AttemptCut: it failed, and an earlier attempt's COMMIT was cut off
+	// with an outcome no attempt could read (the retries ran out, the
+	// database went down, a failure not retried): each write answers
+	// shard_unavailable, and a retry with the same key tells whether it
+	// was applied.
 	AttemptCut = "cut"
 	// AttemptFailed: each write answers the error (shard_unavailable
 	// once the retries ran out, internal).
 	AttemptFailed = "failed"
-	// AttemptNotRun: the database is known down, or lacks its required
-	// synchronous standby: not attempted, each write answers
-	// shard_unavailable.
+	// AttemptNotRun: a try not made, nothing of the batch having been
+	// applied: the database is known down, or lacks its required
+	// synchronous standby; each write answers shard_unavailable.
 	AttemptNotRun = "not_run"
 )
+
+// observe tells the Observer how an attempt of a batch of writes on
+// database db ended.
+func (s *Store) observe(db int, outcome string) { s.opts.Observer.Attempt(s.databaseName(db), outcome) }
+
+// databaseName is database db's name, as metrics and messages give it.
+func (s *Store) databaseName(db int) string { return s.router.Map().Databases()[db].Name() }
 
 // Queues calls yield with the jobs (a call's writes or its read) waiting
 // now for each database's committers, by kind: what a full queue would
 // refuse (overloaded) is near.
 func (s *Store) Queues(yield func(database, kind string, jobs int)) {
 	for _, c := range s.writers {
-		yield(c.database(), c.kind, len(c.queue))
+		yield(s.databaseName(c.db), c.kind, len(c.queue))
 	}
 	for _, c := range s.readers {
-		yield(c.database(), c.kind, len(c.queue))
+		yield(s.databaseName(c.db), c.kind, len(c.queue))
 	}
 }
 

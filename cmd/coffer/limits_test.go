@@ -37,21 +37,27 @@ func TestOverloadIsShedAtOnce(t *testing.T) {
 	const p = 5
 	_, _, err := s.dev.Change(ctx, 1, p, grant("seed", "gold", 10))
 	must(t, err)
-	_, tx := lockPlayer(t, s, p)
+	locker, tx := lockPlayer(t, s, p)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
+	database := s.m.DatabaseOf(s.m.ShardOf(p)).Name()
 	for i := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			_, _, errs[i] = s.dev.Change(ctx, 1, p, grant(fmt.Sprintf("waits-%d", i), "gold", 1))
 		}()
+		// The first call's batch waits for the lock; the second waits in the queue.
+		waitFor(t, func() bool {
+			if i == 1 {
+				return strings.Contains(s.metrics(), `coffer_group_commit_queue_calls{database="`+database+`",kind="writes"} 1`)
+			}
+			var waiting int
+			must(t, locker.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&waiting))
+			return waiting == 1
+		})
 	}
 	waitFor(t, func() bool { return strings.Contains(s.metrics(), "coffer_requests_in_flight 2") })
-	database := s.m.DatabaseOf(s.m.ShardOf(p)).Name()
-	waitFor(t, func() bool {
-		return strings.Contains(s.metrics(), `coffer_batch_queue_jobs{database="`+database+`",kind="writes"} 1`)
-	})
 	start := time.Now()
 	r := s.call("GET", "/v1/namespaces/1/players/6/balances", devKey, "")
 	wantStatus(t, r, 503, coffer.CodeOverloaded)
@@ -75,12 +81,12 @@ func TestOverloadIsShedAtOnce(t *testing.T) {
 		t.Fatalf("metrics:\n%s", grepLines(m, "coffer_errors_total"))
 	}
 	// The seed, then the two waiting calls: one batch each.
-	for _, line := range []string{`coffer_batch_attempts_total{database="` + database + `",outcome="committed"} 3`,
-		`coffer_batch_items_count{database="` + database + `",kind="writes"} 3`,
-		`coffer_batch_duration_seconds_count{database="` + database + `",kind="writes"} 3`,
-		`coffer_batch_queue_jobs{database="` + database + `",kind="writes"} 0`} {
+	for _, line := range []string{`coffer_group_commit_attempts_total{database="` + database + `",outcome="committed"} 3`,
+		`coffer_group_commit_batch_size_count{database="` + database + `",kind="writes"} 3`,
+		`coffer_group_commit_batch_duration_seconds_count{database="` + database + `",kind="writes"} 3`,
+		`coffer_group_commit_queue_calls{database="` + database + `",kind="writes"} 0`} {
 		if !strings.Contains(m, line) {
-			t.Fatalf("no %s in metrics:\n%s", line, grepLines(m, "coffer_batch_"))
+			t.Fatalf("no %s in metrics:\n%s", line, grepLines(m, "coffer_group_commit_"))
 		}
 	}
 
