@@ -156,3 +156,33 @@ func TestBatchTimeoutBoundsTheWholeBatch(t *testing.T) {
 	// is not split.
 	o.want(t, e.router.Map().Databases()[e.router.DatabaseIndex(id)].Name(), postgres.AttemptFailed)
 }
+
+// TestTimeoutBeforeTheCommitIsNotRetried: a batch whose time runs out in
+// its first round trip (waiting for a player locked elsewhere, its lock
+// timeout longer than its time) wrote nothing: it is not tried again,
+// its write answers shard_unavailable, the database is not marked down,
+// and once the lock is released nothing of it is found.
+func TestTimeoutBeforeTheCommitIsNotRetried(t *testing.T) {
+	e := newEnv(t)
+	p := e.playersOn(0, 1, 1)[0]
+	tx := e.lockElsewhere(p)
+	o := &observed{}
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 300 * time.Millisecond, LockTimeout: 10 * time.Second, Observer: o})
+	defer store.Close()
+	req := coffer.ChangeRequest{Scope: scope(p, "a"), Ops: []coffer.OpRequest{free("gold", 1)}}
+	_, _, err := store.Change(ctx, req)
+	wantCode(t, err, coffer.CodeUnavailable)
+	// The call and its batch's attempt have the same time: the attempt
+	// ends just after the call.
+	for deadline := time.Now().Add(5 * time.Second); o.told() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	o.want(t, "", postgres.AttemptFailed)
+	if err := e.router.Writable(0); err != nil {
+		t.Fatalf("the database was marked down: %v", err)
+	}
+	must(t, tx.Rollback(ctx))
+	if _, err := e.store.Trx(ctx, req.Scope); coffer.ErrorCode(err) != coffer.CodeNotFound {
+		t.Fatalf("the timed-out write: %v, want not found", err)
+	}
+}

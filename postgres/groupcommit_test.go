@@ -830,6 +830,17 @@ func (o *observed) Attempt(database, outcome string) {
 	o.attempts[database] = append(o.attempts[database], outcome)
 }
 
+// told is how many attempts were told so far.
+func (o *observed) told() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, a := range o.attempts {
+		n += len(a)
+	}
+	return n
+}
+
 // want fails t unless the attempts told so far on database ("": the one
 // database told of) ended with outcomes, in order.
 func (o *observed) want(t *testing.T, database string, outcomes ...string) {
