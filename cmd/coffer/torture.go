@@ -227,14 +227,21 @@ func (t *tortureRun) setup(ctx context.Context) error {
 	// Where a database has a standby, coffer refuses its writes while the
 	// standby is out of sync, as production should be run.
 	cfg.RequireSynchronousStandby = t.standbys || t.patroni
-	var err error
+	// Each start stops what it started when it fails, and returns a nil
+	// pointer, which must not become a non-nil tortureCluster for
+	// teardown to close.
 	if t.patroni {
-		t.tortureCluster, err = startPatroniCluster(ctx, t.dir, len(ranges))
+		c, err := startPatroniCluster(ctx, t.dir, len(ranges))
+		if err != nil {
+			return err
+		}
+		t.tortureCluster = c
 	} else {
-		t.tortureCluster, err = startServerCluster(ctx, t.dir, len(ranges), t.standbys)
-	}
-	if err != nil {
-		return err
+		c, err := startServerCluster(ctx, t.dir, len(ranges), t.standbys)
+		if err != nil {
+			return err
+		}
+		t.tortureCluster = c
 	}
 	direct := cfg.Config
 	directAddrs, proxiedAddrs := t.databases()
@@ -243,6 +250,7 @@ func (t *tortureRun) setup(ctx context.Context) error {
 		direct.Databases = append(direct.Databases, db)
 		cfg.Databases = append(cfg.Databases, databaseConfig(proxiedAddrs[i], shard.Range{Min: r[0], Max: r[1]}))
 	}
+	var err error
 	if t.direct, err = shard.NewMap(direct); err != nil {
 		return err
 	}
