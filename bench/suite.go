@@ -274,19 +274,12 @@ func (s *sideTotals) addStatements(run map[string]*postgres.StatementStats) {
 // Bench runs the rounds and builds the report. Progress goes to out.
 func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, error) {
 	o.Keys = strconv.FormatUint(rand.Uint64()>>23, 36) // 41 bits, 8 characters
-	rep := &Report{Workload: o.Workload, Transport: o.Transport, Clients: o.Clients, Rate: o.Rate, Scale: o.Scale,
-		DurationS: o.Duration.Seconds(), Errors: map[string]int64{}}
-	if o.Workload == Batch {
-		rep.BatchSize = o.BatchSize
-	}
+	rep := newReport(o)
 	coffer, baseline := targetRunner{"coffer", env.Coffer}, env.baseline()
-	if err := coffer.Check(ctx); err != nil {
-		return nil, fmt.Errorf("coffer: %w", err)
+	if err := check(ctx, coffer, baseline); err != nil {
+		return nil, err
 	}
 	if baseline != nil {
-		if err := baseline.Check(ctx); err != nil {
-			return nil, fmt.Errorf("the baseline: %w", err)
-		}
 		rep.BaselineName = baseline.Name()
 	}
 	var cofferSide, baseSide sideTotals
@@ -294,15 +287,10 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 	baseHist := newHistogram()
 	var ratios []float64
 	if o.Preload > 0 {
-		cfg := o.RunConfig
-		cfg.Workload, cfg.Ops, cfg.Label, cfg.Out, cfg.Seed = Write, o.Preload, "preload", out, o.Seed+7_777_777
-		cfg.Warmup = 0
-		res, err := Run(ctx, cfg, env.Coffer)
-		if err != nil {
+		var err error
+		if rep.Preload, err = preload(ctx, o, env, out); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(out, "preload   done: %d grants in %.1fs, errors %v\n", res.Ops, res.Elapsed, res.Errors)
-		rep.Preload = res.Ops
 	}
 	cofferRuns, baseRuns := o, o
 	if env.CofferPID != 0 {
@@ -361,6 +349,44 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 		rep.Decay = decay(o.Ops, rep.Runs[0].Tenths, rep.Runs[0].TenthsCPU)
 	}
 	return rep, nil
+}
+
+// newReport is the report's header: what the runs are.
+func newReport(o Options) *Report {
+	rep := &Report{Workload: o.Workload, Transport: o.Transport, Clients: o.Clients, Rate: o.Rate, Scale: o.Scale,
+		DurationS: o.Duration.Seconds(), Errors: map[string]int64{}}
+	if o.Workload == Batch {
+		rep.BatchSize = o.BatchSize
+	}
+	return rep
+}
+
+// check tries each side once before the runs, so that a wrong key or an
+// unreachable target stops the bench before its runs.
+func check(ctx context.Context, coffer, baseline Runner) error {
+	if err := coffer.Check(ctx); err != nil {
+		return fmt.Errorf("coffer: %w", err)
+	}
+	if baseline != nil {
+		if err := baseline.Check(ctx); err != nil {
+			return fmt.Errorf("the baseline: %w", err)
+		}
+	}
+	return nil
+}
+
+// preload grants o.Preload times through coffer, unmeasured, and returns
+// the grants done.
+func preload(ctx context.Context, o Options, env Env, out io.Writer) (int64, error) {
+	cfg := o.RunConfig
+	cfg.Workload, cfg.Ops, cfg.Label, cfg.Out, cfg.Seed = Write, o.Preload, "preload", out, o.Seed+7_777_777
+	cfg.Warmup = 0
+	res, err := Run(ctx, cfg, env.Coffer)
+	if err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(out, "preload   done: %d grants in %.1fs, errors %v\n", res.Ops, res.Elapsed, res.Errors)
+	return res.Ops, nil
 }
 
 // runSide runs round number round (from 0) of a side.
