@@ -18,19 +18,19 @@ import (
 // Metrics holds the collectors of one service instance. It is safe for
 // concurrent use.
 type Metrics struct {
-	registry        *prometheus.Registry
-	requests        *prometheus.HistogramVec
-	errors          *prometheus.CounterVec
-	inFlight        prometheus.Gauge
-	databaseUp      *prometheus.GaugeVec
-	syncStandbys    *prometheus.GaugeVec
-	shardsAvailable prometheus.Gauge
-	sweeps          *prometheus.CounterVec
-	swept           *prometheus.CounterVec
-	batchChanges    *prometheus.CounterVec
-	batchItems      *prometheus.HistogramVec
-	batchDuration   *prometheus.HistogramVec
-	batchAttempts   *prometheus.CounterVec
+	registry            *prometheus.Registry
+	requests            *prometheus.HistogramVec
+	errors              *prometheus.CounterVec
+	inFlight            prometheus.Gauge
+	databaseUp          *prometheus.GaugeVec
+	syncStandbys        *prometheus.GaugeVec
+	shardsAvailable     prometheus.Gauge
+	sweeps              *prometheus.CounterVec
+	swept               *prometheus.CounterVec
+	batchChanges        *prometheus.CounterVec
+	groupCommitSize     *prometheus.HistogramVec
+	groupCommitDuration *prometheus.HistogramVec
+	groupCommitAttempts *prometheus.CounterVec
 }
 
 // latencyBuckets are 0.25 ms … 8 s: a balance change takes about a
@@ -72,25 +72,25 @@ func New(router *shard.Router) *Metrics {
 		batchChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coffer_batch_changes_total", Help: "Changes sent in batches, by outcome (ok or the error code).",
 		}, []string{"outcome"}),
-		batchItems: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		groupCommitSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "coffer_group_commit_batch_size",
 			Help: "Writes or balance reads per group-commit batch, by database and kind (writes, reads): how much each transaction carries.",
 			// 1 … 1024: a batch holds batches.size_max writes, or a batch call's up to 1000.
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}, []string{"database", "kind"}),
-		batchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		groupCommitDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "coffer_group_commit_batch_duration_seconds",
 			Help:    "Time a group-commit batch took from its start to its answers, retries and splits included, by database and kind.",
 			Buckets: latencyBuckets,
 		}, []string{"database", "kind"}),
-		batchAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+		groupCommitAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coffer_group_commit_attempts_total",
 			Help: "Attempts of group-commit batches of writes by database and how they ended (committed, retried, split, cut, failed; not_run: a try not made, the database being down).",
 		}, []string{"database", "outcome"}),
 	}
 	shards := prometheus.NewGauge(prometheus.GaugeOpts{Name: "coffer_shards", Help: "The shard_count of the deployment."})
 	shards.Set(float64(router.Map().ShardCount()))
-	m.registry.MustRegister(m.requests, m.errors, m.inFlight, m.databaseUp, m.syncStandbys, m.shardsAvailable, m.sweeps, m.swept, m.batchChanges, m.batchItems, m.batchDuration, m.batchAttempts, shards,
+	m.registry.MustRegister(m.requests, m.errors, m.inFlight, m.databaseUp, m.syncStandbys, m.shardsAvailable, m.sweeps, m.swept, m.batchChanges, m.groupCommitSize, m.groupCommitDuration, m.groupCommitAttempts, shards,
 		poolCollector{router},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -132,13 +132,13 @@ func (m *Metrics) BatchChange(err error) {
 // Batch records a group-commit batch of kind on database: its writes or
 // reads, and how long it took.
 func (m *Metrics) Batch(database, kind string, items int, took time.Duration) {
-	m.batchItems.WithLabelValues(database, kind).Observe(float64(items))
-	m.batchDuration.WithLabelValues(database, kind).Observe(took.Seconds())
+	m.groupCommitSize.WithLabelValues(database, kind).Observe(float64(items))
+	m.groupCommitDuration.WithLabelValues(database, kind).Observe(took.Seconds())
 }
 
 // Attempt records how an attempt of a batch of writes on database ended.
 func (m *Metrics) Attempt(database, outcome string) {
-	m.batchAttempts.WithLabelValues(database, outcome).Inc()
+	m.groupCommitAttempts.WithLabelValues(database, outcome).Inc()
 }
 
 // WatchQueues reads, at each scrape, the jobs waiting for each database's

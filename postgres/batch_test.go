@@ -174,7 +174,7 @@ func TestTimeoutBeforeTheCommitIsNotRetried(t *testing.T) {
 	wantCode(t, err, coffer.CodeUnavailable)
 	// The call and its batch's attempt have the same time: the attempt
 	// ends just after the call.
-	for deadline := time.Now().Add(5 * time.Second); o.told() == 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); len(o.all()) == 0 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	o.want(t, "", postgres.AttemptFailed)

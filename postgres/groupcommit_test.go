@@ -649,9 +649,7 @@ func TestDeadlockIsRetried(t *testing.T) {
 	}
 	// Retried (once, or again if the retry met the other transaction
 	// before its rollback), then committed.
-	o.mu.Lock()
-	attempts := slices.Concat(slices.Collect(maps.Values(o.attempts))...)
-	o.mu.Unlock()
+	attempts := o.all()
 	if n := len(attempts); n < 2 || attempts[n-1] != postgres.AttemptCommitted || slices.ContainsFunc(attempts[:n-1], func(a string) bool { return a != postgres.AttemptRetried }) {
 		t.Fatalf("attempts ended %q, want retried, then committed", attempts)
 	}
@@ -838,15 +836,11 @@ func (o *observed) Attempt(database, outcome string) {
 	o.attempts[database] = append(o.attempts[database], outcome)
 }
 
-// told is how many attempts were told so far.
-func (o *observed) told() int {
+// all is the outcomes told so far, database after database.
+func (o *observed) all() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	n := 0
-	for _, a := range o.attempts {
-		n += len(a)
-	}
-	return n
+	return slices.Concat(slices.Collect(maps.Values(o.attempts))...)
 }
 
 // want fails t unless the attempts told so far on database ("": the one
