@@ -35,6 +35,9 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "PostgreSQL: %s\n", strings.Join(set, " "))
 	}
+	if r.Committers > 0 {
+		fmt.Fprintf(w, "coffer serve: batches.committers=%d\n", r.Committers)
+	}
 	if r.Interrupted {
 		fmt.Fprintln(w, "interrupted: this covers the runs until the interrupt")
 	}

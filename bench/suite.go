@@ -156,17 +156,21 @@ type Report struct {
 	// PostgresSettings are the settings a --self server ran with, over
 	// PostgreSQL's stock ones.
 	PostgresSettings map[string]string `json:"postgres_settings,omitempty"`
-	Rounds           []Round           `json:"rounds"`
-	RatioMedian      float64           `json:"ratio_median,omitempty"`
-	TPS              float64           `json:"tps"`
-	Latency          Latency           `json:"latency_ms"`
-	Errors           map[string]int64  `json:"errors"`
-	WALBytesPerOp    float64           `json:"wal_bytes_per_op"`
-	RSSPeakBytes     int64             `json:"rss_peak_bytes"`
-	Coffer           Side              `json:"coffer"`
-	Baseline         *Side             `json:"baseline,omitempty"`
-	BaselineLat      *Latency          `json:"baseline_latency_ms,omitempty"`
-	Decay            *Decay            `json:"decay,omitempty"`
+	// Committers is a --self coffer serve's batches.committers: the
+	// batches of writes in flight per database, which set how many writes
+	// a batch gathers.
+	Committers    int              `json:"committers,omitempty"`
+	Rounds        []Round          `json:"rounds"`
+	RatioMedian   float64          `json:"ratio_median,omitempty"`
+	TPS           float64          `json:"tps"`
+	Latency       Latency          `json:"latency_ms"`
+	Errors        map[string]int64 `json:"errors"`
+	WALBytesPerOp float64          `json:"wal_bytes_per_op"`
+	RSSPeakBytes  int64            `json:"rss_peak_bytes"`
+	Coffer        Side             `json:"coffer"`
+	Baseline      *Side            `json:"baseline,omitempty"`
+	BaselineLat   *Latency         `json:"baseline_latency_ms,omitempty"`
+	Decay         *Decay           `json:"decay,omitempty"`
 	// Writes is how many writes coffer acknowledged; TrxWritten how many
 	// trx rows its databases gained.
 	Writes     int64 `json:"writes_acked"`

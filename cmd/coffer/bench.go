@@ -38,7 +38,7 @@ type benchFlags struct {
 	keep, stockPostgres        bool
 	pgSet                      map[string]string
 	pprof                      string
-	shards                     int
+	shards, committers         int
 }
 
 // tunedPostgres are the settings docs/operations.md recommends for a ledger
@@ -94,6 +94,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	})
 	fs.BoolVar(&f.Statements, "statements", false, "list what each side asks of PostgreSQL, from pg_stat_statements (--self loads it; a --target's servers must)")
 	fs.IntVar(&f.shards, "shards", 16, "with --self: shard tables over its two databases (shard_count), even")
+	fs.IntVar(&f.committers, "committers", DefaultConfig().Batches.Committers, "with --self: batches in flight per database and kind (batches.committers)")
 	fs.StringVar(&f.pprof, "pprof", "", "with --self: coffer serve serves /debug/pprof/ (and /metrics) on this address, for profiling")
 	fs.StringVar(&f.target, "target", "", "a running coffer: http://host:port (http) or host:port (grpc)")
 	fs.StringVar(&f.apiKey, "api-key", "", "with --target: the API key (needs write and read on namespaces 1–10)")
@@ -144,6 +145,10 @@ func (f *benchFlags) check(given map[string]bool) error {
 		return errors.New("--pg-set needs --self")
 	case given["shards"] && !f.self:
 		return errors.New("--shards needs --self")
+	case given["committers"] && !f.self:
+		return errors.New("--committers needs --self")
+	case f.committers < 1:
+		return errors.New("--committers must be > 0")
 	case f.shards > 1024:
 		return errors.New("--shards: at most 1024")
 	case f.Statements && f.target != "" && f.configPath == "":
@@ -339,6 +344,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 	key := newAPIKey()
 	cfg := benchConfig(key)
 	cfg.ShardCount = f.shards
+	cfg.Batches.Committers = f.committers
 	cfg.Listen.Ops = f.pprof
 	settings := map[string]string{}
 	if !f.stockPostgres {
@@ -386,7 +392,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	rep.Audited, rep.AuditViolations = true, len(ar.Violations)
-	rep.PostgresSettings = settings
+	rep.PostgresSettings, rep.Committers = settings, cfg.Batches.Committers
 	return rep, nil
 }
 
