@@ -28,8 +28,10 @@ type patroniDB struct {
 }
 
 // patroniWait bounds each wait for Patroni: a bootstrap, a new leader, an
-// old leader back as a synchronous standby.
-const patroniWait = 90 * time.Second
+// old leader back as a synchronous standby. A bootstrap (initdb, then the
+// standby's base backup) has taken over 90 s on a 2-core machine while
+// the other packages' tests ran beside it.
+const patroniWait = 180 * time.Second
 
 // startPatroniCluster starts etcd and n clusters of two members under dir,
 // waits until each has a leader and a synchronous standby, and creates the
@@ -94,9 +96,13 @@ func (c *patroniCluster) leader(ctx context.Context, i int) int {
 // member is the synchronous standby.
 func (c *patroniCluster) waitSynchronous(ctx context.Context, i int) error {
 	ms := c.dbs[i].members
-	return waitPatroni(ctx, func() bool {
+	err := waitPatroni(ctx, func() bool {
 		return (ms[0].IsLeader(ctx) && ms[1].IsSyncStandby(ctx)) || (ms[1].IsLeader(ctx) && ms[0].IsSyncStandby(ctx))
 	}, fmt.Sprintf("cluster %s: no leader with a synchronous standby", ms[0].Scope))
+	if err != nil {
+		return fmt.Errorf("%w; %s's log: %s; %s's log: %s", err, ms[0].Name, ms[0].LogTail(), ms[1].Name, ms[1].LogTail())
+	}
+	return nil
 }
 
 // waitPatroni polls ok every 100 ms for at most patroniWait; what says what failed.
