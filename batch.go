@@ -3,6 +3,7 @@ package coffer
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 )
 
 // BatchChangesMax bounds the changes of one batch: what a season reward or
@@ -99,11 +100,12 @@ func BatchDecoded(ctx context.Context, l Ledger, reqs []ChangeRequest, errs []er
 	return out, nil
 }
 
-// BatchFailures finds the changes of a batch that failed on the server's
-// side (Code.ServerFailure), which the log reports: how many,
-// and the first of them (its index, -1 if none).
-func BatchFailures(results []ChangeResult) (n, first int) {
-	first = -1
+// BatchFailures describes, for the log, the changes of a batch that
+// failed on the server's side (Code.ServerFailure): how many, the first
+// of them (its index), and its code and error. It is nil when none did.
+// The call itself succeeded, so its own log line does not say.
+func BatchFailures(results []ChangeResult) []slog.Attr {
+	n, first := 0, -1
 	for i, r := range results {
 		if ErrorCode(r.Err).ServerFailure() {
 			if n == 0 {
@@ -112,5 +114,10 @@ func BatchFailures(results []ChangeResult) (n, first int) {
 			n++
 		}
 	}
-	return n, first
+	if n == 0 {
+		return nil
+	}
+	err := results[first].Err
+	return []slog.Attr{slog.Int("failed", n), slog.Int("first", first),
+		slog.String("code", string(ErrorCode(err))), slog.String("error", err.Error())}
 }

@@ -1,6 +1,9 @@
 package coffer
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestValidateBatchSize(t *testing.T) {
 	for n, ok := range map[int]bool{0: false, 1: true, BatchChangesMax: true, BatchChangesMax + 1: false} {
@@ -11,13 +14,14 @@ func TestValidateBatchSize(t *testing.T) {
 }
 
 func TestBatchFailures(t *testing.T) {
-	results := []ChangeResult{{}, {Err: Errorf(CodeInsufficientFunds, "")}, {Err: Errorf(CodeUnavailable, "")},
+	results := []ChangeResult{{}, {Err: Errorf(CodeInsufficientFunds, "")}, {Err: Errorf(CodeUnavailable, "down")},
 		{Err: Errorf(CodeInvalid, "")}, {Err: Errorf(CodeInternal, "")}}
-	if n, first := BatchFailures(results); n != 2 || first != 2 {
-		t.Errorf("BatchFailures = %d, %d; want 2, 2", n, first)
+	got := fmt.Sprint(BatchFailures(results))
+	if want := "[failed=2 first=2 code=shard_unavailable error=shard_unavailable: down]"; got != want {
+		t.Errorf("BatchFailures = %s; want %s", got, want)
 	}
-	if n, first := BatchFailures(results[:2]); n != 0 || first != -1 {
-		t.Errorf("no server-side failure: %d, %d", n, first)
+	if attrs := BatchFailures(results[:2]); attrs != nil {
+		t.Errorf("no server-side failure: %v", attrs)
 	}
 }
 

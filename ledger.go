@@ -204,6 +204,16 @@ func FinlogOrder(order string) (desc bool, err error) {
 	return false, Errorf(CodeInvalid, "order: must be asc or desc")
 }
 
+// NewRevenueQuery is the revenue query of namespace ns over [from, to),
+// as both transports carry it: either time may be missing from a
+// request, and a report needs both. Errors: invalid_argument.
+func NewRevenueQuery(ns Namespace, from, to *time.Time, currency string) (RevenueQuery, error) {
+	if from == nil || to == nil {
+		return RevenueQuery{}, Errorf(CodeInvalid, "from and to are required")
+	}
+	return RevenueQuery{Namespace: ns, From: *from, To: *to, Currency: currency}, nil
+}
+
 // Validate checks a revenue query's namespace and period. Errors:
 // invalid_argument.
 func (q RevenueQuery) Validate() error {

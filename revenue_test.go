@@ -137,3 +137,21 @@ func TestRevenueSums(t *testing.T) {
 		t.Fatalf("a sum of MinInt64: %v", err)
 	}
 }
+
+// TestNewRevenueQuery: a report needs both ends of its period, whichever
+// transport left one out.
+func TestNewRevenueQuery(t *testing.T) {
+	from, to := time.Unix(0, 0), time.Unix(3600, 0)
+	for _, c := range []struct {
+		from, to *time.Time
+		ok       bool
+	}{{nil, nil, false}, {&from, nil, false}, {nil, &to, false}, {&from, &to, true}} {
+		q, err := NewRevenueQuery(3, c.from, c.to, "gold")
+		switch {
+		case !c.ok && ErrorCode(err) != CodeInvalid:
+			t.Errorf("from %v to %v: %v, want invalid_argument", c.from, c.to, err)
+		case c.ok && (err != nil || q != RevenueQuery{Namespace: 3, From: from, To: to, Currency: "gold"}):
+			t.Errorf("from %v to %v: %+v, %v", c.from, c.to, q, err)
+		}
+	}
+}

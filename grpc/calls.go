@@ -110,11 +110,11 @@ func (s *Server) Revenue(ctx context.Context, req *cofferv1.RevenueRequest) (*co
 	if err != nil {
 		return nil, err
 	}
-	if from == nil || to == nil {
-		return nil, coffer.Errorf(coffer.CodeInvalid, "from and to are required")
+	q, err := coffer.NewRevenueQuery(coffer.Namespace(req.Namespace), from, to, req.Currency)
+	if err != nil {
+		return nil, err
 	}
-	ns := coffer.Namespace(req.Namespace)
-	lines, err := s.Ledger.Revenue(ctx, coffer.RevenueQuery{Namespace: ns, From: *from, To: *to, Currency: req.Currency})
+	lines, err := s.Ledger.Revenue(ctx, q)
 	if err != nil {
 		return nil, err
 	}

@@ -75,15 +75,10 @@ func newBatchResult(res coffer.ChangeResult, requestID string) batchResult {
 }
 
 // logBatchFailures logs, as an error, the changes of a batch that failed
-// on the server's side: the call itself succeeded, so its own log line
-// does not say. One line per batch, however many failed.
+// on the server's side (coffer.BatchFailures): one line per batch.
 func (s *Server) logBatchFailures(r *http.Request, id string, results []coffer.ChangeResult) {
-	n, first := coffer.BatchFailures(results)
-	if n == 0 {
-		return
+	if attrs := coffer.BatchFailures(results); attrs != nil {
+		s.Logger.LogAttrs(r.Context(), slog.LevelError, "batch changes failed",
+			append(attrs, slog.String("request_id", id), slog.String("transport", "http"))...)
 	}
-	err := results[first].Err
-	s.Logger.LogAttrs(r.Context(), slog.LevelError, "batch changes failed", slog.String("request_id", id),
-		slog.String("transport", "http"), slog.Int("failed", n), slog.Int("first", first),
-		slog.String("code", string(coffer.ErrorCode(err))), slog.String("error", err.Error()))
 }

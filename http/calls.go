@@ -124,18 +124,18 @@ func (s *Server) revenue(r *http.Request, _ *coffer.Client) (int, any, error) {
 		return 0, nil, err
 	}
 	v := query(r)
-	from, to := v.time("from"), v.time("to")
-	if v.err == nil && (from == nil || to == nil) {
-		v.err = coffer.Errorf(coffer.CodeInvalid, "from and to are required (RFC 3339 times)")
-	}
+	q, err := coffer.NewRevenueQuery(ns, v.time("from"), v.time("to"), v.str("currency"))
 	if v.err != nil {
 		return 0, nil, v.err
 	}
-	lines, err := s.Ledger.Revenue(r.Context(), coffer.RevenueQuery{Namespace: ns, From: *from, To: *to, Currency: v.str("currency")})
+	if err != nil {
+		return 0, nil, err
+	}
+	lines, err := s.Ledger.Revenue(r.Context(), q)
 	if lines == nil {
 		lines = []coffer.RevenueLine{}
 	}
-	return http.StatusOK, revenueReport{Namespace: ns, From: from.UTC(), To: to.UTC(), Lines: lines}, err
+	return http.StatusOK, revenueReport{Namespace: ns, From: q.From.UTC(), To: q.To.UTC(), Lines: lines}, err
 }
 
 func (s *Server) getStatus(r *http.Request, _ *coffer.Client) (int, any, error) {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,6 +53,27 @@ type service struct {
 	m      *shard.Map
 	oa     routers.Router
 	closed bool
+	// logs is what the service logged, JSON lines.
+	logs *lockedBuffer
+}
+
+// lockedBuffer is a bytes.Buffer the service's goroutines may write to
+// while a test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 var ctx = context.Background()
@@ -91,7 +113,8 @@ func startService(t *testing.T, servers []*pgserver.Server, tweak func(*Config))
 	if err := (&migrate.Engine{Map: m, Env: migrate.SchemaEnv, Migrations: ms}).Apply(ctx, migrate.Options{TargetVersion: -1}); err != nil {
 		t.Fatal(err)
 	}
-	main := &Main{Config: cfg, Map: m, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}
+	logs := &lockedBuffer{}
+	main := &Main{Config: cfg, Map: m, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
 	if err := main.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +131,7 @@ func startService(t *testing.T, servers []*pgserver.Server, tweak func(*Config))
 		t.Fatal(err)
 	}
 	s := &service{t: t, main: main, base: "http://" + main.HTTPAddr, dev: client.New("http://"+main.HTTPAddr, devKey, nil),
-		grpc: cofferv1.NewWalletClient(conn), m: m, oa: oa}
+		grpc: cofferv1.NewWalletClient(conn), m: m, oa: oa, logs: logs}
 	t.Cleanup(func() {
 		conn.Close()
 		s.stop()
