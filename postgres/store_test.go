@@ -1028,7 +1028,16 @@ func TestFinlogFilters(t *testing.T) {
 			t.Errorf("finlog %+v = %s, want %s", c.q, got, c.want)
 		}
 	}
-	_, err := e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: 53, Cursor: "garbage"})
+	// A cursor is a position: given with the other order, it pages the
+	// other way from there.
+	first, err := e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: 53, Limit: 2})
+	must(t, err)
+	for desc, want := range map[bool]string{false: "[c]", true: "[a]"} {
+		if got := keys(coffer.FinlogQuery{Cursor: first.NextCursor, Desc: desc}); got != want {
+			t.Errorf("after [a b], desc %v: %s, want %s", desc, got, want)
+		}
+	}
+	_, err = e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: 53, Cursor: "garbage"})
 	wantCode(t, err, coffer.CodeInvalid)
 	_, err = e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: 53, Limit: coffer.FinlogLimitMax + 1})
 	wantCode(t, err, coffer.CodeInvalid)
