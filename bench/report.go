@@ -18,8 +18,9 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// WriteText prints the human summary.
-func (r *Report) WriteText(w io.Writer) {
+// writeHeader prints what ran: the workload, and the settings of a
+// --self stack.
+func (r *Report) writeHeader(w io.Writer) {
 	fmt.Fprintf(w, "\nworkload %s over %s, %d clients", r.Workload, r.Transport, r.Clients)
 	if r.BatchSize > 0 {
 		fmt.Fprintf(w, ", %d grants per call (ops and tps count grants; the baseline writes one per transaction)", r.BatchSize)
@@ -41,6 +42,11 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Interrupted {
 		fmt.Fprintln(w, "interrupted: this covers the runs until the interrupt")
 	}
+}
+
+// WriteText prints the human summary.
+func (r *Report) WriteText(w io.Writer) {
+	r.writeHeader(w)
 	fmt.Fprintln(w)
 	base := cmp.Or(r.BaselineName, "sql")
 	fmt.Fprintf(w, "%-7s %12s %12s %8s\n", "round", "coffer tps", base+" tps", "ratio")

@@ -52,31 +52,7 @@ func TestShardServerDown(t *testing.T) {
 		t.Fatalf("a request to a down database took %s", d)
 	}
 	wantStatus(t, change(up, "b"), 201, "")
-	// In a batch, the down database's change fails alone, and the log,
-	// which the call's own line does not tell, says so.
-	a := s.batch(devKey, fmt.Sprintf(`{"changes": [
-		{"player_id": %d, "idempotency_key": "c", "ops": [{"currency": "gold", "amount": 1}]},
-		{"player_id": %d, "idempotency_key": "c", "ops": [{"currency": "gold", "amount": 1}]}]}`, up, down))
-	if a.Results[0].Status != 201 || a.Results[1].Status != 503 || a.Results[1].Error.Code != coffer.CodeUnavailable {
-		t.Fatalf("batch: %+v", a.Results)
-	}
-	grpcBatch, err := s.grpc.BatchChange(grpcCtx(devKey), &cofferv1.BatchChangeRequest{Namespace: 1, Changes: []*cofferv1.BatchChange{
-		{PlayerId: int64(down), IdempotencyKey: "d", Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 1}}},
-		{PlayerId: int64(up), IdempotencyKey: "d", Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 1}}}}})
-	must(t, err)
-	if grpcBatch.Results[0].Error == nil || grpcBatch.Results[1].Error != nil {
-		t.Fatalf("gRPC batch: %v", grpcBatch.Results)
-	}
-	// The change that failed is the second of the HTTP batch, the first
-	// of the gRPC one.
-	for transport, first := range map[string]int{"http": 1, "grpc": 0} {
-		want := fmt.Sprintf(`"msg":"batch changes failed","failed":1,"first":%d,"code":"shard_unavailable",`, first)
-		if !slices.ContainsFunc(strings.Split(s.logs.String(), "\n"), func(l string) bool {
-			return strings.Contains(l, want) && strings.HasSuffix(l, `"transport":"`+transport+`"}`)
-		}) {
-			t.Fatalf("no log line of the %s batch's failed change:\n%s", transport, s.logs.String())
-		}
-	}
+	batchFailsAlone(t, s, up, down)
 	wantStatus(t, s.call("GET", "/readyz", "", ""), 200, "")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -108,6 +84,36 @@ func TestShardServerDown(t *testing.T) {
 	wantStatus(t, r, 201, "")
 	if b := balanceOf(t, s.dev, down, "gold"); b.Total != 6 {
 		t.Fatalf("after recovery: %+v", b)
+	}
+}
+
+// batchFailsAlone: in a batch, over HTTP and gRPC, the change of a player
+// whose database is down fails alone, and the log, which the call's own
+// line does not tell, says so.
+func batchFailsAlone(t *testing.T, s *service, up, down coffer.PlayerID) {
+	t.Helper()
+	a := s.batch(devKey, fmt.Sprintf(`{"changes": [
+		{"player_id": %d, "idempotency_key": "c", "ops": [{"currency": "gold", "amount": 1}]},
+		{"player_id": %d, "idempotency_key": "c", "ops": [{"currency": "gold", "amount": 1}]}]}`, up, down))
+	if a.Results[0].Status != 201 || a.Results[1].Status != 503 || a.Results[1].Error.Code != coffer.CodeUnavailable {
+		t.Fatalf("batch: %+v", a.Results)
+	}
+	grpcBatch, err := s.grpc.BatchChange(grpcCtx(devKey), &cofferv1.BatchChangeRequest{Namespace: 1, Changes: []*cofferv1.BatchChange{
+		{PlayerId: int64(down), IdempotencyKey: "d", Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 1}}},
+		{PlayerId: int64(up), IdempotencyKey: "d", Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 1}}}}})
+	must(t, err)
+	if grpcBatch.Results[0].Error == nil || grpcBatch.Results[1].Error != nil {
+		t.Fatalf("gRPC batch: %v", grpcBatch.Results)
+	}
+	// The change that failed is the second of the HTTP batch, the first
+	// of the gRPC one.
+	for transport, first := range map[string]int{"http": 1, "grpc": 0} {
+		want := fmt.Sprintf(`"msg":"batch changes failed","failed":1,"first":%d,"code":"shard_unavailable",`, first)
+		if !slices.ContainsFunc(strings.Split(s.logs.String(), "\n"), func(l string) bool {
+			return strings.Contains(l, want) && strings.HasSuffix(l, `"transport":"`+transport+`"}`)
+		}) {
+			t.Fatalf("no log line of the %s batch's failed change:\n%s", transport, s.logs.String())
+		}
 	}
 }
 
