@@ -124,10 +124,11 @@ func (s *Server) revenue(r *http.Request, _ *coffer.Client) (int, any, error) {
 		return 0, nil, err
 	}
 	v := query(r)
-	q, err := coffer.NewRevenueQuery(ns, v.time("from"), v.time("to"), v.str("currency"))
+	from, to := v.time("from"), v.time("to")
 	if v.err != nil {
 		return 0, nil, v.err
 	}
+	q, err := coffer.NewRevenueQuery(ns, from, to, v.str("currency"))
 	if err != nil {
 		return 0, nil, err
 	}

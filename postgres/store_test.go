@@ -1032,6 +1032,9 @@ func TestFinlogFilters(t *testing.T) {
 	// other way from there.
 	first, err := e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: 53, Limit: 2})
 	must(t, err)
+	if got := keys(coffer.FinlogQuery{Limit: 2}); got != "[a b]" || first.NextCursor == "" {
+		t.Fatalf("first page %s, cursor %q", got, first.NextCursor)
+	}
 	for desc, want := range map[bool]string{false: "[c]", true: "[a]"} {
 		if got := keys(coffer.FinlogQuery{Cursor: first.NextCursor, Desc: desc}); got != want {
 			t.Errorf("after [a b], desc %v: %s, want %s", desc, got, want)

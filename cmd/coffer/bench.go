@@ -147,8 +147,10 @@ func (f *benchFlags) check(given map[string]bool) error {
 		return errors.New("--shards needs --self")
 	case given["committers"] && !f.self:
 		return errors.New("--committers needs --self")
-	case f.committers < 1:
-		return errors.New("--committers must be > 0")
+	case f.committers < 1 || 2*f.committers >= int(DefaultConfig().Pool.ConnsMax):
+		// The batches of writes and of reads take a pool connection each:
+		// beyond, the stack's other calls would wait for one.
+		return fmt.Errorf("--committers: 1 to %d (2 × committers below pool.conns_max, %d)", (DefaultConfig().Pool.ConnsMax-1)/2, DefaultConfig().Pool.ConnsMax)
 	case f.shards > 1024:
 		return errors.New("--shards: at most 1024")
 	case f.Statements && f.target != "" && f.configPath == "":

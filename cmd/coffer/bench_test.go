@@ -216,6 +216,7 @@ func TestBenchFlags(t *testing.T) {
 		{"--self", "--shards", "0"},
 		{"--target", "http://x", "--api-key", "k", "--shards", "16"},
 		{"--self", "--committers", "0"},
+		{"--self", "--committers", "8"},
 		{"--target", "http://x", "--api-key", "k", "--committers", "2"},
 	} {
 		if code, _, _ := run(t, append([]string{"bench"}, args...)...); code != 2 {
