@@ -133,13 +133,32 @@ func TestConnectionOnAReadOnlyServerReconnects(t *testing.T) {
 	}
 }
 
-// setReadOnly makes every session of s, open ones included, read-only.
+// setReadOnly makes every session of s, open ones included, read-only,
+// and returns once the postmaster has reloaded its settings: a new
+// session starts read-only. The postmaster signals the open sessions in
+// the same step, so each rereads its settings after its next command; a
+// test that went on before the signal arrived would have the command
+// after that one still write (seen on a loaded machine).
 func setReadOnly(t *testing.T, s *pgserver.Server) {
 	t.Helper()
 	execSQL(t, s, "ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()")
 	t.Cleanup(func() { // before the test's database is dropped
 		execSQL(t, s, "ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()")
 	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+		must(t, err)
+		var on string
+		err = conn.QueryRow(ctx, "SHOW default_transaction_read_only").Scan(&on)
+		conn.Close(ctx)
+		must(t, err)
+		if on == "on" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not reload its settings")
+		}
+	}
 }
 
 func execSQL(t *testing.T, s *pgserver.Server, sqls ...string) {
