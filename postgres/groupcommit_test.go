@@ -1179,7 +1179,8 @@ func TestMarkIsReadAfterTheLocks(t *testing.T) {
 // not be read.
 func TestCutAttemptReadUnappliedLetsTheBatchSplit(t *testing.T) {
 	e := newEnv(t)
-	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: time.Second})
+	o := &observed{}
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: time.Second, Observer: o})
 	defer store.Close()
 	ps := e.playersOn(0, 1, 2)
 	e.rogueTrx(ps[0], "held") // never ends: every write of it under that key waits
@@ -1208,4 +1209,7 @@ func TestCutAttemptReadUnappliedLetsTheBatchSplit(t *testing.T) {
 	if b := e.balance(ps[1], "gold"); b.Total != 3 {
 		t.Fatalf("the other player holds %d gold, want 3", b.Total)
 	}
+	// Cut, then split; the waiting player's part fails, the other's
+	// commits.
+	o.want(t, "", postgres.AttemptRetried, postgres.AttemptSplit, postgres.AttemptFailed, postgres.AttemptCommitted)
 }
