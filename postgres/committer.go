@@ -18,10 +18,12 @@ import (
 // writes (*request) or the balance reads (*readRequest) of a job, kind
 // says which ("writes" or "reads").
 type committer[R any] struct {
-	s     *Store
-	db    int
-	kind  string
-	queue chan *job[R]
+	s  *Store
+	db int
+	// database is db's name, as metrics and messages give it, once:
+	// building it costs a few allocations, and a batch tells it twice.
+	database, kind string
+	queue          chan *job[R]
 	// runner makes, for each goroutine, what runs one of its batches and
 	// answers every item of it; fail answers the items of a job that
 	// cannot run (the store is closed).
@@ -42,7 +44,7 @@ type job[R any] struct {
 }
 
 func newCommitter[R any](s *Store, db int, kind string, runner func() func(int, []R), fail func([]R, error)) *committer[R] {
-	return &committer[R]{s: s, db: db, kind: kind, queue: make(chan *job[R], s.opts.QueueMax),
+	return &committer[R]{s: s, db: db, database: s.router.Map().Databases()[db].Name(), kind: kind, queue: make(chan *job[R], s.opts.QueueMax),
 		runner: runner, fail: fail, stop: make(chan struct{})}
 }
 
@@ -64,7 +66,7 @@ func (c *committer[R]) submit(ctx context.Context, items []R) error {
 	case c.queue <- j:
 	default:
 		return coffer.Errorf(coffer.CodeOverloaded, "%d calls (%s) wait for database %s, the most it queues; retry after Retry-After",
-			cap(c.queue), c.kind, c.s.databaseName(c.db))
+			cap(c.queue), c.kind, c.database)
 	}
 	select {
 	case <-j.done:
@@ -106,7 +108,7 @@ func (c *committer[R]) loop() {
 		}
 		began := time.Now()
 		c.runSafely(run, items)
-		c.s.opts.Observer.Batch(c.s.databaseName(c.db), c.kind, len(items), time.Since(began))
+		c.s.opts.Observer.Batch(c.database, c.kind, len(items), time.Since(began))
 		for _, j := range jobs {
 			close(j.done)
 		}

@@ -44,20 +44,19 @@ const (
 
 // observe tells the Observer how an attempt of a batch of writes on
 // database db ended.
-func (s *Store) observe(db int, outcome string) { s.opts.Observer.Attempt(s.databaseName(db), outcome) }
-
-// databaseName is database db's name, as metrics and messages give it.
-func (s *Store) databaseName(db int) string { return s.router.Map().Databases()[db].Name() }
+func (s *Store) observe(db int, outcome string) {
+	s.opts.Observer.Attempt(s.writers[db].database, outcome)
+}
 
 // Queues calls yield with the jobs (a call's writes or its read) waiting
 // now for each database's committers, by kind: what a full queue would
 // refuse (overloaded) is near.
 func (s *Store) Queues(yield func(database, kind string, jobs int)) {
 	for _, c := range s.writers {
-		yield(s.databaseName(c.db), c.kind, len(c.queue))
+		yield(c.database, c.kind, len(c.queue))
 	}
 	for _, c := range s.readers {
-		yield(s.databaseName(c.db), c.kind, len(c.queue))
+		yield(c.database, c.kind, len(c.queue))
 	}
 }
 
