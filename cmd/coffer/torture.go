@@ -62,7 +62,10 @@ type tortureRun struct {
 }
 
 // tortureCluster is the PostgreSQL side of a run, which the nemesis breaks:
-// the torture.Target methods that concern the databases.
+// the torture.Target methods that concern the databases. The starts
+// (startServerCluster, startPatroniCluster) return it, not their own
+// types: a start that fails returns no cluster, where a nil pointer of
+// theirs would make a non-nil one that teardown closes.
 type tortureCluster interface {
 	KillServer(i int) error
 	RestartServer(ctx context.Context, i int) error
@@ -227,21 +230,14 @@ func (t *tortureRun) setup(ctx context.Context) error {
 	// Where a database has a standby, coffer refuses its writes while the
 	// standby is out of sync, as production should be run.
 	cfg.RequireSynchronousStandby = t.standbys || t.patroni
-	// Each start stops what it started when it fails, and returns a nil
-	// pointer, which must not become a non-nil tortureCluster for
-	// teardown to close.
+	var err error
 	if t.patroni {
-		c, err := startPatroniCluster(ctx, t.dir, len(ranges))
-		if err != nil {
-			return err
-		}
-		t.tortureCluster = c
+		t.tortureCluster, err = startPatroniCluster(ctx, t.dir, len(ranges))
 	} else {
-		c, err := startServerCluster(ctx, t.dir, len(ranges), t.standbys)
-		if err != nil {
-			return err
-		}
-		t.tortureCluster = c
+		t.tortureCluster, err = startServerCluster(ctx, t.dir, len(ranges), t.standbys)
+	}
+	if err != nil {
+		return err
 	}
 	direct := cfg.Config
 	directAddrs, proxiedAddrs := t.databases()
@@ -250,7 +246,6 @@ func (t *tortureRun) setup(ctx context.Context) error {
 		direct.Databases = append(direct.Databases, db)
 		cfg.Databases = append(cfg.Databases, databaseConfig(proxiedAddrs[i], shard.Range{Min: r[0], Max: r[1]}))
 	}
-	var err error
 	if t.direct, err = shard.NewMap(direct); err != nil {
 		return err
 	}

@@ -36,7 +36,7 @@ const patroniWait = 180 * time.Second
 // startPatroniCluster starts etcd and n clusters of two members under dir,
 // waits until each has a leader and a synchronous standby, and creates the
 // database coffer on each.
-func startPatroniCluster(ctx context.Context, dir string, n int) (*patroniCluster, error) {
+func startPatroniCluster(ctx context.Context, dir string, n int) (tortureCluster, error) {
 	if err := pgserver.PatroniBinaries(); err != nil {
 		return nil, err
 	}

@@ -31,7 +31,7 @@ type serverDB struct {
 
 // startServerCluster starts n databases under dir, each with a database
 // named coffer (created before the standby's base backup, which copies it).
-func startServerCluster(ctx context.Context, dir string, n int, standbys bool) (*serverCluster, error) {
+func startServerCluster(ctx context.Context, dir string, n int, standbys bool) (tortureCluster, error) {
 	c := &serverCluster{}
 	for i := 0; i < n; i++ {
 		db := &serverDB{}
