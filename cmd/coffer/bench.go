@@ -122,6 +122,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 // check refuses flags that do not go together or are out of range (given
 // are the flags set on the command line), before anything runs.
 func (f *benchFlags) check(given map[string]bool) error {
+	// The --self stack's pool: its batches of writes and of reads take a
+	// connection each per committer, and its other calls need some.
+	connsMax := int(DefaultConfig().Pool.ConnsMax)
 	switch {
 	case f.self == (f.target != ""):
 		return errors.New("give --self or --target")
@@ -147,10 +150,8 @@ func (f *benchFlags) check(given map[string]bool) error {
 		return errors.New("--shards needs --self")
 	case given["committers"] && !f.self:
 		return errors.New("--committers needs --self")
-	case f.committers < 1 || 2*f.committers >= int(DefaultConfig().Pool.ConnsMax):
-		// The batches of writes and of reads take a pool connection each:
-		// beyond, the stack's other calls would wait for one.
-		return fmt.Errorf("--committers: 1 to %d (2 × committers below pool.conns_max, %d)", (DefaultConfig().Pool.ConnsMax-1)/2, DefaultConfig().Pool.ConnsMax)
+	case f.committers < 1 || 2*f.committers >= connsMax:
+		return fmt.Errorf("--committers: 1 to %d (2 × committers below pool.conns_max, %d)", (connsMax-1)/2, connsMax)
 	case f.shards > 1024:
 		return errors.New("--shards: at most 1024")
 	case f.Statements && f.target != "" && f.configPath == "":
