@@ -75,7 +75,7 @@ func TestRevenueSums(t *testing.T) {
 	op := func(kind OpKind, cause OpCause, within bool, amount Amount) RevenueSum {
 		return RevenueSum{Currency: 1, Fiat: "USD", Kind: kind, Cause: cause, Within: within, Amount: amount, Value: 10 * amount}
 	}
-	held := func(atFrom, atTo bool, amount Amount) RevenueSum {
+	reserved := func(atFrom, atTo bool, amount Amount) RevenueSum {
 		return RevenueSum{Currency: 1, Fiat: "USD", Reserved: true, AtFrom: atFrom, AtTo: atTo, Amount: amount, Value: 10 * amount}
 	}
 	line := func(l RevenueLine) RevenueLine {
@@ -96,11 +96,11 @@ func TestRevenueSums(t *testing.T) {
 			line(RevenueLine{ConvertedIn: 5, ConvertedOut: 5, ConvertedInValue: 50, ConvertedOutValue: 50})},
 		"expiries and refunds": {[]RevenueSum{op(OpExpire, CauseChange, true, -2), op(OpConsume, CauseRefund, true, -6)},
 			line(RevenueLine{Expired: 2, Refunded: 6, Deferred: -8, ExpiredValue: 20, RefundedValue: 60, DeferredValue: -80})},
-		"a hold pending at From: its reservation opens, recognised in the period": {[]RevenueSum{held(true, false, 7)},
+		"a hold pending at From: its reservation opens, recognised in the period": {[]RevenueSum{reserved(true, false, 7)},
 			line(RevenueLine{Opening: 7, Recognised: 7, OpeningValue: 70, RecognisedValue: 70})},
-		"a hold pending at To: its reservation is deferred, not recognised": {[]RevenueSum{held(false, true, 7)},
+		"a hold pending at To: its reservation is deferred, not recognised": {[]RevenueSum{reserved(false, true, 7)},
 			line(RevenueLine{Recognised: -7, Deferred: 7, RecognisedValue: -70, DeferredValue: 70})},
-		"a hold pending throughout": {[]RevenueSum{held(true, true, 7)},
+		"a hold pending throughout": {[]RevenueSum{reserved(true, true, 7)},
 			line(RevenueLine{Opening: 7, Deferred: 7, OpeningValue: 70, DeferredValue: 70})},
 		"a refund's shortfall": {[]RevenueSum{{Currency: 1, Fiat: "USD", Shortfall: true, Within: true, Amount: 3, Value: 30}},
 			line(RevenueLine{RefundShortfall: 3, RefundShortfallValue: 30})},
@@ -124,7 +124,7 @@ func TestRevenueSums(t *testing.T) {
 	// still pending at To, 10 expired.
 	r, _ := c.NewRevenueReport(RevenueQuery{Namespace: 1})
 	for _, s := range []RevenueSum{op(OpGrant, CauseChange, false, 100), op(OpGrant, CauseChange, true, 50),
-		op(OpConsume, CauseChange, true, -30), held(false, true, 30), op(OpExpire, CauseChange, true, -10)} {
+		op(OpConsume, CauseChange, true, -30), reserved(false, true, 30), op(OpExpire, CauseChange, true, -10)} {
 		if err := r.AddSum(s); err != nil {
 			t.Fatal(err)
 		}

@@ -99,7 +99,8 @@ func unknownField(m protoreflect.Message) (path string, num protowire.Number, fo
 // refusal takes the refusal recorded for req: nil and decoded if none.
 func (c *codec) refusal(req any) (err *coffer.Error, decoded bool) {
 	if r, ok := c.refused.LoadAndDelete(req); ok {
-		return r.(decodeRefusal).err, r.(decodeRefusal).decoded
+		d := r.(decodeRefusal)
+		return d.err, d.decoded
 	}
 	return nil, true
 }

@@ -145,20 +145,14 @@ func setReadOnly(t *testing.T, s *pgserver.Server) {
 	t.Cleanup(func() { // before the test's database is dropped
 		execSQL(t, s, "ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()")
 	})
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitFor(t, func() bool {
 		conn, err := pgx.Connect(ctx, s.DSN("postgres"))
 		must(t, err)
+		defer conn.Close(ctx)
 		var on string
-		err = conn.QueryRow(ctx, "SHOW default_transaction_read_only").Scan(&on)
-		conn.Close(ctx)
-		must(t, err)
-		if on == "on" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the server did not reload its settings")
-		}
-	}
+		must(t, conn.QueryRow(ctx, "SHOW default_transaction_read_only").Scan(&on))
+		return on == "on"
+	})
 }
 
 func execSQL(t *testing.T, s *pgserver.Server, sqls ...string) {
