@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -625,21 +624,23 @@ func finishedInBatch(players []*batchPlayer, of []int, plans []coffer.Plan) map[
 }
 
 // columns gathers rows column by column, for a statement that unnests
-// one array per column: the first row fixes each column's type.
+// one array per column: the first row fixes each column's type. A column
+// is a typed slice (col), appended to by a type assertion: appending by
+// reflection cost 6–8 % of coffer serve's CPU on writes.
 type columns struct {
 	n    int
-	cols []reflect.Value
+	cols []column
 }
 
 func (c *columns) add(values ...any) {
 	if c.cols == nil {
-		c.cols = make([]reflect.Value, len(values))
+		c.cols = make([]column, len(values))
 		for i, v := range values {
-			c.cols[i] = reflect.MakeSlice(reflect.SliceOf(reflect.TypeOf(v)), 0, 8)
+			c.cols[i] = newColumn(v)
 		}
 	}
 	for i, v := range values {
-		c.cols[i] = reflect.Append(c.cols[i], reflect.ValueOf(v))
+		c.cols[i].append(v)
 	}
 	c.n++
 }
@@ -648,9 +649,51 @@ func (c *columns) add(values ...any) {
 func (c *columns) args() []any {
 	out := make([]any, len(c.cols))
 	for i, col := range c.cols {
-		out[i] = col.Interface()
+		out[i] = col.values()
 	}
 	return out
+}
+
+// column is one column's values, as a slice of its type.
+type column interface {
+	append(v any)
+	values() any
+}
+
+type col[T any] []T
+
+func (c *col[T]) append(v any) { *c = append(*c, v.(T)) }
+func (c *col[T]) values() any  { return []T(*c) }
+
+// newColumn makes the column for values of v's type: the types the batch
+// statements bind.
+func newColumn(v any) column {
+	switch v.(type) {
+	case int32:
+		return newCol[int32]()
+	case int64:
+		return newCol[int64]()
+	case bool:
+		return newCol[bool]()
+	case string:
+		return newCol[string]()
+	case []byte:
+		return newCol[[]byte]()
+	case time.Time:
+		return newCol[time.Time]()
+	case *time.Time:
+		return newCol[*time.Time]()
+	case *int64:
+		return newCol[*int64]()
+	case *string:
+		return newCol[*string]()
+	}
+	panic(fmt.Sprintf("postgres: no column for %T", v))
+}
+
+func newCol[T any]() column {
+	c := make(col[T], 0, 8)
+	return &c
 }
 
 // perShard gathers the rows of one statement per shard.
