@@ -42,7 +42,8 @@ func (a Amount) Add(b Amount) (Amount, bool) {
 const (
 	// OpAmountMax is the largest amount of one op.
 	OpAmountMax Amount = 1_000_000_000_000_000
-	// IdempotencyKeyLenMax is the longest idempotency key, in bytes.
+	// IdempotencyKeyLenMax is the longest idempotency key, in characters
+	// (DESIGN: 1–128 chars; the trx column checks the same).
 	IdempotencyKeyLenMax = 128
 	// OpsMax bounds the ops of one request.
 	OpsMax = 64

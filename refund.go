@@ -168,13 +168,13 @@ func (c *Catalog) ValidateRefund(req RefundRequest) (ValidRefund, error) {
 	if err := req.Scope.Validate(); err != nil {
 		return ValidRefund{}, err
 	}
-	if checkText("store", req.Store, 1, 64) != nil || checkText("order_id", req.OrderID, 1, 128) != nil {
+	if checkText("store", req.Store, 1, 64, inBytes) != nil || checkText("order_id", req.OrderID, 1, 128, inBytes) != nil {
 		return ValidRefund{}, Errorf(CodeInvalid, "store (1–64 bytes) and order_id (1–128 bytes) are required, UTF-8 without NUL")
 	}
 	if req.Kind != RefundRefund && req.Kind != RefundChargeback {
 		return ValidRefund{}, Errorf(CodeInvalid, "kind: must be refund or chargeback")
 	}
-	if err := checkText("reason", req.Reason, 0, ReasonLenMax); err != nil {
+	if err := checkText("reason", req.Reason, 0, ReasonLenMax, inBytes); err != nil {
 		return ValidRefund{}, err
 	}
 	v := ValidRefund{RefundRequest: req, Order: PurchaseKey{Namespace: req.Namespace, Store: req.Store, OrderID: req.OrderID}}

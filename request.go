@@ -110,21 +110,41 @@ func (s Scope) Validate() error {
 	case s.PlayerID <= 0:
 		return Errorf(CodeInvalid, "player_id must be > 0")
 	}
-	return checkText("idempotency_key", s.IdempotencyKey, 1, IdempotencyKeyLenMax)
+	return checkText("idempotency_key", s.IdempotencyKey, 1, IdempotencyKeyLenMax, inCharacters)
 }
 
-// checkText checks a text field: min–max bytes of UTF-8 without NUL.
+// checkText checks a text field: min–max units (bytes, or characters
+// where the contract counts characters) of UTF-8 without NUL.
 // PostgreSQL's text cannot hold NUL, and a reader that repairs bad UTF-8
 // (as Go's encoding/json does, with U+FFFD) would make two different
 // fields one. Errors are invalid_argument.
-func checkText(field, s string, min, max int) error {
-	if len(s) >= min && len(s) <= max && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+func checkText(field, s string, min, max int, u unit) error {
+	if n := u.count(s); n >= min && n <= max && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
 		return nil
 	}
 	if min == 0 {
-		return Errorf(CodeInvalid, "%s: must be at most %d bytes of UTF-8, without NUL", field, max)
+		return Errorf(CodeInvalid, "%s: must be at most %d %s of UTF-8, without NUL", field, max, u)
 	}
-	return Errorf(CodeInvalid, "%s: must be %d–%d bytes of UTF-8, without NUL", field, min, max)
+	return Errorf(CodeInvalid, "%s: must be %d–%d %s of UTF-8, without NUL", field, min, max, u)
+}
+
+// unit is what a text field's bounds count.
+type unit string
+
+const (
+	// inBytes bounds what is stored or hashed by its size (a store's
+	// length is one byte of PurchaseKey.Hash).
+	inBytes unit = "bytes"
+	// inCharacters bounds what the contract bounds in characters (the
+	// idempotency key, as its column's check does).
+	inCharacters unit = "characters"
+)
+
+func (u unit) count(s string) int {
+	if u == inCharacters {
+		return utf8.RuneCountInString(s)
+	}
+	return len(s)
 }
 
 // The times a request may carry lie in the years 0001–9999: what RFC 3339
@@ -154,7 +174,7 @@ func (c *Catalog) ValidateChange(req ChangeRequest) (ValidChange, error) {
 	if err := req.Scope.Validate(); err != nil {
 		return ValidChange{}, err
 	}
-	if err := checkText("reason", req.Reason, 0, ReasonLenMax); err != nil {
+	if err := checkText("reason", req.Reason, 0, ReasonLenMax, inBytes); err != nil {
 		return ValidChange{}, err
 	}
 	meta, err := canonicalMeta(req.Meta)
@@ -266,7 +286,7 @@ func checkPurchase(i int, p *Purchase) error {
 	switch {
 	case p == nil:
 		return Errorf(CodeInvalid, "ops[%d].purchase: a paid grant must carry its purchase", i)
-	case checkText("store", p.Store, 1, 64) != nil || checkText("order_id", p.OrderID, 1, 128) != nil:
+	case checkText("store", p.Store, 1, 64, inBytes) != nil || checkText("order_id", p.OrderID, 1, 128, inBytes) != nil:
 		return Errorf(CodeInvalid, "ops[%d].purchase: store (1–64 bytes) and order_id (1–128 bytes) are required, UTF-8 without NUL", i)
 	case p.Price < 0 || Amount(p.Price) > PriceMax:
 		return Errorf(CodeInvalid, "ops[%d].purchase.price: must be 0–%d minor units", i, PriceMax)
@@ -290,7 +310,7 @@ func (c *Catalog) ValidateExchange(req ExchangeRequest) (ValidExchange, error) {
 	if err := req.Scope.Validate(); err != nil {
 		return ValidExchange{}, err
 	}
-	if err := checkText("reason", req.Reason, 0, ReasonLenMax); err != nil {
+	if err := checkText("reason", req.Reason, 0, ReasonLenMax, inBytes); err != nil {
 		return ValidExchange{}, err
 	}
 	meta, err := canonicalMeta(req.Meta)

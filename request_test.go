@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func requestCatalog(tb testing.TB) *Catalog {
@@ -158,6 +159,33 @@ func TestHashV1(t *testing.T) {
 		stored[0]++
 		if h.hash.Same(stored) {
 			t.Errorf("%s: another stored hash is the same payload", h.name)
+		}
+	}
+}
+
+// TestIdempotencyKeyCountsCharacters: the key's bound counts characters
+// (DESIGN: 1–128 chars), as the trx column's check does; other texts
+// count bytes (a store's length is a byte of PurchaseKey.Hash).
+func TestIdempotencyKeyCountsCharacters(t *testing.T) {
+	for _, c := range []struct {
+		key string
+		ok  bool
+	}{{strings.Repeat("€", 128), true}, {strings.Repeat("€", 129), false}, {strings.Repeat("k", 128), true}, {"", false}} {
+		err := Scope{Namespace: 1, PlayerID: 1, IdempotencyKey: c.key}.Validate()
+		if (err == nil) != c.ok {
+			t.Errorf("a key of %d characters, %d bytes: %v", utf8.RuneCountInString(c.key), len(c.key), err)
+		}
+	}
+	err := Scope{Namespace: 1, PlayerID: 1, IdempotencyKey: strings.Repeat("€", 129)}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "1–128 characters") {
+		t.Errorf("the message names the unit: %v", err)
+	}
+	c := requestCatalog(t)
+	for store, ok := range map[string]bool{strings.Repeat("s", 64): true, strings.Repeat("€", 22): false} {
+		op := OpRequest{Currency: "gold", Amount: 1, Kind: "paid", Purchase: &Purchase{Store: store, OrderID: "o", Price: 1, Fiat: "USD"}}
+		_, err := c.ValidateChange(ChangeRequest{Scope: Scope{Namespace: 1, PlayerID: 1, IdempotencyKey: "k"}, Ops: []OpRequest{op}})
+		if (err == nil) != ok {
+			t.Errorf("a store of %d characters, %d bytes: %v", utf8.RuneCountInString(store), len(store), err)
 		}
 	}
 }

@@ -89,6 +89,25 @@ func TestHTTPChangeReplayAndConflict(t *testing.T) {
 	}
 }
 
+// TestIdempotencyKeyOfCharacters: a key is 1–128 characters (DESIGN), not
+// bytes: 128 characters of three bytes each are written, replayed and
+// read back by the key.
+func TestIdempotencyKeyOfCharacters(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	key := strings.Repeat("€", 128)
+	path := "/v1/namespaces/1/players/43/transactions"
+	body := `{"idempotency_key": "` + key + `", "ops": [{"currency": "gold", "amount": 5}]}`
+	wantStatus(t, s.call("POST", path, devKey, body), http.StatusCreated, "")
+	wantStatus(t, s.call("POST", path, devKey, body), http.StatusOK, "")
+	got := s.call("GET", path+"/"+url.PathEscape(key), devKey, "")
+	wantStatus(t, got, http.StatusOK, "")
+	var trx coffer.Trx
+	must(t, json.Unmarshal(got.body, &trx))
+	if trx.IdempotencyKey != key || trx.Version != 1 {
+		t.Fatalf("trx %s", got.body)
+	}
+}
+
 // TestEqualRequestsReplay: a request that means the same write as the
 // first is its replay, however it is spelled and whichever transport
 // brings it: idempotency_conflict would tell the client its write did not
@@ -405,6 +424,7 @@ func TestHTTPBadInput(t *testing.T) {
 		{"paid credits", "POST", tx, op(`, "kind": "paid", "purchase": {"store": "s", "order_id": "1", "price": 1, "fiat": "USD"}`), 201, ""},
 		{"no ops", "POST", tx, `{"idempotency_key": "k2", "ops": []}`, 400, coffer.CodeInvalid},
 		{"key too long", "POST", tx, `{"idempotency_key": "` + strings.Repeat("k", 129) + `", "ops": [{"currency": "gold", "amount": 5}]}`, 400, coffer.CodeInvalid},
+		{"key of 129 characters", "POST", tx, `{"idempotency_key": "` + strings.Repeat("€", 129) + `", "ops": [{"currency": "gold", "amount": 5}]}`, 400, coffer.CodeInvalid},
 		{"no key", "POST", tx, `{"ops": [{"currency": "gold", "amount": 5}]}`, 400, coffer.CodeInvalid},
 		{"malformed JSON", "POST", tx, `{"idempotency_key": "k",`, 400, coffer.CodeInvalid},
 		{"trailing data", "POST", tx, op("") + ` {}`, 400, coffer.CodeInvalid},

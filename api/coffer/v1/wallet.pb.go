@@ -278,7 +278,7 @@ type ChangeRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace int32                  `protobuf:"varint,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	PlayerId  int64                  `protobuf:"varint,2,opt,name=player_id,json=playerId,proto3" json:"player_id,omitempty"`
-	// 1–128 bytes, chosen by the client; scoped to the client.
+	// 1–128 characters, chosen by the client; scoped to the client.
 	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// 1–64 ops, applied all or nothing.
 	Ops    []*OpRequest `protobuf:"bytes,4,rep,name=ops,proto3" json:"ops,omitempty"`
@@ -439,7 +439,7 @@ func (x *BatchChangeRequest) GetChanges() []*BatchChange {
 type BatchChange struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	PlayerId int64                  `protobuf:"varint,1,opt,name=player_id,json=playerId,proto3" json:"player_id,omitempty"`
-	// 1–128 bytes, chosen by the client; scoped to the client and player.
+	// 1–128 characters, chosen by the client; scoped to the client.and player.
 	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// 1–64 ops, applied all or nothing.
 	Ops    []*OpRequest `protobuf:"bytes,3,rep,name=ops,proto3" json:"ops,omitempty"`
