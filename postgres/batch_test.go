@@ -186,3 +186,40 @@ func TestTimeoutBeforeTheCommitIsNotRetried(t *testing.T) {
 		t.Fatalf("the timed-out write: %v, want not found", err)
 	}
 }
+
+// TestBatchSessionsEndAbandonedTransactions: the connections batches run
+// on end a transaction left idle longer than the store's Timeout (its
+// coffer gone without a word: a partition), so that its players' locks
+// and its committer's mark do not stay held until TCP gives up.
+func TestBatchSessionsEndAbandonedTransactions(t *testing.T) {
+	e := newEnv(t)
+	p := e.playersOn(0, 1, 1)[0]
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 300 * time.Millisecond, LockTimeout: 100 * time.Millisecond})
+	defer store.Close()
+	if _, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "a"), Ops: []coffer.OpRequest{free("gold", 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	// The batch's connection is back in the pool, idle, with the others.
+	conns := e.router.Database(0).AcquireAllIdle(ctx)
+	ended := 0
+	for _, c := range conns {
+		var lock string
+		must(t, c.QueryRow(ctx, "SHOW lock_timeout").Scan(&lock))
+		if lock != "100ms" {
+			continue
+		}
+		_, err := c.Exec(ctx, "BEGIN")
+		must(t, err)
+		time.Sleep(600 * time.Millisecond)
+		if _, err := c.Exec(ctx, "SELECT 1"); err == nil {
+			t.Errorf("a batch's session kept a transaction idle for 600 ms")
+		}
+		ended++
+	}
+	for _, c := range conns {
+		c.Release() // the pool drops those closed or still in a transaction
+	}
+	if ended == 0 {
+		t.Fatalf("no idle connection of the %d ran the batch", len(conns))
+	}
+}

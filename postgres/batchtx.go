@@ -45,7 +45,7 @@ func (s *Store) settle(db int, m *mark, reqs []*request) {
 		a = s.attempt(db, m, reqs, unknown)
 		if a.err == nil {
 			for i, r := range reqs {
-				r.plan = a.plans[i]
+				r.plan = &a.plans[i]
 			}
 			s.observe(db, AttemptCommitted)
 			return
@@ -211,7 +211,7 @@ func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *att
 	}
 	t := &batchTx{s: s, conn: conn, ctx: ctx}
 	defer t.end()
-	if err := t.setLockTimeout(); err != nil {
+	if err := t.setSession(); err != nil {
 		return &attempt{err: err}
 	}
 	var check *mark
@@ -312,20 +312,26 @@ func (t *batchTx) end() {
 	t.conn.Release()
 }
 
-// setLockTimeout sets the session's lock_timeout to LockTimeout, once per
-// connection (one round trip, before its first batch): set inside a
-// batch's transaction it would cost a statement per batch, and a batch
-// that rolls back would undo it.
-func (t *batchTx) setLockTimeout() error {
-	want := strconv.FormatInt(t.s.opts.LockTimeout.Milliseconds(), 10) + "ms"
+// setSession sets, once per connection (one round trip, before its first
+// batch), the session's lock_timeout to LockTimeout and its
+// idle_in_transaction_session_timeout to Timeout: set inside a batch's
+// transaction they would cost a statement per batch, and a batch that
+// rolls back would undo them. The second ends on the server a batch's
+// transaction whose coffer is gone without a word (a network partition:
+// no FIN arrives) within Timeout, the longest a batch runs, instead of
+// leaving it holding its players' locks and its committer's mark until
+// TCP gives up, hours later.
+func (t *batchTx) setSession() error {
+	lock := strconv.FormatInt(t.s.opts.LockTimeout.Milliseconds(), 10) + "ms"
+	idle := strconv.FormatInt(t.s.opts.Timeout.Milliseconds(), 10) + "ms"
 	data := t.conn.Conn().PgConn().CustomData()
-	if data["coffer.lock_timeout"] == want {
+	if data["coffer.session"] == lock+" "+idle {
 		return nil
 	}
-	if _, err := t.conn.Exec(t.ctx, "SET lock_timeout = '"+want+"'"); err != nil {
+	if _, err := t.conn.Exec(t.ctx, "SELECT set_config('lock_timeout', $1, false), set_config('idle_in_transaction_session_timeout', $2, false)", lock, idle); err != nil {
 		return err
 	}
-	data["coffer.lock_timeout"] = want
+	data["coffer.session"] = lock + " " + idle
 	return nil
 }
 

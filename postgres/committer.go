@@ -115,9 +115,10 @@ func (c *committer[R]) loop() {
 	}
 }
 
-// runSafely runs a batch; a panic (a bug) answers its items internal
-// instead of killing the process with every call in flight (counted in
-// coffer_errors_total, not as an attempt).
+// runSafely runs a batch; a panic (a bug) answers internal the items not
+// answered yet (fail keeps what a part of a split batch answered before
+// it) instead of killing the process with every call in flight (counted
+// in coffer_errors_total, not as an attempt).
 func (c *committer[R]) runSafely(run func(int, []R), items []R) {
 	defer func() {
 		if p := recover(); p != nil {

@@ -29,7 +29,11 @@ type request struct {
 	exchange coffer.ValidExchange
 	refund   coffer.ValidRefund
 
-	plan coffer.Plan
+	// plan is the write's answer once its batch committed or refused it;
+	// err once it failed. Either is set once: a later part of a split
+	// batch that fails (a panic) must not take back what an earlier part
+	// committed.
+	plan *coffer.Plan
 	err  error
 }
 
@@ -96,9 +100,12 @@ func (r *request) answer() (coffer.Trx, bool, error) {
 	return r.plan.Trx, r.plan.Replay, r.plan.Err
 }
 
+// failWrites answers err to the writes not answered yet.
 func failWrites(reqs []*request, err error) {
 	for _, r := range reqs {
-		r.err = err
+		if r.plan == nil && r.err == nil {
+			r.err = err
+		}
 	}
 }
 
