@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -30,10 +29,15 @@ type committer[R any] struct {
 	runner func() func(db int, items []R)
 	fail   func(items []R, err error)
 
-	start  sync.Once
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	closed atomic.Bool
+	start sync.Once
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	// mu orders submit and close: a job is queued, and the goroutines
+	// started, only while closed is false (read lock), so that close,
+	// once it set closed (write lock), waits for every goroutine and
+	// drains every job queued.
+	mu     sync.RWMutex
+	closed bool
 }
 
 // job is the items of one call (one write or read, or a batch call's
@@ -53,7 +57,24 @@ func newCommitter[R any](s *Store, db int, kind string, runner func() func(int, 
 // shard_unavailable when ctx ends first or the store is closed (the items
 // may still be applied: a retry with the same key tells).
 func (c *committer[R]) submit(ctx context.Context, items []R) error {
-	if c.closed.Load() {
+	j := &job[R]{items: items, done: make(chan struct{})}
+	if err := c.enqueue(j); err != nil {
+		return err
+	}
+	select {
+	case <-j.done:
+		return nil
+	case <-ctx.Done():
+		return &coffer.Error{Code: coffer.CodeUnavailable, Message: "the call ended before its batch was answered; retry with the same key", Err: ctx.Err()}
+	}
+}
+
+// enqueue queues j, starting the goroutines at the first job, unless the
+// store is closed or the queue full.
+func (c *committer[R]) enqueue(j *job[R]) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
 		return coffer.Errorf(coffer.CodeUnavailable, "the store is closed")
 	}
 	c.start.Do(func() {
@@ -61,18 +82,12 @@ func (c *committer[R]) submit(ctx context.Context, items []R) error {
 			c.wg.Go(c.loop)
 		}
 	})
-	j := &job[R]{items: items, done: make(chan struct{})}
 	select {
 	case c.queue <- j:
+		return nil
 	default:
 		return coffer.Errorf(coffer.CodeOverloaded, "%d calls (%s) wait for database %s, the most it queues; retry after Retry-After",
 			cap(c.queue), c.kind, c.database)
-	}
-	select {
-	case <-j.done:
-		return nil
-	case <-ctx.Done():
-		return &coffer.Error{Code: coffer.CodeUnavailable, Message: "the call ended before its batch was answered; retry with the same key", Err: ctx.Err()}
 	}
 }
 
@@ -143,7 +158,11 @@ func (c *committer[R]) drain() {
 
 // close stops the goroutines after their batches in flight.
 func (c *committer[R]) close() {
-	if c.closed.Swap(true) {
+	c.mu.Lock()
+	was := c.closed
+	c.closed = true
+	c.mu.Unlock()
+	if was {
 		return
 	}
 	close(c.stop)
