@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,5 +222,27 @@ func TestBatchSessionsEndAbandonedTransactions(t *testing.T) {
 	}
 	if ended == 0 {
 		t.Fatalf("no idle connection of the %d ran the batch", len(conns))
+	}
+}
+
+// TestDamagedTrxFailsItsPlayerOnly: a stored trx whose JSON does not
+// decode fails the writes of its player that read it, not the others of
+// their batch (ADR 0012: a damaged player answers its own writes).
+func TestDamagedTrxFailsItsPlayerOnly(t *testing.T) {
+	e := newEnv(t)
+	ps := e.playersOn(0, 1, 2)
+	damaged, other := ps[0], ps[1]
+	e.mustChange(damaged, "a", free("gold", 5))
+	e.exec(damaged, `UPDATE trx_N SET pending_grants = '{"not": "a list"}' WHERE player_id = $1 AND idempotency_key = 'a'`, int64(damaged))
+	got, err := e.store.BatchChange(ctx, []coffer.ChangeRequest{
+		{Scope: scope(damaged, "a"), Ops: []coffer.OpRequest{free("gold", 5)}, Reason: "test"},
+		{Scope: scope(other, "b"), Ops: []coffer.OpRequest{free("gold", 7)}},
+	})
+	must(t, err)
+	if coffer.ErrorCode(got[0].Err) != coffer.CodeInternal || !strings.Contains(got[0].Err.Error(), "does not decode") {
+		t.Errorf("the damaged player's replay: %v", got[0].Err)
+	}
+	if got[1].Err != nil || got[1].Trx.Version != 1 {
+		t.Fatalf("the other player's write: %+v", got[1])
 	}
 }

@@ -397,7 +397,9 @@ func (t *batchTx) load(players []*batchPlayer, check *mark) (token int64, err er
 		if !p.locked {
 			return 0, fmt.Errorf("player %d/%d: not locked", p.key.ns, p.key.id)
 		}
-		p.player, p.err = coffer.NewPlayer(t.s.catalog, p.state, t.idsOf(p))
+		if p.err == nil {
+			p.player, p.err = coffer.NewPlayer(t.s.catalog, p.state, t.idsOf(p))
+		}
 	}
 	return token, nil
 }
@@ -444,10 +446,14 @@ func (l *loading) trx(rows pgx.Rows) error {
 	for rows.Next() {
 		var k playerKey
 		st, err := l.s.scanTrx(rows, &k.ns, &k.id)
-		if err != nil {
+		var bad *undecodable
+		switch p := l.byKey[k]; {
+		case errors.As(err, &bad) && p != nil:
+			// The player's writes answer it; the batch's others go on.
+			p.err = &coffer.Error{Code: coffer.CodeInternal, Message: "a stored trx of the player does not decode: its row is damaged", Err: err}
+		case err != nil:
 			return err
-		}
-		if p := l.byKey[k]; p != nil {
+		case p != nil:
 			p.state.Trx = append(p.state.Trx, &st.StoredTrx)
 		}
 	}

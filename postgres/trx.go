@@ -57,9 +57,18 @@ type storedOp struct {
 	Last bool `json:"f"`
 }
 
+// undecodable is the error of a trx row read whole whose JSON columns do
+// not decode: damage of that row (an older coffer's, a hand's), not a
+// failure of the statement that read it, whose other rows still read.
+type undecodable struct{ err error }
+
+func (u *undecodable) Error() string { return "a stored trx does not decode: " + u.err.Error() }
+func (u *undecodable) Unwrap() error { return u.err }
+
 // scanTrx reads one row of trxColumns, after the columns in head. The
 // answer is rebuilt as the write answered it: its ops, the balances its
-// last step left, and a pending hold's grants.
+// last step left, and a pending hold's grants. A row whose JSON does not
+// decode is *undecodable.
 func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 	var t storedTrx
 	var meta, metaJSONB, pending, refund, ops []byte
@@ -71,7 +80,7 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 	if len(refund) > 0 {
 		var r coffer.RefundRow
 		if err := json.Unmarshal(refund, &r); err != nil {
-			return nil, err
+			return nil, &undecodable{err}
 		}
 		t.Refund = s.catalog.Refund(&r)
 	}
@@ -83,7 +92,7 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 	}
 	var sops []storedOp
 	if err := json.Unmarshal(ops, &sops); err != nil {
-		return nil, err
+		return nil, &undecodable{err}
 	}
 	all := make([]coffer.BookOp, len(sops))
 	var last []coffer.BookOp
@@ -99,7 +108,7 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 	if len(pending) > 0 {
 		var grants []pendingGrant
 		if err := json.Unmarshal(pending, &grants); err != nil {
-			return nil, err
+			return nil, &undecodable{err}
 		}
 		for _, g := range grants {
 			t.PendingGrants = append(t.PendingGrants, coffer.PendingGrant(g))
