@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -79,6 +80,7 @@ func (s *Server) NewServer() *grpc.Server {
 		grpc.ConnectionTimeout(s.HandshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: pingMin, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.IdleTimeout, Time: pingEvery, Timeout: pingTimeout}),
+		grpc.InTapHandle(s.refuseUnknownKeys),
 		grpc.ChainUnaryInterceptor(s.intercept, recoverPanic))
 	cofferv1.RegisterWalletServer(g, s)
 	return g
@@ -162,12 +164,37 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	return resp, nil
 }
 
-func (s *Server) authorize(md metadata.MD, rpc string, req any) (*coffer.Client, error) {
+// refuseUnknownKeys runs when a call's headers arrive, before gRPC reads
+// its message (InTapHandle): a call whose key does not authenticate is
+// refused there, as HTTP refuses one before it reads the body. gRPC reads
+// and decodes a message of up to readFactor times the batch limit before
+// any interceptor runs; without this, a caller with no key could make the
+// server hold that much for every stream it opens. intercept checks the
+// key again, with the rest.
+func (s *Server) refuseUnknownKeys(ctx context.Context, info *tap.Info) (context.Context, error) {
+	_, err := s.authenticate(info.Header)
+	if err == nil {
+		return ctx, nil
+	}
+	rpc := info.FullMethodName[strings.LastIndexByte(info.FullMethodName, '/')+1:]
+	id := requestID(info.Header)
+	if api.Permission(rpc) != "" { // a name the caller made up is no label
+		s.Metrics.Begin(rpc)(err)
+	}
+	s.log(ctx, rpc, id, nil, err, 0)
+	return ctx, toStatus(err, id)
+}
+
+func (s *Server) authenticate(md metadata.MD) (*coffer.Client, error) {
 	key, err := coffer.APIKey(md.Get("authorization"))
 	if err != nil {
 		return nil, err
 	}
-	c, err := s.Clients.Authenticate(key)
+	return s.Clients.Authenticate(key)
+}
+
+func (s *Server) authorize(md metadata.MD, rpc string, req any) (*coffer.Client, error) {
+	c, err := s.authenticate(md)
 	if err != nil {
 		return nil, err
 	}
