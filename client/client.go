@@ -12,9 +12,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cofferhq/coffer"
 )
@@ -216,11 +218,16 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	var rd io.Reader
 	if body != nil {
-		raw, err := json.Marshal(body)
-		if err != nil {
+		if badText(reflect.ValueOf(body)) {
+			return 0, coffer.Errorf(coffer.CodeInvalid, "a text of the request is not valid UTF-8, which JSON cannot carry; nothing was sent")
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false) // meta is bounded as sent: \u003c is six bytes for one
+		if err := enc.Encode(body); err != nil {
 			return 0, err
 		}
-		rd = bytes.NewReader(raw)
+		rd = &buf
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
@@ -247,4 +254,40 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return resp.StatusCode, &coffer.Error{Code: p.Code, Message: p.Detail}
 	}
 	return resp.StatusCode, json.Unmarshal(raw, out)
+}
+
+// badText tells whether a string in v is not valid UTF-8. encoding/json
+// would send each bad byte as U+FFFD, so the keys "k\xff" and "k\xfe"
+// would reach the server as one: the second write would be answered as
+// the first's replay. Byte slices (meta, raw JSON) go as they are, and the
+// server checks them.
+func badText(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.String:
+		return !utf8.ValidString(v.String())
+	case reflect.Pointer, reflect.Interface:
+		return !v.IsNil() && badText(v.Elem())
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if badText(v.Field(i)) {
+				return true
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if v.Type().Elem().Kind() == reflect.Uint8 {
+			return false
+		}
+		for i := range v.Len() {
+			if badText(v.Index(i)) {
+				return true
+			}
+		}
+	case reflect.Map:
+		for it := v.MapRange(); it.Next(); {
+			if badText(it.Key()) || badText(it.Value()) {
+				return true
+			}
+		}
+	}
+	return false
 }

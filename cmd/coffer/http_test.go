@@ -108,6 +108,32 @@ func TestIdempotencyKeyOfCharacters(t *testing.T) {
 	}
 }
 
+// TestClientRefusesTextJSONCannotCarry: the Go client refuses a key (or
+// any text) that is not valid UTF-8 and sends nothing: encoding/json
+// would send "k\xff" and "k\xfe" both as "k\ufffd", and the second,
+// another write, would come back as the first's replay. What it sends
+// keeps <, > and & as they are (meta is bounded as sent).
+func TestClientRefusesTextJSONCannotCarry(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	for _, key := range []string{"k\xff", "k\xfe"} {
+		_, _, err := s.dev.Change(ctx, 1, 44, client.Change{IdempotencyKey: key, Ops: []coffer.OpRequest{{Currency: "gold", Amount: 5}}})
+		if coffer.ErrorCode(err) != coffer.CodeInvalid || !strings.Contains(err.Error(), "nothing was sent") {
+			t.Errorf("key %q: %v", key, err)
+		}
+	}
+	page, err := s.dev.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: 44})
+	must(t, err)
+	if len(page.Items) != 0 {
+		t.Fatalf("the refused keys wrote %d trx", len(page.Items))
+	}
+	meta := `{"note": "` + strings.Repeat("<&>", 1300) + `"}`
+	trx, _, err := s.dev.Change(ctx, 1, 44, client.Change{IdempotencyKey: "k", Ops: []coffer.OpRequest{{Currency: "gold", Amount: 5}}, Meta: json.RawMessage(meta)})
+	must(t, err)
+	if trx.Version != 1 {
+		t.Fatalf("trx %+v", trx)
+	}
+}
+
 // TestEqualRequestsReplay: a request that means the same write as the
 // first is its replay, however it is spelled and whichever transport
 // brings it: idempotency_conflict would tell the client its write did not
