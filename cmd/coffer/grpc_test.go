@@ -230,16 +230,6 @@ func TestGRPCErrors(t *testing.T) {
 			t.Errorf("an unknown field in %s %v", at, err)
 		}
 	}
-	// A key that does not authenticate is refused on the call's headers,
-	// before its message is read, as HTTP refuses one before the body: a
-	// caller without a key cannot make the server hold a message (up to
-	// 8 MiB) per stream. This stream sends none; read first, gRPC would
-	// wait for it until the deadline.
-	waitCtx, cancel := context.WithTimeout(grpcCtx("wrong"), 20*time.Second)
-	defer cancel()
-	stream, err := conn.NewStream(waitCtx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, cofferv1.Wallet_Change_FullMethodName, grpc.ForceCodec(rawCodec{}))
-	must(t, err)
-	wantGRPC(t, stream.RecvMsg(new([]byte)), codes.Unauthenticated, coffer.CodeUnauthenticated)
 	// The key's namespaces are checked first, as HTTP checks the path's
 	// before it reads the body: namespace 3 is not the dev key's.
 	other, _ := proto.Marshal(&cofferv1.ChangeRequest{Namespace: 3, PlayerId: 1, IdempotencyKey: "u3", Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 3}}})
@@ -250,6 +240,23 @@ func TestGRPCErrors(t *testing.T) {
 	if b.Version != 0 {
 		t.Fatalf("refused requests wrote: %v", b)
 	}
+}
+
+// TestGRPCRefusesAnUnknownKeyBeforeItsMessage: a key that does not
+// authenticate is refused on the call's headers, before its message is
+// read, as HTTP refuses one before the body: a caller without a key cannot
+// make the server hold a message (up to 8 MiB) per stream. This stream
+// sends none; read first, gRPC would wait for it until the deadline.
+func TestGRPCRefusesAnUnknownKeyBeforeItsMessage(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	conn, err := grpc.NewClient(s.main.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	must(t, err)
+	defer conn.Close()
+	waitCtx, cancel := context.WithTimeout(grpcCtx("wrong"), 20*time.Second)
+	defer cancel()
+	stream, err := conn.NewStream(waitCtx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, cofferv1.Wallet_Change_FullMethodName, grpc.ForceCodec(rawCodec{}))
+	must(t, err)
+	wantGRPC(t, stream.RecvMsg(new([]byte)), codes.Unauthenticated, coffer.CodeUnauthenticated)
 }
 
 // TestRequestIDOverBothTransports: HTTP and gRPC keep a caller's sane
