@@ -1,6 +1,7 @@
 package grpc
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -37,6 +38,9 @@ func optTimestamp(t *time.Time) *timestamppb.Timestamp {
 
 // metaJSON is a request's meta as JSON; the domain checks it and makes it
 // canonical, so the same meta sent over HTTP and gRPC is the same payload.
+// It is compacted: protojson puts spaces after commas or not depending on
+// the build, and the domain bounds meta as sent, so the same meta would be
+// accepted by one build and refused by the next.
 func metaJSON(s *structpb.Struct) (json.RawMessage, error) {
 	if s == nil {
 		return nil, nil
@@ -45,7 +49,11 @@ func metaJSON(s *structpb.Struct) (json.RawMessage, error) {
 	if err != nil {
 		return nil, coffer.Errorf(coffer.CodeInvalid, "meta: %v", err)
 	}
-	return raw, nil
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, raw); err != nil {
+		return nil, err
+	}
+	return compact.Bytes(), nil
 }
 
 // changeRequest is a Change rpc's request as the domain takes it; the
