@@ -140,7 +140,8 @@ func grepLines(text string, prefixes ...string) string {
 
 // TestGracefulShutdownDrains holds a player's lock from outside so that
 // requests are in flight when shutdown starts: they finish (201), new
-// connections are refused, and Shutdown returns once they are done.
+// connections and gRPC calls are refused, and Shutdown returns once they
+// are done.
 func TestGracefulShutdownDrains(t *testing.T) {
 	s := startService(t, twoServers(t), nil)
 	const p = 5
@@ -165,6 +166,11 @@ func TestGracefulShutdownDrains(t *testing.T) {
 	go func() { s.stop(); close(stopped) }()
 	waitFor(t, func() bool {
 		_, err := http.Get(s.base + "/healthz")
+		return err != nil
+	})
+	// gRPC stops taking calls too while HTTP drains, not once it is done.
+	waitFor(t, func() bool {
+		_, err := s.grpc.GetBalances(grpcCtx(devKey), &cofferv1.GetBalancesRequest{Namespace: 1, PlayerId: p + 1})
 		return err != nil
 	})
 	select {

@@ -192,23 +192,21 @@ func listenAll(addrs map[string]string) (map[string]net.Listener, error) {
 }
 
 // Shutdown stops taking requests, drains those in flight until ctx ends,
-// then stops the sweepers and closes the pools.
+// then stops the sweepers and closes the pools. HTTP and gRPC drain side
+// by side: one after the other, gRPC would take new calls while HTTP
+// drained, and be cut off at once if HTTP's drain used the whole time.
 func (m *Main) Shutdown(ctx context.Context) error {
 	m.ready.Store(false)
-	var errs []error
+	var httpErr, grpcErr error
+	var drains sync.WaitGroup
 	if m.httpServer != nil {
-		errs = append(errs, m.httpServer.Shutdown(ctx))
+		drains.Go(func() { httpErr = m.httpServer.Shutdown(ctx) })
 	}
 	if m.grpcServer != nil {
-		stopped := make(chan struct{})
-		go func() { m.grpcServer.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-ctx.Done():
-			m.grpcServer.Stop()
-			errs = append(errs, fmt.Errorf("grpc: drain cut short: %w", ctx.Err()))
-		}
+		drains.Go(func() { grpcErr = m.drainGRPC(ctx) })
 	}
+	drains.Wait()
+	errs := []error{httpErr, grpcErr}
 	if m.opsServer != nil {
 		_ = m.opsServer.Close() // a profile in progress is not worth the wait
 	}
@@ -217,6 +215,19 @@ func (m *Main) Shutdown(ctx context.Context) error {
 	m.store.Close()
 	m.router.Close()
 	return errors.Join(errs...)
+}
+
+// drainGRPC stops gRPC gracefully, or at once when ctx ends first.
+func (m *Main) drainGRPC(ctx context.Context) error {
+	stopped := make(chan struct{})
+	go func() { m.grpcServer.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+		return nil
+	case <-ctx.Done():
+		m.grpcServer.Stop()
+		return fmt.Errorf("grpc: drain cut short: %w", ctx.Err())
+	}
 }
 
 func (m *Main) goBG(fn func()) {
