@@ -44,7 +44,8 @@ type claim struct {
 // that holds it (shard.Map.ShardOfPurchase) in a transaction of its own,
 // so a credit never happens before its claim is durable. It returns nil
 // when every claim is the request's, purchase_already_credited at the
-// first held by another request (the orders after it are not claimed),
+// first held by another request (the orders on the databases after its
+// are not claimed; those on its own database are, and stay the scope's),
 // shard_unavailable when a claim's database cannot answer. A claim, once
 // taken, stays: a retry with the same scope finds it and goes on.
 //
