@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -314,24 +313,23 @@ func (t *batchTx) end() {
 
 // setSession sets, once per connection (one round trip, before its first
 // batch), the session's lock_timeout to LockTimeout and its
-// idle_in_transaction_session_timeout to Timeout: set inside a batch's
-// transaction they would cost a statement per batch, and a batch that
-// rolls back would undo them. The second ends on the server a batch's
-// transaction whose coffer is gone without a word (a network partition:
-// no FIN arrives) within Timeout, the longest a batch runs, instead of
-// leaving it holding its players' locks and its committer's mark until
-// TCP gives up, hours later.
+// idle_in_transaction_session_timeout to Timeout (Store.session): set
+// inside a batch's transaction they would cost a statement per batch, and
+// a batch that rolls back would undo them. The second ends on the server
+// a batch's transaction whose coffer is gone without a word (a network
+// partition: no FIN arrives) within Timeout, the longest a batch runs,
+// instead of leaving it holding its players' locks and its committer's
+// mark until TCP gives up, hours later.
 func (t *batchTx) setSession() error {
-	lock := strconv.FormatInt(t.s.opts.LockTimeout.Milliseconds(), 10) + "ms"
-	idle := strconv.FormatInt(t.s.opts.Timeout.Milliseconds(), 10) + "ms"
 	data := t.conn.Conn().PgConn().CustomData()
-	if data["coffer.session"] == lock+" "+idle {
+	if data["coffer.session"] == t.s.session {
 		return nil
 	}
-	if _, err := t.conn.Exec(t.ctx, "SELECT set_config('lock_timeout', $1, false), set_config('idle_in_transaction_session_timeout', $2, false)", lock, idle); err != nil {
+	if _, err := t.conn.Exec(t.ctx, "SELECT set_config('lock_timeout', $1, false), set_config('idle_in_transaction_session_timeout', $2, false)",
+		t.s.session[0], t.s.session[1]); err != nil {
 		return err
 	}
-	data["coffer.session"] = lock + " " + idle
+	data["coffer.session"] = t.s.session
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -70,6 +71,10 @@ type Store struct {
 	// lotsSwept is, per shard, the expiry time up to which the lot sweeper
 	// has recorded every expired lot (coffer.ShardID → time.Time).
 	lotsSwept sync.Map
+	// session is the lock_timeout and idle_in_transaction_session_timeout
+	// a batch's connection runs with (batchTx.setSession), as PostgreSQL
+	// reads them, built once.
+	session [2]string
 }
 
 var _ coffer.Ledger = (*Store)(nil)
@@ -101,7 +106,9 @@ func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
 	if opts.Observer == nil {
 		opts.Observer = unobserved{}
 	}
-	s := &Store{router: router, catalog: catalog, opts: opts, reports: shed.NewGate("revenue reports in flight", opts.ReportsMax)}
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }
+	s := &Store{router: router, catalog: catalog, opts: opts, reports: shed.NewGate("revenue reports in flight", opts.ReportsMax),
+		session: [2]string{ms(opts.LockTimeout), ms(opts.Timeout)}}
 	for i := range router.Map().Databases() {
 		s.writers = append(s.writers, newCommitter(s, i, "writes", s.settler, failWrites))
 		s.readers = append(s.readers, newCommitter(s, i, "reads", func() func(int, []*readRequest) { return s.runReads }, failReads))
