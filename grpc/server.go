@@ -127,8 +127,8 @@ type requestIDKey struct{}
 type namespaced interface{ GetNamespace() int32 }
 
 // intercept wraps every call: request id, metrics, a slot in Gate,
-// authentication and authorization (before any database work), error
-// mapping, one log line.
+// authorization of the client refuseUnknownKeys authenticated (before any
+// database work), error mapping, one log line.
 func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	rpc := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
@@ -140,11 +140,11 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	if !decoded {
 		req = nil // what decoded of it, if anything, is not the request
 	}
-	var client *coffer.Client
+	client := clientOf(ctx)
 	var resp any
 	err := s.Gate.Enter()
 	if err == nil {
-		client, err = s.authorize(md, rpc, req)
+		err = authorize(client, rpc, req)
 		if err == nil && refused != nil {
 			err = refused
 		}
@@ -152,7 +152,7 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			err = s.checkSize(rpc, req)
 		}
 		if err == nil {
-			resp, err = handler(context.WithValue(context.WithValue(ctx, clientKey{}, client), requestIDKey{}, id), req)
+			resp, err = handler(context.WithValue(ctx, requestIDKey{}, id), req)
 		}
 		s.Gate.Leave()
 	}
@@ -169,12 +169,17 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 // refused there, as HTTP refuses one before it reads the body. gRPC reads
 // and decodes a message of up to readFactor times the batch limit before
 // any interceptor runs; without this, a caller with no key could make the
-// server hold that much for every stream it opens. intercept checks the
-// key again, with the rest.
+// server hold that much for every stream it opens. The client the key
+// names goes on in the call's context (clientOf), for intercept to
+// authorize.
 func (s *Server) refuseUnknownKeys(ctx context.Context, info *tap.Info) (context.Context, error) {
-	_, err := s.authenticate(info.Header)
+	key, err := coffer.APIKey(info.Header.Get("authorization"))
+	var c *coffer.Client
 	if err == nil {
-		return ctx, nil
+		c, err = s.Clients.Authenticate(key)
+	}
+	if err == nil {
+		return context.WithValue(ctx, clientKey{}, c), nil
 	}
 	rpc := info.FullMethodName[strings.LastIndexByte(info.FullMethodName, '/')+1:]
 	id := requestID(info.Header)
@@ -185,36 +190,25 @@ func (s *Server) refuseUnknownKeys(ctx context.Context, info *tap.Info) (context
 	return ctx, toStatus(err, id)
 }
 
-func (s *Server) authenticate(md metadata.MD) (*coffer.Client, error) {
-	key, err := coffer.APIKey(md.Get("authorization"))
-	if err != nil {
-		return nil, err
-	}
-	return s.Clients.Authenticate(key)
-}
-
-func (s *Server) authorize(md metadata.MD, rpc string, req any) (*coffer.Client, error) {
-	c, err := s.authenticate(md)
-	if err != nil {
-		return nil, err
-	}
+// authorize checks that client c may make call rpc with req.
+func authorize(c *coffer.Client, rpc string, req any) error {
 	perm := api.Permission(rpc)
 	if perm == "" {
-		return c, coffer.Errorf(coffer.CodeNotFound, "no rpc %s", rpc)
+		return coffer.Errorf(coffer.CodeNotFound, "no rpc %s", rpc)
 	}
 	if perm == coffer.PermOps {
-		return c, c.AllowOps()
+		return c.AllowOps()
 	}
 	r, ok := req.(namespaced)
 	if !ok {
 		// A request that did not decode (nil): its refusal says why,
 		// and no namespace can be read from it.
-		return c, nil
+		return nil
 	}
 	if r.GetNamespace() <= 0 {
-		return c, coffer.Errorf(coffer.CodeInvalid, "namespace must be > 0")
+		return coffer.Errorf(coffer.CodeInvalid, "namespace must be > 0")
 	}
-	return c, c.Allow(coffer.Namespace(r.GetNamespace()), perm)
+	return c.Allow(coffer.Namespace(r.GetNamespace()), perm)
 }
 
 // checkSize bounds a request message by its rpc's limit. gRPC bounds what
