@@ -65,6 +65,14 @@ type undecodable struct{ err error }
 func (u *undecodable) Error() string { return "a stored trx does not decode: " + u.err.Error() }
 func (u *undecodable) Unwrap() error { return u.err }
 
+// decodeStored decodes a JSON column of a trx row into v.
+func decodeStored(raw []byte, v any) error {
+	if err := json.Unmarshal(raw, v); err != nil {
+		return &undecodable{err}
+	}
+	return nil
+}
+
 // scanTrx reads one row of trxColumns, after the columns in head. The
 // answer is rebuilt as the write answered it: its ops, the balances its
 // last step left, and a pending hold's grants. A row whose JSON does not
@@ -79,8 +87,8 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 	}
 	if len(refund) > 0 {
 		var r coffer.RefundRow
-		if err := json.Unmarshal(refund, &r); err != nil {
-			return nil, &undecodable{err}
+		if err := decodeStored(refund, &r); err != nil {
+			return nil, err
 		}
 		t.Refund = s.catalog.Refund(&r)
 	}
@@ -91,8 +99,8 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 		t.Meta = coffer.StoredMeta(metaJSONB)
 	}
 	var sops []storedOp
-	if err := json.Unmarshal(ops, &sops); err != nil {
-		return nil, &undecodable{err}
+	if err := decodeStored(ops, &sops); err != nil {
+		return nil, err
 	}
 	all := make([]coffer.BookOp, len(sops))
 	var last []coffer.BookOp
@@ -107,8 +115,8 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 	t.Balances = s.catalog.BalancesAfter(last)
 	if len(pending) > 0 {
 		var grants []pendingGrant
-		if err := json.Unmarshal(pending, &grants); err != nil {
-			return nil, &undecodable{err}
+		if err := decodeStored(pending, &grants); err != nil {
+			return nil, err
 		}
 		for _, g := range grants {
 			t.PendingGrants = append(t.PendingGrants, coffer.PendingGrant(g))
