@@ -172,13 +172,9 @@ func TestIdempotencyKeyCountsCharacters(t *testing.T) {
 		ok  bool
 	}{{strings.Repeat("€", 128), true}, {strings.Repeat("€", 129), false}, {strings.Repeat("k", 128), true}, {"", false}} {
 		err := Scope{Namespace: 1, PlayerID: 1, IdempotencyKey: c.key}.Validate()
-		if (err == nil) != c.ok {
+		if (err == nil) != c.ok || err != nil && !strings.Contains(err.Error(), "1–128 characters") {
 			t.Errorf("a key of %d characters, %d bytes: %v", utf8.RuneCountInString(c.key), len(c.key), err)
 		}
-	}
-	err := Scope{Namespace: 1, PlayerID: 1, IdempotencyKey: strings.Repeat("€", 129)}.Validate()
-	if err == nil || !strings.Contains(err.Error(), "1–128 characters") {
-		t.Errorf("the message names the unit: %v", err)
 	}
 	c := requestCatalog(t)
 	for store, ok := range map[string]bool{strings.Repeat("s", 64): true, strings.Repeat("€", 22): false} {

@@ -206,7 +206,6 @@ func (m *Main) Shutdown(ctx context.Context) error {
 		drains.Go(func() { grpcErr = m.drainGRPC(ctx) })
 	}
 	drains.Wait()
-	errs := []error{httpErr, grpcErr}
 	if m.opsServer != nil {
 		_ = m.opsServer.Close() // a profile in progress is not worth the wait
 	}
@@ -214,7 +213,7 @@ func (m *Main) Shutdown(ctx context.Context) error {
 	m.bg.Wait()
 	m.store.Close()
 	m.router.Close()
-	return errors.Join(errs...)
+	return errors.Join(httpErr, grpcErr)
 }
 
 // drainGRPC stops gRPC gracefully, or at once when ctx ends first.
