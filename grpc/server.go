@@ -131,7 +131,7 @@ type namespaced interface{ GetNamespace() int32 }
 // database work), error mapping, one log line.
 func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
-	rpc := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+	rpc := rpcName(info.FullMethod)
 	md, _ := metadata.FromIncomingContext(ctx)
 	id := requestID(md)
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", id))
@@ -181,7 +181,7 @@ func (s *Server) refuseUnknownKeys(ctx context.Context, info *tap.Info) (context
 	if err == nil {
 		return context.WithValue(ctx, clientKey{}, c), nil
 	}
-	rpc := info.FullMethodName[strings.LastIndexByte(info.FullMethodName, '/')+1:]
+	rpc := rpcName(info.FullMethodName)
 	id := requestID(info.Header)
 	if api.Permission(rpc) != "" { // a name the caller made up is no label
 		s.Metrics.Begin(rpc)(err)
@@ -189,6 +189,9 @@ func (s *Server) refuseUnknownKeys(ctx context.Context, info *tap.Info) (context
 	s.log(ctx, rpc, id, nil, err, 0)
 	return ctx, toStatus(err, id)
 }
+
+// rpcName is the rpc of a gRPC method's full name (/coffer.v1.Wallet/Change).
+func rpcName(fullMethod string) string { return fullMethod[strings.LastIndexByte(fullMethod, '/')+1:] }
 
 // authorize checks that client c may make call rpc with req.
 func authorize(c *coffer.Client, rpc string, req any) error {

@@ -257,6 +257,14 @@ func TestGRPCRefusesAnUnknownKeyBeforeItsMessage(t *testing.T) {
 	stream, err := conn.NewStream(waitCtx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, cofferv1.Wallet_Change_FullMethodName, grpc.ForceCodec(rawCodec{}))
 	must(t, err)
 	wantGRPC(t, stream.RecvMsg(new([]byte)), codes.Unauthenticated, coffer.CodeUnauthenticated)
+	// Measured as any call is, under its rpc; a method the caller made up
+	// (refused on its headers too) is no label of the metrics.
+	err = conn.Invoke(grpcCtx("wrong"), "/coffer.v1.Wallet/MadeUp", []byte{}, new([]byte), grpc.ForceCodec(rawCodec{}))
+	wantGRPC(t, err, codes.Unauthenticated, coffer.CodeUnauthenticated)
+	metrics := s.metrics()
+	if !strings.Contains(metrics, `coffer_request_duration_seconds_count{call="Change",outcome="unauthenticated"} 1`) || strings.Contains(metrics, "MadeUp") {
+		t.Fatalf("metrics of refused calls:\n%s", grepLines(metrics, "coffer_request_duration_seconds_count"))
+	}
 }
 
 // TestRequestIDOverBothTransports: HTTP and gRPC keep a caller's sane
