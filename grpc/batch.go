@@ -20,6 +20,10 @@ func (s *Server) BatchChange(ctx context.Context, req *cofferv1.BatchChangeReque
 	reqs := make([]coffer.ChangeRequest, len(req.Changes))
 	errs := make([]error, len(req.Changes))
 	for i, c := range req.Changes {
+		if err := unknownFieldError(c); err != nil {
+			errs[i] = err
+			continue
+		}
 		reqs[i], errs[i] = changeRequest(&cofferv1.ChangeRequest{Namespace: req.Namespace, PlayerId: c.PlayerId,
 			IdempotencyKey: c.IdempotencyKey, Ops: c.Ops, Reason: c.Reason, Meta: c.Meta, Hold: c.Hold, HoldTtlSeconds: c.HoldTtlSeconds},
 			scope(ctx, req.Namespace, c.PlayerId, c.IdempotencyKey))

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/cofferhq/coffer"
+	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -52,9 +53,23 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 		return nil
 	}
 	if m, ok := v.(proto.Message); ok {
-		if path, num, found := unknownField(m.ProtoReflect()); found {
-			c.refused.Store(v, decodeRefusal{err: coffer.Errorf(coffer.CodeInvalid, "request%s: field number %d is not in the contract", path, num), decoded: true})
+		if err := unknownFieldError(m); err != nil {
+			c.refused.Store(v, decodeRefusal{err: err, decoded: true})
 		}
+	}
+	return nil
+}
+
+// batchChanges is the field whose messages a batch answers one by one: an
+// unknown field in one of them fails that change alone (BatchChange), as
+// HTTP answers a change it cannot decode, so the codec does not look in it.
+var batchChanges = (&cofferv1.BatchChangeRequest{}).ProtoReflect().Descriptor().Fields().ByName("changes")
+
+// unknownFieldError refuses m, invalid_argument, if it or a message in it
+// has a field the contract does not have; nil if none.
+func unknownFieldError(m proto.Message) *coffer.Error {
+	if path, num, found := unknownField(m.ProtoReflect()); found {
+		return coffer.Errorf(coffer.CodeInvalid, "request%s: field number %d is not in the contract", path, num)
 	}
 	return nil
 }
@@ -64,7 +79,8 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 // message that holds it ("", ".ops[0]"). Protobuf keeps such fields aside
 // and reads the rest, so a request that means more than the contract
 // says (a client's own dry_run) would be served as if it had not sent it;
-// the HTTP transport likewise refuses an unknown name.
+// the HTTP transport likewise refuses an unknown name. A batch's changes
+// are left to BatchChange.
 func unknownField(m protoreflect.Message) (path string, num protowire.Number, found bool) {
 	if raw := m.GetUnknown(); len(raw) > 0 {
 		num, _, _ = protowire.ConsumeTag(raw)
@@ -73,6 +89,7 @@ func unknownField(m protoreflect.Message) (path string, num protowire.Number, fo
 	m.Range(func(f protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		var in string
 		switch {
+		case f == batchChanges:
 		case f.IsList() && f.Message() != nil:
 			for i := 0; i < v.List().Len() && !found; i++ {
 				if in, num, found = unknownField(v.List().Get(i).Message()); found {

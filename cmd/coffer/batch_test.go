@@ -11,8 +11,12 @@ import (
 	"github.com/cofferhq/coffer"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	"github.com/cofferhq/coffer/client"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 const batchPath = "/v1/namespaces/1/transactions:batch"
@@ -228,4 +232,41 @@ func TestGRPCBatch(t *testing.T) {
 		coffer.ErrorCode(results[2].Err) != coffer.CodeInsufficientFunds {
 		t.Fatalf("client: %+v", results)
 	}
+}
+
+// TestGRPCBatchUnknownFieldFailsItsChangeAlone: a change with a field the
+// contract does not have is answered invalid_argument alone, as HTTP
+// answers a change with an unknown name, and the others apply; one in the
+// envelope fails the call.
+func TestGRPCBatchUnknownFieldFailsItsChangeAlone(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	conn, err := grpc.NewClient(s.main.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	must(t, err)
+	defer conn.Close()
+	change := func(key string, extra bool) []byte {
+		raw, _ := proto.Marshal(&cofferv1.BatchChange{PlayerId: 711, IdempotencyKey: key, Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 3}}})
+		if extra {
+			raw = protowire.AppendVarint(protowire.AppendTag(raw, 99, protowire.VarintType), 1)
+		}
+		return raw
+	}
+	batch, _ := proto.Marshal(&cofferv1.BatchChangeRequest{Namespace: 1})
+	for i, extra := range []bool{false, true, false} {
+		batch = protowire.AppendBytes(protowire.AppendTag(batch, 2, protowire.BytesType), change(fmt.Sprint("u", i), extra)) // changes = 2
+	}
+	var raw []byte
+	must(t, conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_BatchChange_FullMethodName, batch, &raw, grpc.ForceCodec(rawCodec{})))
+	var resp cofferv1.BatchChangeResponse
+	must(t, proto.Unmarshal(raw, &resp))
+	if len(resp.Results) != 3 || resp.Results[0].Trx == nil || resp.Results[2].Trx.GetVersion() != 2 {
+		t.Fatalf("the changes without the unknown field: %v", resp.Results)
+	}
+	bad := status.ErrorProto(resp.Results[1].Error)
+	wantGRPC(t, bad, codes.InvalidArgument, coffer.CodeInvalid)
+	if !strings.Contains(bad.Error(), "request: field number 99") {
+		t.Fatalf("the change with an unknown field: %v", bad)
+	}
+	envelope := protowire.AppendVarint(protowire.AppendTag(batch, 99, protowire.VarintType), 1)
+	err = conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_BatchChange_FullMethodName, envelope, &raw, grpc.ForceCodec(rawCodec{}))
+	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
 }
