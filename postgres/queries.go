@@ -66,7 +66,9 @@ func newQueries(id coffer.ShardID) *queries {
 		// Not DISTINCT: that reads every due lot before the first row;
 		// the sweeper skips a player it has seen instead.
 		expiredPlayers: n(`SELECT ns, player_id FROM lot_N
-			WHERE expires_at <= now() AND expires_at > $2 AND amount > 0 LIMIT $1`),
+			WHERE expires_at <= now() AND amount > 0
+				AND expires_at > COALESCE((SELECT swept_to FROM expiry_sweep WHERE shard_id = $2), '-infinity')
+			LIMIT $1`),
 		pending: n(`SELECT ns, player_id, emitter, idempotency_key FROM trx_N
 			WHERE status = 'pending' AND hold_expires_at <= now() ORDER BY hold_expires_at LIMIT $1`),
 		revenue: n(revenueSQL),

@@ -68,9 +68,6 @@ type Store struct {
 	// writers and readers are the batches of each database (by index).
 	writers []*committer[*request]
 	readers []*committer[*readRequest]
-	// lotsSwept is, per shard, the expiry time up to which the lot sweeper
-	// has recorded every expired lot (coffer.ShardID → time.Time).
-	lotsSwept sync.Map
 	// session is the lock_timeout and idle_in_transaction_session_timeout
 	// a batch's connection runs with (batchTx.setSession), as PostgreSQL
 	// reads them, built once.

@@ -614,8 +614,9 @@ func TestHoldCommitRecordsAPastExpiry(t *testing.T) {
 
 // TestLotSweeperLooksBackToItsLastPass: after a complete pass, the lot
 // sweeper looks only at expiries since that pass began (less the
-// overlap), not at every expiry ever recorded; a new instance looks at
-// all of them once.
+// overlap), not at every expiry ever recorded, and so does a new instance
+// (one just restarted): the shard's expiry_sweep row keeps the window. With
+// the row gone, a pass looks at all of them once.
 func TestLotSweeperLooksBackToItsLastPass(t *testing.T) {
 	e := newEnv(t)
 	later := time.Now().Add(time.Hour)
@@ -632,11 +633,30 @@ func TestLotSweeperLooksBackToItsLastPass(t *testing.T) {
 		t.Fatalf("second pass: %d %v; want the lot behind its window left alone", n, err)
 	}
 	fresh := postgres.New(e.router, e.catalog, postgres.Options{})
+	defer fresh.Close()
+	if n, err := fresh.SweepExpiredLots(ctx, 100); err != nil || n != 0 {
+		t.Fatalf("a new instance's first pass: %d %v; want the window kept", n, err)
+	}
+	var back float64
+	must(t, e.router.Shard(id).QueryRow(ctx, `SELECT extract(epoch FROM now() - swept_to) FROM expiry_sweep WHERE shard_id = $1`, id).Scan(&back))
+	if window := time.Duration(back * float64(time.Second)); window < 10*time.Minute || window > 11*time.Minute {
+		t.Fatalf("the window starts %v back; want the last pass's start less ten minutes", window)
+	}
+	e.forgetLotSweeps()
 	if n, err := fresh.SweepExpiredLots(ctx, 100); err != nil || n != 1 {
-		t.Fatalf("a new instance's first pass: %d %v; want the lot recorded", n, err)
+		t.Fatalf("a pass without a window: %d %v; want the lot recorded", n, err)
 	}
 	if got := e.expiries(14); len(got) != 1 || got[0].Amount != -5 {
 		t.Fatalf("expiries = %+v", got)
+	}
+}
+
+// forgetLotSweeps removes every shard's lot sweeper window: the next pass
+// looks at every expiry.
+func (e *env) forgetLotSweeps() {
+	for db := range e.router.Map().Databases() {
+		_, err := e.router.Database(db).Exec(ctx, `DELETE FROM expiry_sweep`)
+		must(e.t, err)
 	}
 }
 
@@ -702,7 +722,7 @@ func TestLotSweeperWindowWaitsForACompletePass(t *testing.T) {
 	sweep(store, 100, 1, false)
 
 	// A pass that reached its limit: the next one finds the rest.
-	store = postgres.New(e.router, e.catalog, postgres.Options{})
+	e.forgetLotSweeps()
 	dueAnHourAgo(players[2], players[3])
 	sweep(store, 1, 1, false)
 	sweep(store, 1, 1, false)

@@ -27,8 +27,7 @@ func (s *Store) SweepHolds(ctx context.Context, limit int) (int, error) {
 
 // sweepOverlap is how far before a complete pass's start the lot sweeper's
 // next pass looks back: past any write still in flight when the pass began
-// (its grant may carry an expiry the pass could not see) and any drift
-// between this instance's clock and the database's.
+// (its grant may carry an expiry the pass could not see).
 const sweepOverlap = 10 * time.Minute
 
 // SweepExpiredLots records an expire op for every lot that expired with an
@@ -38,20 +37,16 @@ const sweepOverlap = 10 * time.Minute
 // A recorded lot stays in the expiry index at amount 0 (a hold's rollback
 // may return currency to it), so a scan of every expiry up to now would
 // grow with all the expiries ever recorded. After a pass that listed every
-// due lot of a shard and recorded them all, the next passes look only at
-// expiries since its start (less sweepOverlap): a lot that expired before
-// then had its expiry recorded, and the write that gives such a lot an
-// amount again (a hold's rollback or commit) records its expiry itself.
+// due lot of a shard and recorded them all, the next passes, of any
+// instance and after a restart, look only at expiries since its start
+// (less sweepOverlap), which the shard's row of expiry_sweep keeps: a lot
+// that expired before then had its expiry recorded, and the write that
+// gives such a lot an amount again (a hold's rollback or commit) records
+// its expiry itself.
 func (s *Store) SweepExpiredLots(ctx context.Context, limit int) (int, error) {
 	seen := map[coffer.Scope]bool{} // a player is listed once per due lot
 	return s.sweep(ctx, limit,
-		func(id coffer.ShardID) (string, []any) {
-			var since time.Time
-			if t, ok := s.lotsSwept.Load(id); ok {
-				since = t.(time.Time)
-			}
-			return s.q(id).expiredPlayers, []any{limit, since}
-		},
+		func(id coffer.ShardID) (string, []any) { return s.q(id).expiredPlayers, []any{limit, id} },
 		func(r pgx.CollectableRow) (coffer.Scope, error) {
 			var sc coffer.Scope
 			return sc, r.Scan(&sc.Namespace, &sc.PlayerID)
@@ -66,7 +61,27 @@ func (s *Store) SweepExpiredLots(ctx context.Context, limit int) (int, error) {
 			}
 			return s.sweepWrites(ctx, writeExpireLots, players)
 		},
-		func(id coffer.ShardID, started time.Time) { s.lotsSwept.Store(id, started.Add(-sweepOverlap)) })
+		s.lotsSwept)
+}
+
+// lotsSwept moves the shard's expiry_sweep row to the start of a complete
+// pass less sweepOverlap, never back. The start is the database's clock
+// less the time the pass took by this instance's, so that the row does
+// not depend on the instances' clocks agreeing with the database's.
+func (s *Store) lotsSwept(ctx context.Context, id coffer.ShardID, started time.Time) error {
+	pool, err := s.pool(id)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	_, err = pool.Exec(cctx, `INSERT INTO expiry_sweep (shard_id, swept_to) VALUES ($1, now() - $2 * interval '1 microsecond')
+		ON CONFLICT (shard_id) DO UPDATE SET swept_to = GREATEST(expiry_sweep.swept_to, EXCLUDED.swept_to)`,
+		id, (time.Since(started) + sweepOverlap).Microseconds())
+	if err != nil {
+		return s.fail(id, err)
+	}
+	return nil
 }
 
 // SweepMarks removes, on every database, at most limit rows of batch_mark
@@ -100,8 +115,8 @@ func (s *Store) SweepMarks(ctx context.Context, limit int) (int, error) {
 // set, hears of each shard whose candidates were all listed (fewer than
 // limit) and acted on without an error, with the time its listing began.
 // It returns how many candidates act reported done.
-func (s *Store) sweep(ctx context.Context, limit int, list func(coffer.ShardID) (string, []any),
-	scan pgx.RowToFunc[coffer.Scope], act func([]coffer.Scope) (int, error), complete func(coffer.ShardID, time.Time)) (int, error) {
+func (s *Store) sweep(ctx context.Context, limit int, list func(coffer.ShardID) (string, []any), scan pgx.RowToFunc[coffer.Scope],
+	act func([]coffer.Scope) (int, error), complete func(context.Context, coffer.ShardID, time.Time) error) (int, error) {
 	n := 0
 	var errs []error
 	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
@@ -130,7 +145,9 @@ func (s *Store) sweep(ctx context.Context, limit int, list func(coffer.ShardID) 
 			errs = append(errs, err)
 		}
 		if complete != nil && err == nil && len(due) < limit {
-			complete(id, started)
+			if err := complete(ctx, id, started); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return n, errors.Join(errs...)
