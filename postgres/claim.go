@@ -140,11 +140,15 @@ const creditedPage = `SELECT o.trx_id, o.seq, o.ns, o.purchase->>'store', o.purc
 	ORDER BY o.trx_id, o.seq LIMIT $3`
 
 // claimCreditedSQL claims orders, given as arrays, for the trx that
-// credited them, where no claim exists; contestedSQL, after it, counts
-// those whose claim names another scope.
+// credited them, where no claim exists, in the order requests claim them
+// (coffer.ValidChange.Purchases: store, then order id, byte by byte), so
+// that it never waits on a request's claims in a cycle; contestedSQL,
+// after it, counts those whose claim names another scope.
 const (
 	claimCreditedSQL = `INSERT INTO purchase_claim_N (ns, store, order_id, player_id, emitter, idempotency_key, created_at)
 		SELECT * FROM unnest($1::integer[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::timestamptz[])
+			AS c(ns, store, order_id, player_id, emitter, idempotency_key, created_at)
+		ORDER BY c.ns, c.store COLLATE "C", c.order_id COLLATE "C"
 		ON CONFLICT (ns, store, order_id) DO NOTHING`
 	contestedSQL = `SELECT count(*)
 		FROM unnest($1::integer[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[])

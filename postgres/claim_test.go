@@ -312,3 +312,49 @@ func TestClaimCreditedClaimsOlderCredits(t *testing.T) {
 		t.Fatalf("audit after the claims: %+v", r.Violations)
 	}
 }
+
+// TestClaimCreditedTakesClaimsInTheRequestsOrder: ClaimCredited claims
+// the orders of a shard in the order requests claim theirs (store, then
+// order id), not in the order they were credited, so that it never holds
+// one order's claim while it waits for another's that a request holds,
+// and the request waits for the first: a deadlock, one of them failed.
+func TestClaimCreditedTakesClaimsInTheRequestsOrder(t *testing.T) {
+	e := newEnv(t)
+	p := e.playersOn(0, 90, 1)[0]
+	key := func(order string) coffer.PurchaseKey {
+		return coffer.PurchaseKey{Namespace: 1, Store: "steam", OrderID: order}
+	}
+	at := e.router.Map().ShardOfPurchase(key("a-0"))
+	second := "b-0" // after a-0, on the same shard of claims
+	for i := 1; e.router.Map().ShardOfPurchase(key(second)) != at; i++ {
+		second = fmt.Sprint("b-", i)
+	}
+	// Credited second first: its grant comes first in ClaimCredited's read.
+	e.mustChange(p, "second", paid("gold", 1, second))
+	e.mustChange(p, "first", paid("gold", 1, "a-0"))
+	claims := e.router.Shard(at)
+	_, err := claims.Exec(ctx, fmt.Sprintf(`DELETE FROM purchase_claim_%d`, at))
+	must(t, err)
+	// A request claiming both, in its order: the first claim taken, not
+	// committed.
+	claim := fmt.Sprintf(`INSERT INTO purchase_claim_%d (ns, store, order_id, player_id, emitter, idempotency_key, created_at)
+		VALUES (1, 'steam', $1, $2, 7, $3, now()) ON CONFLICT DO NOTHING`, at)
+	tx, err := claims.Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, claim, "a-0", p, "first")
+	must(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := postgres.ClaimCredited(ctx, e.router)
+		done <- err
+	}()
+	for waiting := false; !waiting; {
+		must(t, claims.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted)`).Scan(&waiting))
+	}
+	if _, err := tx.Exec(ctx, claim, second, p, "second"); err != nil {
+		t.Fatalf("the request's second claim: %v", err)
+	}
+	must(t, tx.Commit(ctx))
+	must(t, <-done)
+}
