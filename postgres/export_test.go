@@ -1,6 +1,11 @@
 package postgres
 
-import "github.com/cofferhq/coffer"
+import (
+	"context"
+	"time"
+
+	"github.com/cofferhq/coffer"
+)
 
 // RevenueSQL is the revenue report's statement on shard id.
 func RevenueSQL(id coffer.ShardID) string { return newQueries(id).revenue }
@@ -20,3 +25,13 @@ func BatchWrite(id coffer.ShardID) string { return writeSQL(id, 1<<len(writeBran
 
 // SetMark is the statement that raises a committer's mark.
 const SetMark = setMark
+
+// LotsSwept moves shard id's lot sweeper window from since, as a pass
+// listed from it and begun at started would.
+func (s *Store) LotsSwept(ctx context.Context, id coffer.ShardID, since *time.Time, started time.Time) error {
+	pool, err := s.pool(id)
+	if err != nil {
+		return err
+	}
+	return s.lotsSwept(ctx, pool, id, since, started)
+}

@@ -9,6 +9,8 @@ type queries struct {
 	balancesAt              string
 	finlogAsc, finlogDesc   string
 	expiredPlayers, pending string
+	sweptTo, sweptFirst     string
+	sweptNext               string
 	revenue                 string
 	// batch are the statements of a batch of writes or balance reads.
 	batch batchSQL
@@ -66,9 +68,13 @@ func newQueries(id coffer.ShardID) *queries {
 		// Not DISTINCT: that reads every due lot before the first row;
 		// the sweeper skips a player it has seen instead.
 		expiredPlayers: n(`SELECT ns, player_id FROM lot_N
-			WHERE expires_at <= now() AND amount > 0
-				AND expires_at > COALESCE((SELECT swept_to FROM expiry_sweep WHERE shard_id = $2), '-infinity')
-			LIMIT $1`),
+			WHERE expires_at <= now() AND expires_at > $2 AND amount > 0 LIMIT $1`),
+		// The lot sweeper's window: read, set the first time, moved on
+		// from what was read ($2) to the database's now less $1 µs.
+		sweptTo:    n(`SELECT swept_to FROM expiry_sweep_N`),
+		sweptFirst: n(`INSERT INTO expiry_sweep_N (swept_to) VALUES (now() - $1 * interval '1 microsecond') ON CONFLICT DO NOTHING`),
+		sweptNext: n(`UPDATE expiry_sweep_N SET swept_to = GREATEST(swept_to, now() - $1 * interval '1 microsecond')
+			WHERE swept_to = $2`),
 		pending: n(`SELECT ns, player_id, emitter, idempotency_key FROM trx_N
 			WHERE status = 'pending' AND hold_expires_at <= now() ORDER BY hold_expires_at LIMIT $1`),
 		revenue: n(revenueSQL),

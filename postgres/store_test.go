@@ -615,8 +615,8 @@ func TestHoldCommitRecordsAPastExpiry(t *testing.T) {
 // TestLotSweeperLooksBackToItsLastPass: after a complete pass, the lot
 // sweeper looks only at expiries since that pass began (less the
 // overlap), not at every expiry ever recorded, and so does a new instance
-// (one just restarted): the shard's expiry_sweep row keeps the window. With
-// the row gone, a pass looks at all of them once.
+// (one just restarted): the shard's expiry_sweep_N keeps the window. With
+// the window cleared, a pass looks at all of them once.
 func TestLotSweeperLooksBackToItsLastPass(t *testing.T) {
 	e := newEnv(t)
 	later := time.Now().Add(time.Hour)
@@ -637,10 +637,8 @@ func TestLotSweeperLooksBackToItsLastPass(t *testing.T) {
 	if n, err := fresh.SweepExpiredLots(ctx, 100); err != nil || n != 0 {
 		t.Fatalf("a new instance's first pass: %d %v; want the window kept", n, err)
 	}
-	var back float64
-	must(t, e.router.Shard(id).QueryRow(ctx, `SELECT extract(epoch FROM now() - swept_to) FROM expiry_sweep WHERE shard_id = $1`, id).Scan(&back))
-	if window := time.Duration(back * float64(time.Second)); window < 10*time.Minute || window > 11*time.Minute {
-		t.Fatalf("the window starts %v back; want the last pass's start less ten minutes", window)
+	if back := e.lotsWindow(id); back < 10*time.Minute || back > 11*time.Minute {
+		t.Fatalf("the window starts %v back; want the last pass's start less ten minutes", back)
 	}
 	e.forgetLotSweeps()
 	if n, err := fresh.SweepExpiredLots(ctx, 100); err != nil || n != 1 {
@@ -651,11 +649,51 @@ func TestLotSweeperLooksBackToItsLastPass(t *testing.T) {
 	}
 }
 
-// forgetLotSweeps removes every shard's lot sweeper window: the next pass
+// TestLotSweeperWindowMovesOnlyFromWhatItListed: a pass moves the window
+// only from the one it was listed from. One listed before the window was
+// cleared (by an operator, to have every expiry looked at again) or moved
+// by another instance leaves it as it is, so it cannot set back a window
+// that lots it never listed are behind.
+func TestLotSweeperWindowMovesOnlyFromWhatItListed(t *testing.T) {
+	e := newEnv(t)
+	id := coffer.ShardID(3)
+	must(t, e.store.LotsSwept(ctx, id, nil, time.Now()))
+	if back := e.lotsWindow(id); back < 10*time.Minute || back > 11*time.Minute {
+		t.Fatalf("the first window starts %v back", back)
+	}
+	var listed time.Time
+	must(t, e.router.Shard(id).QueryRow(ctx, fmt.Sprintf(`SELECT swept_to FROM expiry_sweep_%d`, id)).Scan(&listed))
+	must(t, e.store.LotsSwept(ctx, id, &listed, time.Now().Add(10*time.Minute)))
+	if back := e.lotsWindow(id); back > time.Minute {
+		t.Fatalf("moved from what it listed, the window starts %v back; want the pass's start, ten minutes on", back)
+	}
+	// Passes listed from the old window, or from none, after it moved.
+	must(t, e.store.LotsSwept(ctx, id, &listed, time.Now().Add(time.Hour)))
+	must(t, e.store.LotsSwept(ctx, id, nil, time.Now().Add(time.Hour)))
+	if back := e.lotsWindow(id); back > time.Minute || back < -time.Minute {
+		t.Fatalf("passes listed from another window moved it to %v back", back)
+	}
+	e.forgetLotSweeps()
+	must(t, e.store.LotsSwept(ctx, id, &listed, time.Now().Add(time.Hour)))
+	var n int
+	must(t, e.router.Shard(id).QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM expiry_sweep_%d`, id)).Scan(&n))
+	if n != 0 {
+		t.Fatal("a pass listed before the window was cleared set it again")
+	}
+}
+
+// lotsWindow is how far back from now shard id's lot sweeper window starts.
+func (e *env) lotsWindow(id coffer.ShardID) time.Duration {
+	var back float64
+	must(e.t, e.router.Shard(id).QueryRow(ctx, fmt.Sprintf(`SELECT extract(epoch FROM now() - swept_to) FROM expiry_sweep_%d`, id)).Scan(&back))
+	return time.Duration(back * float64(time.Second))
+}
+
+// forgetLotSweeps clears every shard's lot sweeper window: the next pass
 // looks at every expiry.
 func (e *env) forgetLotSweeps() {
-	for db := range e.router.Map().Databases() {
-		_, err := e.router.Database(db).Exec(ctx, `DELETE FROM expiry_sweep`)
+	for id := range e.router.Map().ShardCount() {
+		_, err := e.router.Shard(coffer.ShardID(id)).Exec(ctx, fmt.Sprintf(`DELETE FROM expiry_sweep_%d`, id))
 		must(e.t, err)
 	}
 }

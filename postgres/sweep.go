@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // SweepHolds rolls back holds past their TTL (status expired), at most
@@ -17,7 +19,9 @@ import (
 // left alone.
 func (s *Store) SweepHolds(ctx context.Context, limit int) (int, error) {
 	return s.sweep(ctx, limit,
-		func(id coffer.ShardID) (string, []any) { return s.q(id).pending, []any{limit} },
+		func(_ context.Context, _ *pgxpool.Pool, id coffer.ShardID) (string, []any, error) {
+			return s.q(id).pending, []any{limit}, nil
+		},
 		func(r pgx.CollectableRow) (coffer.Scope, error) {
 			var sc coffer.Scope
 			return sc, r.Scan(&sc.Namespace, &sc.PlayerID, &sc.Emitter, &sc.IdempotencyKey)
@@ -39,14 +43,22 @@ const sweepOverlap = 10 * time.Minute
 // grow with all the expiries ever recorded. After a pass that listed every
 // due lot of a shard and recorded them all, the next passes, of any
 // instance and after a restart, look only at expiries since its start
-// (less sweepOverlap), which the shard's row of expiry_sweep keeps: a lot
+// (less sweepOverlap), which the shard's expiry_sweep_N keeps: a lot
 // that expired before then had its expiry recorded, and the write that
 // gives such a lot an amount again (a hold's rollback or commit) records
 // its expiry itself.
 func (s *Store) SweepExpiredLots(ctx context.Context, limit int) (int, error) {
-	seen := map[coffer.Scope]bool{} // a player is listed once per due lot
+	seen := map[coffer.Scope]bool{}            // a player is listed once per due lot
+	windows := map[coffer.ShardID]*time.Time{} // the window each shard was listed from (nil: none)
 	return s.sweep(ctx, limit,
-		func(id coffer.ShardID) (string, []any) { return s.q(id).expiredPlayers, []any{limit, id} },
+		func(ctx context.Context, pool *pgxpool.Pool, id coffer.ShardID) (string, []any, error) {
+			var since *time.Time
+			if err := pool.QueryRow(ctx, s.q(id).sweptTo).Scan(&since); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return "", nil, err
+			}
+			windows[id] = since
+			return s.q(id).expiredPlayers, []any{limit, cmp.Or(since, &time.Time{})}, nil
+		},
 		func(r pgx.CollectableRow) (coffer.Scope, error) {
 			var sc coffer.Scope
 			return sc, r.Scan(&sc.Namespace, &sc.PlayerID)
@@ -61,27 +73,27 @@ func (s *Store) SweepExpiredLots(ctx context.Context, limit int) (int, error) {
 			}
 			return s.sweepWrites(ctx, writeExpireLots, players)
 		},
-		s.lotsSwept)
+		func(ctx context.Context, pool *pgxpool.Pool, id coffer.ShardID, started time.Time) error {
+			return s.lotsSwept(ctx, pool, id, windows[id], started)
+		})
 }
 
-// lotsSwept moves the shard's expiry_sweep row to the start of a complete
-// pass less sweepOverlap, never back. The start is the database's clock
-// less the time the pass took by this instance's, so that the row does
-// not depend on the instances' clocks agreeing with the database's.
-func (s *Store) lotsSwept(ctx context.Context, id coffer.ShardID, started time.Time) error {
-	pool, err := s.pool(id)
-	if err != nil {
-		return err
+// lotsSwept moves the shard's window, as read before the pass listed its
+// lots (since; nil if there was none), to the pass's start less
+// sweepOverlap. Only from since: a window changed meanwhile was moved by
+// another instance's pass, or cleared by an operator (docs/operations.md),
+// and this pass, listed from the old one, must not set it back. The start
+// is the database's clock less the time the pass took by this instance's,
+// so that the window does not depend on the instances' clocks.
+func (s *Store) lotsSwept(ctx context.Context, pool *pgxpool.Pool, id coffer.ShardID, since *time.Time, started time.Time) error {
+	back := (time.Since(started) + sweepOverlap).Microseconds()
+	var err error
+	if since == nil {
+		_, err = pool.Exec(ctx, s.q(id).sweptFirst, back)
+	} else {
+		_, err = pool.Exec(ctx, s.q(id).sweptNext, back, *since)
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	_, err = pool.Exec(cctx, `INSERT INTO expiry_sweep (shard_id, swept_to) VALUES ($1, now() - $2 * interval '1 microsecond')
-		ON CONFLICT (shard_id) DO UPDATE SET swept_to = GREATEST(expiry_sweep.swept_to, EXCLUDED.swept_to)`,
-		id, (time.Since(started) + sweepOverlap).Microseconds())
-	if err != nil {
-		return s.fail(id, err)
-	}
-	return nil
+	return err
 }
 
 // SweepMarks removes, on every database, at most limit rows of batch_mark
@@ -113,10 +125,12 @@ func (s *Store) SweepMarks(ctx context.Context, limit int) (int, error) {
 // with the statement list gives and acts on them. A failing shard or
 // candidate does not stop the pass; the errors are joined. complete, if
 // set, hears of each shard whose candidates were all listed (fewer than
-// limit) and acted on without an error, with the time its listing began.
-// It returns how many candidates act reported done.
-func (s *Store) sweep(ctx context.Context, limit int, list func(coffer.ShardID) (string, []any), scan pgx.RowToFunc[coffer.Scope],
-	act func([]coffer.Scope) (int, error), complete func(context.Context, coffer.ShardID, time.Time) error) (int, error) {
+// limit) and acted on without an error, with the time its listing began;
+// its error is joined too. It returns how many candidates act reported
+// done.
+func (s *Store) sweep(ctx context.Context, limit int, list func(context.Context, *pgxpool.Pool, coffer.ShardID) (string, []any, error),
+	scan pgx.RowToFunc[coffer.Scope], act func([]coffer.Scope) (int, error),
+	complete func(context.Context, *pgxpool.Pool, coffer.ShardID, time.Time) error) (int, error) {
 	n := 0
 	var errs []error
 	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
@@ -128,11 +142,13 @@ func (s *Store) sweep(ctx context.Context, limit int, list func(coffer.ShardID) 
 		}
 		started := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		sql, args := list(id)
-		rows, err := pool.Query(cctx, sql, args...)
 		var due []coffer.Scope
+		sql, args, err := list(cctx, pool, id)
 		if err == nil {
-			due, err = pgx.CollectRows(rows, scan)
+			var rows pgx.Rows
+			if rows, err = pool.Query(cctx, sql, args...); err == nil {
+				due, err = pgx.CollectRows(rows, scan)
+			}
 		}
 		cancel()
 		if err != nil {
@@ -145,9 +161,11 @@ func (s *Store) sweep(ctx context.Context, limit int, list func(coffer.ShardID) 
 			errs = append(errs, err)
 		}
 		if complete != nil && err == nil && len(due) < limit {
-			if err := complete(ctx, id, started); err != nil {
-				errs = append(errs, err)
+			cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+			if err := complete(cctx, pool, id, started); err != nil {
+				errs = append(errs, s.fail(id, err))
 			}
+			cancel()
 		}
 	}
 	return n, errors.Join(errs...)
