@@ -239,6 +239,19 @@ func yamlMessage(err error) string {
 	return strings.ReplaceAll(msg, "\n  ", "; ")
 }
 
+// warnings are what the config allows but an operator most likely did not
+// mean: coffer serve logs them at start.
+func (c *Config) warnings() []string {
+	var out []string
+	if b := c.Batches.Committers; 2*b >= int(c.Pool.ConnsMax) {
+		// Each committer's batch of writes and of reads may hold a
+		// connection at once: a pool no larger serves (the batches end
+		// quickly), but the finlog, a trx and the sweepers wait behind them.
+		out = append(out, fmt.Sprintf("pool.conns_max (%d) leaves no connection beside the batches (2 × batches.committers, %d): other calls wait for them", c.Pool.ConnsMax, 2*b))
+	}
+	return out
+}
+
 // service checks the service part of the config and builds the catalog
 // and the clients from it. Errors name the key at fault.
 func (c *Config) service() (*coffer.Catalog, *coffer.Clients, error) {

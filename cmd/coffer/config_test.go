@@ -37,6 +37,19 @@ func TestServiceConfigErrors(t *testing.T) {
 	}
 }
 
+// TestConfigWarnings: a pool no larger than the batches' connections is
+// served, with a warning; the dev config has none.
+func TestConfigWarnings(t *testing.T) {
+	cfg := devConfig("127.0.0.1:0", "", "k")
+	if w := cfg.warnings(); len(w) != 0 {
+		t.Fatalf("dev config: %q", w)
+	}
+	cfg.Pool.ConnsMax = 4
+	if w := cfg.warnings(); len(w) != 1 || !strings.Contains(w[0], "pool.conns_max (4)") {
+		t.Fatalf("4 connections for 2 committers: %q", w)
+	}
+}
+
 func TestConfigFileEnvAndUnknownKeys(t *testing.T) {
 	dir := t.TempDir()
 	base := "shard_count: 2\nshard_distribution_mode: auto\nshard_on_db: 2\ndatabases:\n  - {name: c, host: 127.0.0.1, type: postgres, user: u, password: \"${COFFER_TEST_PW}\"}\n"

@@ -78,12 +78,8 @@ func (m *Main) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	if b, pool := m.Config.Batches, m.Config.Pool; int64(2*b.Committers) >= int64(pool.ConnsMax) {
-		// Each committer's batch of writes and of reads may hold a
-		// connection at once: a pool no larger serves (the batches end
-		// quickly), but the finlog, a trx and the sweepers wait behind them.
-		m.Logger.Warn("pool.conns_max leaves no connection beside the batches: other calls wait for them; keep 2 × batches.committers below it",
-			"conns_max", pool.ConnsMax, "committers", b.Committers)
+	for _, w := range m.Config.warnings() {
+		m.Logger.Warn(w)
 	}
 	m.started = time.Now().UTC()
 	if m.router, err = shard.Open(m.Map, m.Config.Pool); err != nil {
