@@ -39,7 +39,7 @@ type codec struct {
 // one with an unknown field did, so its namespace can be authorized as
 // HTTP authorizes the path's before it reads the body.
 type decodeRefusal struct {
-	err     *coffer.Error
+	err     error
 	decoded bool
 }
 
@@ -67,7 +67,7 @@ var batchChanges = (&cofferv1.BatchChangeRequest{}).ProtoReflect().Descriptor().
 
 // unknownFieldError refuses m, invalid_argument, if it or a message in it
 // has a field the contract does not have; nil if none.
-func unknownFieldError(m proto.Message) *coffer.Error {
+func unknownFieldError(m proto.Message) error {
 	if path, num, found := unknownField(m.ProtoReflect()); found {
 		return coffer.Errorf(coffer.CodeInvalid, "request%s: field number %d is not in the contract", path, num)
 	}
@@ -113,11 +113,11 @@ func unknownField(m protoreflect.Message) (path string, num protowire.Number, fo
 	return path, num, found
 }
 
-// refusal takes the refusal recorded for req: nil and decoded if none.
-func (c *codec) refusal(req any) (err *coffer.Error, decoded bool) {
+// refusal takes the refusal recorded for req: decoded and nil if none.
+func (c *codec) refusal(req any) (decoded bool, err error) {
 	if r, ok := c.refused.LoadAndDelete(req); ok {
 		d := r.(decodeRefusal)
-		return d.err, d.decoded
+		return d.decoded, d.err
 	}
-	return nil, true
+	return true, nil
 }

@@ -136,7 +136,7 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	id := requestID(md)
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", id))
 	done := s.Metrics.Begin(rpc)
-	refused, decoded := s.codec.refusal(req)
+	decoded, refused := s.codec.refusal(req)
 	if !decoded {
 		req = nil // what decoded of it, if anything, is not the request
 	}

@@ -244,13 +244,15 @@ func TestGRPCBatchUnknownFieldFailsItsChangeAlone(t *testing.T) {
 	must(t, err)
 	defer conn.Close()
 	change := func(key string, extra bool) []byte {
-		raw, _ := proto.Marshal(&cofferv1.BatchChange{PlayerId: 711, IdempotencyKey: key, Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 3}}})
+		raw, err := proto.Marshal(&cofferv1.BatchChange{PlayerId: 711, IdempotencyKey: key, Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 3}}})
+		must(t, err)
 		if extra {
 			raw = protowire.AppendVarint(protowire.AppendTag(raw, 99, protowire.VarintType), 1)
 		}
 		return raw
 	}
-	batch, _ := proto.Marshal(&cofferv1.BatchChangeRequest{Namespace: 1})
+	batch, err := proto.Marshal(&cofferv1.BatchChangeRequest{Namespace: 1})
+	must(t, err)
 	for i, extra := range []bool{false, true, false} {
 		batch = protowire.AppendBytes(protowire.AppendTag(batch, 2, protowire.BytesType), change(fmt.Sprint("u", i), extra)) // changes = 2
 	}
