@@ -122,9 +122,10 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 // check refuses flags that do not go together or are out of range (given
 // are the flags set on the command line), before anything runs.
 func (f *benchFlags) check(given map[string]bool) error {
-	// The --self stack's pool: its batches of writes and of reads take a
-	// connection each per committer, and its other calls need some.
-	connsMax := int(DefaultConfig().Pool.ConnsMax)
+	// The --self stack's config, with its committers: a bench of a stack
+	// whose batches crowd its pool would measure the warning, not coffer.
+	stack := DefaultConfig()
+	stack.Batches.Committers = f.committers
 	switch {
 	case f.self == (f.target != ""):
 		return errors.New("give --self or --target")
@@ -150,8 +151,8 @@ func (f *benchFlags) check(given map[string]bool) error {
 		return errors.New("--shards needs --self")
 	case given["committers"] && !f.self:
 		return errors.New("--committers needs --self")
-	case f.committers < 1 || 2*f.committers >= connsMax:
-		return fmt.Errorf("--committers: 1 to %d (2 × committers below pool.conns_max, %d)", (connsMax-1)/2, connsMax)
+	case f.committers < 1 || stack.poolCrowded():
+		return fmt.Errorf("--committers: at least 1, and its batches (2 connections per committer) below pool.conns_max (%d)", stack.Pool.ConnsMax)
 	case f.shards > 1024:
 		return errors.New("--shards: at most 1024")
 	case f.Statements && f.target != "" && f.configPath == "":

@@ -243,14 +243,18 @@ func yamlMessage(err error) string {
 // mean: coffer serve logs them at start.
 func (c *Config) warnings() []string {
 	var out []string
-	if b := c.Batches.Committers; 2*b >= int(c.Pool.ConnsMax) {
-		// Each committer's batch of writes and of reads may hold a
-		// connection at once: a pool no larger serves (the batches end
-		// quickly), but the finlog, a trx and the sweepers wait behind them.
-		out = append(out, fmt.Sprintf("pool.conns_max (%d) leaves no connection beside the batches (2 × batches.committers, %d): other calls wait for them", c.Pool.ConnsMax, 2*b))
+	if c.poolCrowded() {
+		out = append(out, fmt.Sprintf("pool.conns_max (%d) leaves no connection beside the batches (2 × batches.committers, %d): other calls wait for them",
+			c.Pool.ConnsMax, 2*c.Batches.Committers))
 	}
 	return out
 }
+
+// poolCrowded tells whether the batches may hold every connection of a
+// database's pool: each committer's batch of writes and of reads holds one
+// while it runs. Such a pool serves (the batches end quickly), but the
+// finlog, a trx and the sweepers wait behind them.
+func (c *Config) poolCrowded() bool { return 2*c.Batches.Committers >= int(c.Pool.ConnsMax) }
 
 // service checks the service part of the config and builds the catalog
 // and the clients from it. Errors name the key at fault.
