@@ -50,6 +50,16 @@ func TestConfigWarnings(t *testing.T) {
 	}
 }
 
+// TestServeLogsConfigWarnings: coffer serve logs each warning of its
+// config at start, and serves.
+func TestServeLogsConfigWarnings(t *testing.T) {
+	s := startService(t, twoServers(t), func(c *Config) { c.Pool.ConnsMax = 4 })
+	if !strings.Contains(s.logs.String(), `"level":"WARN","msg":"pool.conns_max (4)`) {
+		t.Fatalf("no warning of the crowded pool at start:\n%s", s.logs.String())
+	}
+	wantStatus(t, s.call("GET", "/v1/namespaces/1/players/1/balances", devKey, ""), 200, "")
+}
+
 func TestConfigFileEnvAndUnknownKeys(t *testing.T) {
 	dir := t.TempDir()
 	base := "shard_count: 2\nshard_distribution_mode: auto\nshard_on_db: 2\ndatabases:\n  - {name: c, host: 127.0.0.1, type: postgres, user: u, password: \"${COFFER_TEST_PW}\"}\n"
