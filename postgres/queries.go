@@ -5,13 +5,12 @@ import "github.com/cofferhq/coffer"
 // queries are the statements of one shard. Table names carry the shard
 // number, so each shard has its own text (and prepared statements).
 type queries struct {
-	nextIDs, trxByKey       string
-	balancesAt              string
-	finlogAsc, finlogDesc   string
-	expiredPlayers, pending string
-	sweptTo, sweptFirst     string
-	sweptNext               string
-	revenue                 string
+	nextIDs, trxByKey              string
+	balancesAt                     string
+	finlogAsc, finlogDesc          string
+	expiredPlayers, pending        string
+	sweptTo, sweptFirst, sweptNext string
+	revenue                        string
 	// batch are the statements of a batch of writes or balance reads.
 	batch batchSQL
 }
