@@ -12,13 +12,15 @@ type OpCause string
 
 // Causes: a plain change (purchase, reward, spend), a hold's reservation
 // returned to its lot, either side of an exchange that carries paid value
-// over, or a refund taking a purchase back (not revenue: the money went
-// back).
+// over, a refund taking a purchase back (not revenue: the money went
+// back), or a refund taking back, when a hold rolls back, coins of its
+// order the hold reserved when it was refunded (BookLot.Owed).
 const (
-	CauseChange   OpCause = "change"
-	CauseRelease  OpCause = "release"
-	CauseExchange OpCause = "exchange"
-	CauseRefund   OpCause = "refund"
+	CauseChange     OpCause = "change"
+	CauseRelease    OpCause = "release"
+	CauseExchange   OpCause = "exchange"
+	CauseRefund     OpCause = "refund"
+	CauseRefundHeld OpCause = "refund_held"
 )
 
 // BookLot is a lot as the Book sees it while it plans a trx.
@@ -29,7 +31,11 @@ type BookLot struct {
 	Amount   Amount
 	// Reserved is what pending holds took from the lot: a rollback
 	// returns it, a commit settles it.
-	Reserved  Amount
+	Reserved Amount
+	// Owed is what of Reserved a refund of the lot's order could not take
+	// and counted short: a rollback returns it to the refund, not to the
+	// player; a commit spends it. At most Reserved.
+	Owed      Amount
 	ExpiresAt *time.Time
 	Priority  int32
 	CreatedAt time.Time
@@ -133,8 +139,9 @@ type bookCurrency struct {
 // the currency's sums would pass int64 (a damaged ledger: the audit says
 // where).
 func (b *Book) Add(l *BookLot) error {
-	if l.Amount < 0 || l.Reserved < 0 || l.Value < 0 || l.ValueReserved < 0 {
-		return Errorf(CodeInternal, "lot %d has amount %d worth %d and reserves %d worth %d", l.ID, l.Amount, l.Value, l.Reserved, l.ValueReserved)
+	if l.Amount < 0 || l.Reserved < 0 || l.Value < 0 || l.ValueReserved < 0 || l.Owed < 0 || l.Owed > l.Reserved {
+		return Errorf(CodeInternal, "lot %d has amount %d worth %d and reserves %d worth %d, %d of it owed to a refund",
+			l.ID, l.Amount, l.Value, l.Reserved, l.ValueReserved, l.Owed)
 	}
 	amount, reserved := l.Amount, l.Reserved
 	l.Amount, l.Reserved = 0, 0
@@ -434,26 +441,44 @@ func (b *Book) Take(lotID int64, amount Amount, cause OpCause) (op BookOp, taken
 
 // Release returns amount, reserved by a hold, and value, what it was
 // worth, to the lot it came from (a hold rolled back or expired). The lot may have expired meanwhile; the
-// amount then expires with it. It cannot overflow: the reservation counted
+// amount then expires with it. What of it the lot owes a refund (Owed)
+// goes on to the refund: a second op takes it back, with its ValueShare
+// of value, so that a refunded order's coins never return to the player.
+// It cannot overflow: the reservation counted
 // towards BalanceMax all along, and it is not bounded by TrxOpsMax, since
 // a hold's begin was. Errors: internal, when the lot is not in the Book or
 // does not reserve amount and value (a damaged ledger).
-func (b *Book) Release(lotID int64, amount, value Amount) (BookOp, error) {
+func (b *Book) Release(lotID int64, amount, value Amount) ([]BookOp, error) {
 	l, err := b.reserving(lotID, amount, value)
 	if err != nil {
-		return BookOp{}, err
+		return nil, err
 	}
+	owed := min(l.Owed, amount)
 	if err := b.set(l, l.Amount+amount, l.Reserved-amount); err != nil {
-		return BookOp{}, err
+		return nil, err
 	}
 	// The lot's value was v − value when it reserved: no overflow.
-	l.Value, l.ValueReserved, l.Changed = l.Value+value, l.ValueReserved-value, true
-	return b.op(l, OpGrant, CauseRelease, amount, value), nil
+	l.Value, l.ValueReserved, l.Owed, l.Changed = l.Value+value, l.ValueReserved-value, l.Owed-owed, true
+	ops := []BookOp{b.op(l, OpGrant, CauseRelease, amount, value)}
+	if owed == 0 {
+		return ops, nil
+	}
+	owedValue := ValueShare(value, owed, amount)
+	if err := b.set(l, l.Amount-owed, l.Reserved); err != nil {
+		return nil, err
+	}
+	l.Value -= owedValue
+	return append(ops, b.op(l, OpConsume, CauseRefundHeld, -owed, -owedValue)), nil
 }
 
 // Settle ends amount of a lot's reservation, worth value, for good: the
-// hold that took it is committed, and its value is recognised. It writes
-// no op (the consume was written at the begin). Errors: as Release.
+// hold that took it is committed, and its value is recognised. The coins
+// are spent: the refund's shortfall stands, and the lot owes it at most
+// what it still reserves. Were the refund's policy claw_back, what it
+// still owes, it takes from the coins another hold's rollback returns,
+// as it takes from any coins the player holds: the commit does not
+// lessen it. It writes no op (the consume was written at the begin).
+// Errors: as Release.
 func (b *Book) Settle(lotID int64, amount, value Amount) error {
 	l, err := b.reserving(lotID, amount, value)
 	if err != nil {
@@ -462,8 +487,26 @@ func (b *Book) Settle(lotID int64, amount, value Amount) error {
 	if err := b.set(l, l.Amount, l.Reserved-amount); err != nil {
 		return err
 	}
-	l.ValueReserved, l.Changed = l.ValueReserved-value, true
+	l.ValueReserved, l.Owed, l.Changed = l.ValueReserved-value, min(l.Owed, l.Reserved), true
 	return nil
+}
+
+// Owe marks up to amount of what pending holds reserve from lot lotID as
+// owed to a refund (BookLot.Owed), beyond what the lot owes already, and
+// returns what it marked: what a refund of the lot's order counts short
+// while a hold reserves it. A lot the Book does not hold reserves
+// nothing.
+func (b *Book) Owe(lotID int64, amount Amount) Amount {
+	l := b.byID[lotID]
+	if l == nil || amount <= 0 {
+		return 0
+	}
+	owed := min(amount, l.Reserved-l.Owed)
+	if owed > 0 {
+		l.Owed += owed
+		l.Changed = true
+	}
+	return owed
 }
 
 func (b *Book) reserving(lotID int64, amount, value Amount) (*BookLot, error) {

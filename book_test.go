@@ -1,6 +1,7 @@
 package coffer
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -92,9 +93,9 @@ func TestBookRollbacksCannotOverflow(t *testing.T) {
 	if _, err := b.Grant(gold, half, false, nil, 0, nil, CauseChange); ErrorCode(err) != CodeInvalid {
 		t.Fatalf("refill while a hold reserves the balance: %v", err)
 	}
-	op, err := b.Release(1, half, 0)
-	if err != nil || op.BalanceAfter != half || b.Lots()[0].Reserved != 0 {
-		t.Fatalf("release: %+v %v", op, err)
+	ops, err := b.Release(1, half, 0)
+	if err != nil || len(ops) != 1 || ops[0].BalanceAfter != half || b.Lots()[0].Reserved != 0 {
+		t.Fatalf("release: %+v %v", ops, err)
 	}
 	// A stored reservation past the bound (written before it) still
 	// returns, as long as int64 holds it; one past int64 is refused, not
@@ -128,6 +129,45 @@ func TestBookSettleAndRelease(t *testing.T) {
 	}
 	if _, err := b.Release(1, 7, 0); ErrorCode(err) != CodeInternal {
 		t.Fatalf("release after settle: %v", err)
+	}
+}
+
+// TestBookOwed: what a lot owes a refund goes to the refund when its hold
+// rolls back (a second op, cause refund_held, with its share of the
+// value); a commit lessens it only as far as the lot then reserves less;
+// a lot owes at most what it reserves, and one loaded owing more is
+// refused.
+func TestBookOwed(t *testing.T) {
+	partly := newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 30, Owed: 10})
+	if err := partly.Settle(1, 15, 0); err != nil || partly.Lots()[0].Owed != 10 {
+		t.Fatalf("a commit of 15 of 30 reserved, 10 owed: %+v %v", partly.Lots()[0], err)
+	}
+	if err := partly.Settle(1, 10, 0); err != nil || partly.Lots()[0].Owed != 5 {
+		t.Fatalf("a commit that leaves 5 reserved: %+v %v", partly.Lots()[0], err)
+	}
+	b := newBook(t, &BookLot{ID: 1, Currency: 1, Paid: true, Amount: 5, Reserved: 30, ValueReserved: 300, Worth: Worth{Fiat: "USD", Value: 50}})
+	if got := b.Owe(1, 20); got != 20 {
+		t.Fatalf("owed %d of 20", got)
+	}
+	if got := b.Owe(1, 20); got != 10 {
+		t.Fatalf("owed %d more: the lot reserves 30", got)
+	}
+	if err := b.Settle(1, 5, 50); err != nil || b.Lots()[0].Owed != 25 {
+		t.Fatalf("settle: %+v %v", b.Lots()[0], err)
+	}
+	ops, err := b.Release(1, 25, 250)
+	want := []BookOp{
+		{Currency: 1, LotID: 1, Kind: OpGrant, Cause: CauseRelease, Amount: 25, Paid: true, BalanceAfter: 30, PaidAfter: 30, Value: 250, Fiat: "USD"},
+		{Currency: 1, LotID: 1, Kind: OpConsume, Cause: CauseRefundHeld, Amount: -25, Paid: true, BalanceAfter: 5, PaidAfter: 5, Value: -250, Fiat: "USD"},
+	}
+	if err != nil || fmt.Sprint(ops) != fmt.Sprint(want) {
+		t.Fatalf("release: %v\n%+v\nwant\n%+v", err, ops, want)
+	}
+	if l := b.Lots()[0]; l.Amount != 5 || l.Value != 50 || l.Reserved != 0 || l.Owed != 0 || l.ValueReserved != 0 {
+		t.Fatalf("lot after the rollback = %+v", l)
+	}
+	if err := (&Book{}).Add(&BookLot{ID: 1, Currency: 1, Reserved: 1, Owed: 2}); ErrorCode(err) != CodeInternal {
+		t.Fatalf("a lot owing more than it reserves loaded: %v", err)
 	}
 }
 

@@ -84,7 +84,9 @@ type RevenueLine struct {
 	Expired Amount `json:"expired"`
 	// Refunded is paid currency taken back by refunds and chargebacks
 	// in the period; RefundShortfall what they could not take back
-	// (already spent), which stays recognised.
+	// (already spent), which stays recognised, less what holds rolled
+	// back in the period gave back to earlier refunds (coins the holds
+	// reserved when their orders were refunded).
 	Refunded        Amount `json:"refunded"`
 	RefundShortfall Amount `json:"refund_shortfall"`
 	// Deferred is paid currency outstanding at To, with what pending

@@ -556,19 +556,20 @@ func commitHold(book *Book, c *Catalog, h *StoredTrx) ([]BookOp, error) {
 	return ops, nil
 }
 
-// releaseHold returns each reservation of hold h to its lot. The lots
-// must be loaded (a lot a pending hold reserves from is held).
+// releaseHold returns each reservation of hold h to its lot, and what a
+// lot owes a refund on to the refund. The lots must be loaded (a lot a
+// pending hold reserves from is held).
 func releaseHold(book *Book, h *StoredTrx) ([]BookOp, error) {
 	var ops []BookOp
 	for _, o := range h.Ops {
 		if o.Kind != OpConsume {
 			continue
 		}
-		op, err := book.Release(o.LotID, -o.Amount, -o.value())
+		released, err := book.Release(o.LotID, -o.Amount, -o.value())
 		if err != nil {
 			return nil, err
 		}
-		ops = append(ops, op)
+		ops = append(ops, released...)
 	}
 	return ops, nil
 }

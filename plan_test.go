@@ -79,8 +79,8 @@ func render(c *Catalog, p Plan) string {
 				if o.Fiat != "" {
 					fmt.Fprintf(&out, " %s %d", o.Fiat, o.Value)
 				}
-				if o.Cause == CauseExchange {
-					out.WriteString(" (exchange)")
+				if o.Cause == CauseExchange || o.Cause == CauseRefundHeld {
+					fmt.Fprintf(&out, " (%s)", o.Cause)
 				}
 				if first < 0 {
 					first = o.Pos

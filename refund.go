@@ -392,6 +392,7 @@ func refundOrder(book *Book, c *Catalog, o *OrderState, lots []orderLot) ([]Book
 		back[l.parent] += ValueShare(l.consumed, back[i], l.granted)
 	}
 	var owed, exchanged []RefundBalance
+	short := make([]Amount, len(o.Lots))
 	for i, l := range o.Lots {
 		j := slices.IndexFunc(owed, func(r RefundBalance) bool { return r.Currency == l.Currency })
 		if j < 0 {
@@ -402,7 +403,8 @@ func refundOrder(book *Book, c *Catalog, o *OrderState, lots []orderLot) ([]Book
 		// Coins come back from the lot and from what exchanges made of it,
 		// at most its share: no overflow.
 		got := min(back[i], l.Share)
-		owed[j].Amount += l.Share - got
+		short[i] = l.Share - got
+		owed[j].Amount += short[i]
 		exchanged[j].Amount += got - own[i] // own ≤ got: taken from the lot, at most its share
 		// What the share cost less what the coins taken back were worth
 		// (their ValueShare of each lot, which never holds more than the
@@ -413,7 +415,24 @@ func refundOrder(book *Book, c *Catalog, o *OrderState, lots []orderLot) ([]Book
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	oweHeld(book, o, short, shortfall)
 	return ops, nonZero(exchanged), shortfall, nil
+}
+
+// oweHeld marks, on each of the order's own lots, what pending holds
+// reserve there of the coins the refund counted short (short, per lot;
+// at most the currency's shortfall, which claw_back may have covered):
+// should a hold roll back, they go to the refund (Book.Release), not back
+// to the player. Coins a hold reserves from a lot an exchange made of
+// the order's coins are not followed (docs/ledger.md, Refunds).
+func oweHeld(book *Book, o *OrderState, short []Amount, shortfall []RefundBalance) {
+	left := map[CurrencyID]Amount{}
+	for _, s := range shortfall {
+		left[s.Currency] = s.Amount
+	}
+	for i, l := range o.Lots {
+		left[l.Currency] -= book.Owe(l.LotID, min(short[i], left[l.Currency]))
+	}
 }
 
 // applyPolicy follows each currency's policy about what is owed (in

@@ -124,6 +124,81 @@ func TestPlanRefund(t *testing.T) {
 	}
 }
 
+// TestPlanRefundDuringHold: coins a pending hold reserves from the
+// order's lot are short at the refund, as if spent (write_off writes them
+// off, claw_back takes them from the other lots). Should the hold roll
+// back, what of them the refund counted short goes to the refund, not
+// back to the player; should it commit, they are spent and the shortfall
+// stands. The player ends with what it held besides the order, as had
+// the hold never been.
+func TestPlanRefundDuringHold(t *testing.T) {
+	c := refundCatalog(t)
+	buy := func(cur string) OpRequest {
+		return OpRequest{Currency: cur, Amount: 100, Kind: "paid", Purchase: &Purchase{Store: "steam", OrderID: "o", Price: 500, Fiat: "USD"}}
+	}
+	begin := func(cur string) []step {
+		return []step{
+			{changeOf(t, c, "buy", false, buy(cur)), fmt.Sprintf("trx 100 change committed v4 @11\n  grant %s 100 lot 101 = 100/100 @12 USD 500", cur)},
+			{changeOf(t, c, "h", true, freeOp(cur, -30)), fmt.Sprintf("trx 102 hold pending v5 @13\n  consume %s -30 lot 101 = 70/70 @14 USD -150", cur)},
+		}
+	}
+	rollback := func(p *Player) Plan { return p.Rollback(key("h")) }
+	commit := func(p *Player) Plan { return p.Commit(key("h")) }
+	for _, sc := range []struct {
+		name  string
+		lots  []BookLot
+		steps []step
+		// owed is what the lots owe the refund after it; end what the
+		// player holds once the hold is finished.
+		owed, end Amount
+	}{
+		{"write_off, rolled back: the 30 go to the refund", nil, append(begin("silver"),
+			step{refundOf(t, c, "r", "o", RefundChargeback), "trx 103 refund committed v6 @15\n  consume silver -70 lot 101 = 0/0 @16 USD -350\nshortfall [{silver 30 150}]"},
+			step{rollback, "finish 102 rolled_back v7 (begin v5)\n  grant silver 30 lot 101 = 30/30 @17 USD 150\n  consume silver -30 lot 101 = 0/0 @18 USD -150 (refund_held)"}), 30, 0},
+		{"write_off, committed: the 30 are spent, the shortfall stands", nil, append(begin("silver"),
+			step{refundOf(t, c, "r", "o", RefundChargeback), "trx 103 refund committed v6 @15\n  consume silver -70 lot 101 = 0/0 @16 USD -350\nshortfall [{silver 30 150}]"},
+			step{commit, "finish 102 committed v7 (begin v5)"}), 30, 0},
+		{"claw_back, rolled back: what the other lots covered returns to the player", []BookLot{{ID: 1, Currency: 1, Amount: 20, CreatedAt: planT0.Add(-time.Hour)}}, []step{
+			{changeOf(t, c, "buy", false, buy("gold")), "trx 100 change committed v4 @11\n  grant gold 100 lot 101 = 120/100 @12 USD 500"},
+			{changeOf(t, c, "h", true, freeOp("gold", -50)), "trx 102 hold pending v5 @13\n  consume gold -20 lot 1 = 100/100 @14\n  consume gold -30 lot 101 = 70/70 @15 USD -150"},
+			{changeOf(t, c, "reward", false, freeOp("gold", 10)), "trx 103 change committed v6 @16\n  grant gold 10 lot 1 = 80/70 @17"},
+			{refundOf(t, c, "r", "o", RefundChargeback),
+				"trx 104 refund committed v7 @18\n  consume gold -70 lot 101 = 10/0 @19 USD -350\n  consume gold -10 lot 1 = 0/0 @20\nshortfall [{gold 20 100}]"},
+			{rollback, "finish 102 rolled_back v8 (begin v5)\n  grant gold 20 lot 1 = 20/0 @21\n  grant gold 30 lot 101 = 50/30 @22 USD 150\n" +
+				"  consume gold -20 lot 101 = 30/10 @23 USD -100 (refund_held)"},
+		}, 20, 30},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			p := testBuyer(t, c, sc.lots, []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"}}})
+			for i, st := range sc.steps {
+				plan := st.plan(p)
+				if i == len(sc.steps)-2 {
+					var owed Amount
+					for _, l := range p.Lots() {
+						owed += l.Owed
+					}
+					if owed != sc.owed {
+						t.Errorf("owed %d after the refund, want %d", owed, sc.owed)
+					}
+				}
+				if got := renderRefund(c, plan); got != st.want {
+					t.Fatalf("step %d:\n%s\nwant\n%s", i, got, st.want)
+				}
+			}
+			var end Amount
+			for _, l := range p.Lots() {
+				if l.Reserved != 0 || l.Owed != 0 {
+					t.Fatalf("lot %d after the hold: %+v", l.ID, *l)
+				}
+				end += l.Amount
+			}
+			if end != sc.end {
+				t.Fatalf("the player holds %d after the hold, want %d", end, sc.end)
+			}
+		})
+	}
+}
+
 // TestValidateRefund: bad input is invalid_argument; the hash tells the
 // payloads apart.
 func TestValidateRefund(t *testing.T) {

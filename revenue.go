@@ -126,6 +126,11 @@ func (s RevenueSum) figures(f Amount) (out [revenueFigures]Amount) {
 			out[expired] = -f
 		case s.Kind == OpConsume && s.Cause == CauseRefund:
 			out[refunded] = -f
+		case s.Kind == OpConsume && s.Cause == CauseRefundHeld:
+			// Coins a refund counted short, taken back when the hold that
+			// reserved them rolled back: no longer short.
+			out[refunded] = -f
+			out[shortfall] = f
 		}
 	}
 	return out

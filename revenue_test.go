@@ -102,6 +102,8 @@ func TestRevenueSums(t *testing.T) {
 			line(RevenueLine{Recognised: -7, Deferred: 7, RecognisedValue: -70, DeferredValue: 70})},
 		"a hold pending throughout": {[]RevenueSum{reserved(true, true, 7)},
 			line(RevenueLine{Opening: 7, Deferred: 7, OpeningValue: 70, DeferredValue: 70})},
+		"a hold rolled back gives a refund what it counted short": {[]RevenueSum{op(OpGrant, CauseRelease, true, 4), op(OpConsume, CauseRefundHeld, true, -4)},
+			line(RevenueLine{Recognised: -4, Refunded: 4, RefundShortfall: -4, RecognisedValue: -40, RefundedValue: 40, RefundShortfallValue: -40})},
 		"a refund's shortfall": {[]RevenueSum{{Currency: 1, Fiat: "USD", Shortfall: true, Within: true, Amount: 3, Value: 30}},
 			line(RevenueLine{RefundShortfall: 3, RefundShortfallValue: 30})},
 	} {

@@ -75,6 +75,9 @@ var checks = []check{
 				WHERE t.status = 'pending' AND o.kind = 'consume' GROUP BY 1, 2, 3) h
 			ON h.ns = l.ns AND h.player_id = l.player_id AND h.lot_id = l.lot_id
 		WHERE l.reserved IS DISTINCT FROM h.reserved`},
+	// What a lot owes a refund is part of its reservation (coffer.BookLot.Owed).
+	{"lot owes a refund more than it reserves", `SELECT ns, player_id, lot_id, owed, reserved FROM lot_N
+		WHERE owed < 0 OR owed > reserved`},
 	{"lot value reservation differs from pending holds", `SELECT COALESCE(l.ns, h.ns), COALESCE(l.player_id, h.player_id), COALESCE(l.lot_id, h.lot_id),
 			l.value_reserved, h.value_reserved
 		FROM (SELECT ns, player_id, lot_id, value_reserved FROM lot_N WHERE value_reserved <> 0) l

@@ -32,7 +32,7 @@ var reconciliation = func() string {
 		{"converted_in", sum("o.kind = 'grant' AND o.cause = 'exchange'")},
 		{"converted_out", "-" + sum("o.kind = 'consume' AND o.cause = 'exchange'")},
 		{"expired", "-" + sum("o.kind = 'expire'")},
-		{"refunded", "-" + sum("o.kind = 'consume' AND o.cause = 'refund'")},
+		{"refunded", "-" + sum("o.kind = 'consume' AND o.cause IN ('refund', 'refund_held')")},
 	}
 	var cols, out []string
 	for _, unit := range []struct{ col, sfx string }{{"o.amount", ""}, {"COALESCE(o.value, 0)", "_value"}} {

@@ -163,10 +163,11 @@ var writeBranches = []struct {
 		unnest($5::bool[]) AS paid, unnest($6::bigint[]) AS amount, unnest($7::bigint[]) AS reserved, unnest($8::timestamptz[]) AS expires_at,
 		unnest($9::int[]) AS priority, unnest($10::timestamptz[]) AS created_at, unnest($11::bigint[]) AS trx_id, unnest($12::text[]) AS store,
 		unnest($13::text[]) AS order_id, unnest($14::text[]) AS fiat, unnest($15::bigint[]) AS value, unnest($16::bigint[]) AS value_reserved) AS u`, 16},
-	{"lots", `UPDATE lot_N l SET amount = u.amount, reserved = u.reserved, value = u.value, value_reserved = u.value_reserved
+	{"lots", `UPDATE lot_N l SET amount = u.amount, reserved = u.reserved, value = u.value, value_reserved = u.value_reserved, owed = u.owed
 	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::int[]) AS currency, unnest($4::bigint[]) AS lot_id,
-		unnest($5::bigint[]) AS amount, unnest($6::bigint[]) AS reserved, unnest($7::bigint[]) AS value, unnest($8::bigint[]) AS value_reserved) AS u
-	WHERE l.ns = u.ns AND l.player_id = u.player_id AND l.currency = u.currency AND l.lot_id = u.lot_id`, 8},
+		unnest($5::bigint[]) AS amount, unnest($6::bigint[]) AS reserved, unnest($7::bigint[]) AS value, unnest($8::bigint[]) AS value_reserved,
+		unnest($9::bigint[]) AS owed) AS u
+	WHERE l.ns = u.ns AND l.player_id = u.player_id AND l.currency = u.currency AND l.lot_id = u.lot_id`, 9},
 	{"finished", `UPDATE trx_N t SET status = u.status::trx_status, version = u.version, finished_at = u.finished_at, begin_version = u.begin_version
 	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::timestamptz[]) AS created_at, unnest($4::bigint[]) AS trx_id,
 		unnest($5::text[]) AS status, unnest($6::bigint[]) AS version, unnest($7::timestamptz[]) AS finished_at, unnest($8::bigint[]) AS begin_version) AS u

@@ -17,7 +17,7 @@ type queries struct {
 
 // lotColumns are read by scanLot, in this order.
 const lotColumns = `l.lot_id, l.currency, l.paid, l.amount, l.reserved, l.expires_at, l.priority, l.created_at,
-	COALESCE(l.store, ''), COALESCE(l.order_id, ''), COALESCE(l.fiat, ''), l.value, l.value_reserved`
+	COALESCE(l.store, ''), COALESCE(l.order_id, ''), COALESCE(l.fiat, ''), l.value, l.value_reserved, l.owed`
 
 // trxColumns are read by scanTrx, in this order; ops come as a JSON array.
 // meta is canonical text; meta_jsonb what an earlier coffer stored (V0010).
@@ -119,7 +119,7 @@ const revenueSQL = `SELECT currency, fiat, reserved, shortfall, kind, cause, wit
 			t.created_at < $2 AND COALESCE(t.finished_at, 'infinity'::timestamptz) >= $2, COALESCE(t.finished_at, 'infinity'::timestamptz) >= $3
 		FROM trx_N t JOIN op_N o ON o.trx_id = t.trx_id
 		WHERE t.ns = $1 AND t.kind = 'hold' AND COALESCE(t.finished_at, 'infinity'::timestamptz) >= $2 AND t.created_at < $3
-			AND o.kind = 'consume' AND o.paid
+			AND o.kind = 'consume' AND o.cause = 'change' AND o.paid
 	UNION ALL
 	SELECT (s->>'currency')::int, COALESCE((SELECT g.fiat FROM op_N g WHERE g.ns = t.ns AND g.player_id = t.player_id
 				AND g.purchase IS NOT NULL AND g.purchase->>'store' = t.refund->>'store' AND g.purchase->>'order_id' = t.refund->>'order_id'

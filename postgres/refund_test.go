@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -151,22 +152,61 @@ func TestRefundAfterTheLotExpired(t *testing.T) {
 	}
 }
 
-// TestRefundLeavesWhatHoldsReserve: the coins a pending hold reserves
-// from the purchase's lot are not taken; under write_off they are
-// shortfall, and a rollback returns them to the lot as for any hold.
-func TestRefundLeavesWhatHoldsReserve(t *testing.T) {
+// TestRefundTakesWhatAHoldReservedWhenItRollsBack: the coins a pending
+// hold reserves from the purchase's lot are not taken by the refund;
+// under write_off they are shortfall, as if spent. Should the hold roll
+// back, they go to the refund (an op of cause refund_held in the
+// rollback), not back to the player, and the revenue report counts them
+// refunded, no longer short; should it commit, they are spent and the
+// shortfall stands. The audit (newEnv's cleanup) checks the lots owe no
+// more than they reserve and that the revenue reconciles.
+func TestRefundTakesWhatAHoldReservedWhenItRollsBack(t *testing.T) {
 	e := newEnv(t)
-	e.mustChange(24, "buy", paid("silver", 100, "o-h"))
-	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(24, "hold"), Ops: []coffer.OpRequest{free("silver", -30)}, Hold: true})
-	must(t, err)
-	trx := e.mustRefund(refundOf(24, "r", "o-h"))
-	if got := taken(t, trx); got != "[silver paid 70]" || fmt.Sprint(trx.Refund.Shortfall) != "[{silver 30 150}]" {
-		t.Fatalf("took %s, shortfall %+v", got, trx.Refund.Shortfall)
+	from := time.Now().Add(-time.Second)
+	for _, player := range []coffer.PlayerID{24, 29} {
+		order := fmt.Sprintf("o-%d", player)
+		e.mustChange(player, "buy", paid("silver", 100, order))
+		_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(player, "hold"), Ops: []coffer.OpRequest{free("silver", -30)}, Hold: true})
+		must(t, err)
+		chargeback := refundOf(player, "r", order)
+		chargeback.Kind = coffer.RefundChargeback
+		trx := e.mustRefund(chargeback)
+		if got := taken(t, trx); got != "[silver paid 70]" || fmt.Sprint(trx.Refund.Shortfall) != "[{silver 30 150}]" {
+			t.Fatalf("took %s, shortfall %+v", got, trx.Refund.Shortfall)
+		}
 	}
-	_, _, err = e.store.Rollback(ctx, scope(24, "hold"))
+	time.Sleep(2 * time.Millisecond)
+	pending := time.Now()
+	time.Sleep(2 * time.Millisecond)
+	rb, _, err := e.store.Rollback(ctx, scope(24, "hold"))
 	must(t, err)
-	if b := e.balance(24, "silver"); b.Total != 30 {
-		t.Fatalf("silver after the rollback = %+v", b)
+	var ops []string
+	for _, op := range rb.Ops[1:] {
+		ops = append(ops, fmt.Sprintf("%s %d %v", op.Kind, op.Amount, *op.Value))
+	}
+	if got := strings.Join(ops, ", "); got != "grant 30 {150 USD}, consume -30 {-150 USD}" || len(rb.Balances) != 1 || rb.Balances[0].Total != 0 {
+		t.Fatalf("the rollback's ops after the hold's: %s; balances %+v", got, rb.Balances)
+	}
+	_, _, err = e.store.Commit(ctx, scope(29, "hold"))
+	must(t, err)
+	for _, player := range []coffer.PlayerID{24, 29} {
+		if b := e.balance(player, "silver"); b.Total != 0 {
+			t.Fatalf("player %d holds %+v of a refunded order", player, b)
+		}
+	}
+	// While the holds were pending, and once they are finished.
+	for _, c := range []struct {
+		to   time.Time
+		want string
+	}{
+		{pending, "silver USD: opening 0 deposited 200 recognised 0 converted 0/0 expired 0 refunded 140/60 deferred 60 | " +
+			"value: opening 0 deposited 998 recognised 0 converted 0/0 expired 0 refunded 698/300 deferred 300"},
+		{time.Now().Add(time.Minute), "silver USD: opening 0 deposited 200 recognised 30 converted 0/0 expired 0 refunded 170/30 deferred 0 | " +
+			"value: opening 0 deposited 998 recognised 150 converted 0/0 expired 0 refunded 848/150 deferred 0"},
+	} {
+		if got := e.revenue(from, c.to); got != c.want {
+			t.Errorf("revenue to %s:\n%s\nwant\n%s", c.to, got, c.want)
+		}
 	}
 }
 

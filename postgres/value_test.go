@@ -138,6 +138,7 @@ func TestAuditFindsValueDamage(t *testing.T) {
 		"negative lot":             "UPDATE lot_%d SET value = -1 WHERE paid AND amount > 0",
 		"lot differs from its ops": "UPDATE lot_%d SET value = value + 1 WHERE paid AND amount > 0",
 		"lot value reservation differs from pending holds": "UPDATE lot_%d SET value_reserved = value_reserved + 1 WHERE reserved > 0",
+		"lot owes a refund more than it reserves":          "UPDATE lot_%d SET owed = reserved + 1 WHERE reserved > 0",
 		"lot value without its coins":                      "UPDATE lot_%d SET fiat = 'USD' WHERE NOT paid",
 		"op value differs from its lot's fiat":             "UPDATE op_%d SET fiat = 'EUR' WHERE fiat IS NOT NULL AND kind = 'consume'",
 		"purchase value differs from its price":            "UPDATE op_%d SET value = value - 1 WHERE purchase IS NOT NULL",
