@@ -474,11 +474,11 @@ func (b *Book) Release(lotID int64, amount, value Amount) ([]BookOp, error) {
 // Settle ends amount of a lot's reservation, worth value, for good: the
 // hold that took it is committed, and its value is recognised. The coins
 // are spent: the refund's shortfall stands, and the lot owes it at most
-// what it still reserves. Were the refund's policy claw_back, what it
-// still owes, it takes from the coins another hold's rollback returns,
-// as it takes from any coins the player holds: the commit does not
-// lessen it. It writes no op (the consume was written at the begin).
-// Errors: as Release.
+// what it still reserves, no less. Under claw_back a lot may owe less
+// than it reserves, and what it still owes the refund takes from the
+// coins another hold's rollback returns, as claw_back takes from any
+// coins the player holds. It writes no op (the consume was written at
+// the begin). Errors: as Release.
 func (b *Book) Settle(lotID int64, amount, value Amount) error {
 	l, err := b.reserving(lotID, amount, value)
 	if err != nil {

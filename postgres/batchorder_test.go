@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -102,6 +103,38 @@ func TestBalanceAtVersionOfAHoldBegunAndCommittedInOneBatch(t *testing.T) {
 			if b.Version != c.want {
 				t.Errorf("player %d at %s: version %d, want %d", p, c.at.Format(time.RFC3339Nano), b.Version, c.want)
 			}
+		}
+	}
+}
+
+// TestRefundOfALotMadeInItsBatchKeepsWhatItOwes: a purchase, a hold on
+// all of it and the order's chargeback in one batch. The lot is new to
+// the batch and owes the refund the coins the hold reserves (ADR 0015);
+// it must be inserted owing them, so that the hold's rollback, later,
+// gives them to the refund, as it does for the calls sent one at a time.
+func TestRefundOfALotMadeInItsBatchKeepsWhatItOwes(t *testing.T) {
+	e := newEnv(t)
+	ps := e.playersOn(0, 1, 3)
+	buy := func(s *postgres.Store, p coffer.PlayerID) (coffer.Trx, error) {
+		trx, _, err := s.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "buy"), Ops: []coffer.OpRequest{paid("silver", 100, fmt.Sprintf("o-%d", p))}})
+		return trx, err
+	}
+	hold := func(s *postgres.Store, p coffer.PlayerID) (coffer.Trx, error) {
+		trx, _, err := s.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "h"), Hold: true, Ops: []coffer.OpRequest{free("silver", -100)}})
+		return trx, err
+	}
+	chargeback := func(s *postgres.Store, p coffer.PlayerID) (coffer.Trx, error) {
+		r := refundOf(p, "r", fmt.Sprintf("o-%d", p))
+		r.Kind = coffer.RefundChargeback
+		trx, _, err := s.Refund(ctx, r)
+		return trx, err
+	}
+	e.batchAndAlone(ps[0], ps[1], ps[2], buy, hold, chargeback)
+	for _, p := range ps[1:] {
+		_, _, err := e.store.Rollback(ctx, scope(p, "h"))
+		must(t, err)
+		if b := e.balance(p, "silver"); b.Total != 0 {
+			t.Errorf("player %d holds %d of its refunded order after the rollback", p, b.Total)
 		}
 	}
 }

@@ -121,6 +121,14 @@ func (w *Workload) Verify(ctx context.Context) []string {
 				model[balanceKey{r.NS, r.Player, op.Currency}] += op.Amount
 			}
 		}
+		if r.Kind == Hold && (t.Status == coffer.StatusRolledBack || t.Status == coffer.StatusExpired) {
+			// A rollback gives a refund made meanwhile what it counted
+			// short of the hold's coins (ADR 0015): the hold's ops, its
+			// reservations and their return, add up to that.
+			for _, op := range t.Ops {
+				model[balanceKey{r.NS, r.Player, op.Currency}] += op.Amount
+			}
+		}
 		if r.Kind != Hold || t.Status == coffer.StatusCommitted {
 			for cur, d := range r.Deltas {
 				model[balanceKey{r.NS, r.Player, cur}] += d
