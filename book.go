@@ -441,9 +441,11 @@ func (b *Book) Take(lotID int64, amount Amount, cause OpCause) (op BookOp, taken
 
 // Release returns amount, reserved by a hold, and value, what it was
 // worth, to the lot it came from (a hold rolled back or expired). The lot may have expired meanwhile; the
-// amount then expires with it. What of it the lot owes a refund (Owed)
-// goes on to the refund: a second op takes it back, with its ValueShare
-// of value, so that a refunded order's coins never return to the player.
+// amount then expires with it. What of it the lot owes a refund (Owed),
+// and beyond that what the order's other lots of the currency owe (under
+// claw_back what is owed may sit on any of them: Settle), goes on to the
+// refund: a second op takes it back, with its ValueShare of value, so
+// that a refunded order's coins never return to the player.
 // It cannot overflow: the reservation counted
 // towards BalanceMax all along, and it is not bounded by TrxOpsMax, since
 // a hold's begin was. Errors: internal, when the lot is not in the Book or
@@ -459,6 +461,11 @@ func (b *Book) Release(lotID int64, amount, value Amount) ([]BookOp, error) {
 	}
 	// The lot's value was v − value when it reserved: no overflow.
 	l.Value, l.ValueReserved, l.Owed, l.Changed = l.Value+value, l.ValueReserved-value, l.Owed-owed, true
+	for _, o := range b.orderLots(l) {
+		if t := min(o.Owed, amount-owed); t > 0 {
+			o.Owed, o.Changed, owed = o.Owed-t, true, owed+t
+		}
+	}
 	ops := []BookOp{b.op(l, OpGrant, CauseRelease, amount, value)}
 	if owed == 0 {
 		return ops, nil
@@ -477,8 +484,10 @@ func (b *Book) Release(lotID int64, amount, value Amount) ([]BookOp, error) {
 // what it still reserves, no less. Under claw_back a lot may owe less
 // than it reserves, and what it still owes the refund takes from the
 // coins another hold's rollback returns, as claw_back takes from any
-// coins the player holds. It writes no op (the consume was written at
-// the begin). Errors: as Release.
+// coins the player holds: what this lot can no longer owe goes to the
+// order's other lots of the currency, as far as they reserve more than
+// they owe. It writes no op (the consume was written at the begin).
+// Errors: as Release.
 func (b *Book) Settle(lotID int64, amount, value Amount) error {
 	l, err := b.reserving(lotID, amount, value)
 	if err != nil {
@@ -487,8 +496,25 @@ func (b *Book) Settle(lotID int64, amount, value Amount) error {
 	if err := b.set(l, l.Amount, l.Reserved-amount); err != nil {
 		return err
 	}
-	l.ValueReserved, l.Owed, l.Changed = l.ValueReserved-value, min(l.Owed, l.Reserved), true
+	owed := min(l.Owed, l.Reserved)
+	move := l.Owed - owed
+	for _, o := range b.orderLots(l) {
+		move -= b.Owe(o.ID, move)
+	}
+	l.ValueReserved, l.Owed, l.Changed = l.ValueReserved-value, owed, true
 	return nil
+}
+
+// orderLots are the other lots of lot l's order in its currency: those
+// what a refund of it is owed may move between.
+func (b *Book) orderLots(l *BookLot) []*BookLot {
+	var out []*BookLot
+	for _, o := range b.currency(l.Currency).lots {
+		if l.Store != "" && o != l && o.Store == l.Store && o.OrderID == l.OrderID {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // Owe marks up to amount of what pending holds reserve from lot lotID as

@@ -134,9 +134,9 @@ func TestBookSettleAndRelease(t *testing.T) {
 
 // TestBookOwed: what a lot owes a refund goes to the refund when its hold
 // rolls back (a second op, cause refund_held, with its share of the
-// value); a commit lessens it only as far as the lot then reserves less;
-// a lot owes at most what it reserves, and one loaded owing more is
-// refused.
+// value); a commit lessens it only as far as the lot then reserves less,
+// and moves that to the order's other lots; a lot owes at most what it
+// reserves, and one loaded owing more is refused.
 func TestBookOwed(t *testing.T) {
 	partly := newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 30, Owed: 10})
 	if err := partly.Settle(1, 15, 0); err != nil || partly.Lots()[0].Owed != 10 {
@@ -165,6 +165,26 @@ func TestBookOwed(t *testing.T) {
 	}
 	if l := b.Lots()[0]; l.Amount != 5 || l.Value != 50 || l.Reserved != 0 || l.Owed != 0 || l.ValueReserved != 0 {
 		t.Fatalf("lot after the rollback = %+v", l)
+	}
+	// Under claw_back, what a commit leaves a lot unable to owe goes to
+	// the order's other lots of the currency, not to another order's.
+	o := Worth{Store: "steam", OrderID: "o"}
+	b = newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 30, Owed: 30, Worth: o}, &BookLot{ID: 2, Currency: 1, Reserved: 5, Worth: Worth{Store: "steam", OrderID: "p"}},
+		&BookLot{ID: 3, Currency: 1, Reserved: 20, Owed: 5, Worth: o}, &BookLot{ID: 4, Currency: 1, Reserved: 40, Worth: o})
+	if err := b.Settle(1, 30, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(b.Lots()[0].Owed, b.Lots()[1].Owed, b.Lots()[2].Owed, b.Lots()[3].Owed); got != "0 0 20 15" {
+		t.Fatalf("owed after the commit: %s, want 0 0 20 15", got)
+	}
+	// And a rollback gives the refund what the order's other lots owe,
+	// beyond what its own lot does.
+	ops, err = b.Release(4, 40, 0)
+	if err != nil || len(ops) != 2 || ops[1].Amount != -35 || b.Lots()[3].Amount != 5 || b.Lots()[2].Owed != 0 {
+		t.Fatalf("release of lot 4: %+v %v; lots %+v %+v", ops, err, *b.Lots()[2], *b.Lots()[3])
+	}
+	if ops, err = b.Release(3, 20, 0); err != nil || len(ops) != 1 {
+		t.Fatalf("release of lot 3, which owes nothing now: %+v %v", ops, err)
 	}
 	if err := (&Book{}).Add(&BookLot{ID: 1, Currency: 1, Reserved: 1, Owed: 2}); ErrorCode(err) != CodeInternal {
 		t.Fatalf("a lot owing more than it reserves loaded: %v", err)
