@@ -114,17 +114,12 @@ func (w *Workload) Verify(ctx context.Context) []string {
 		if msg := holdCheck(r, t); msg != "" {
 			violations = append(violations, r.Key+": "+msg)
 		}
-		if r.Kind == Refund {
-			// What a refund takes depends on what was left of the order's
-			// lots: its answer says, and the balances must agree.
-			for _, op := range t.Ops {
-				model[balanceKey{r.NS, r.Player, op.Currency}] += op.Amount
-			}
-		}
-		if r.Kind == Hold && (t.Status == coffer.StatusRolledBack || t.Status == coffer.StatusExpired) {
-			// A rollback gives a refund made meanwhile what it counted
-			// short of the hold's coins (ADR 0015): the hold's ops, its
-			// reservations and their return, add up to that.
+		// What a refund takes depends on what was left of the order's
+		// lots, and a hold's rollback gives a refund made meanwhile what
+		// it counted short of the hold's coins (ADR 0015; the hold's
+		// reservations and their return add up to the rest): the
+		// answer's ops say, and the balances must agree.
+		if r.Kind == Refund || (r.Kind == Hold && (t.Status == coffer.StatusRolledBack || t.Status == coffer.StatusExpired)) {
 			for _, op := range t.Ops {
 				model[balanceKey{r.NS, r.Player, op.Currency}] += op.Amount
 			}
