@@ -497,20 +497,25 @@ func (b *Book) Settle(lotID int64, amount, value Amount) error {
 		return err
 	}
 	owed := min(l.Owed, l.Reserved)
-	move := l.Owed - owed
-	for _, o := range b.orderLots(l) {
-		move -= b.Owe(o.ID, move)
+	if move := l.Owed - owed; move > 0 {
+		for _, o := range b.orderLots(l) {
+			move -= b.Owe(o.ID, move)
+		}
 	}
 	l.ValueReserved, l.Owed, l.Changed = l.ValueReserved-value, owed, true
 	return nil
 }
 
 // orderLots are the other lots of lot l's order in its currency: those
-// what a refund of it is owed may move between.
+// what a refund of it is owed may move between. A lot of no order (free
+// coins) has none, found without reading the player's other lots.
 func (b *Book) orderLots(l *BookLot) []*BookLot {
+	if l.Store == "" {
+		return nil
+	}
 	var out []*BookLot
 	for _, o := range b.currency(l.Currency).lots {
-		if l.Store != "" && o != l && o.Store == l.Store && o.OrderID == l.OrderID {
+		if o != l && o.Store == l.Store && o.OrderID == l.OrderID {
 			out = append(out, o)
 		}
 	}
