@@ -260,8 +260,13 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 // would send each bad byte as U+FFFD, so the keys "k\xff" and "k\xfe"
 // would reach the server as one: the second write would be answered as
 // the first's replay. Byte slices (meta, raw JSON) go as they are, and the
-// server checks them.
+// server checks them. It looks at what encoding/json sends: exported
+// fields, and not into a value that encodes itself (a time: its location
+// is the standard library's, filled lazily, and never sent).
 func badText(v reflect.Value) bool {
+	if v.Kind() != reflect.Pointer && v.Kind() != reflect.Interface && v.Type().Implements(jsonMarshaler) {
+		return false
+	}
 	switch v.Kind() {
 	case reflect.String:
 		return !utf8.ValidString(v.String())
@@ -269,7 +274,7 @@ func badText(v reflect.Value) bool {
 		return !v.IsNil() && badText(v.Elem())
 	case reflect.Struct:
 		for i := range v.NumField() {
-			if badText(v.Field(i)) {
+			if v.Type().Field(i).IsExported() && badText(v.Field(i)) {
 				return true
 			}
 		}
@@ -291,3 +296,5 @@ func badText(v reflect.Value) bool {
 	}
 	return false
 }
+
+var jsonMarshaler = reflect.TypeFor[json.Marshaler]()
