@@ -667,6 +667,14 @@ func TestLotSweeperWindowMovesOnlyFromWhatItListed(t *testing.T) {
 	if back := e.lotsWindow(id); back > time.Minute {
 		t.Fatalf("moved from what it listed, the window starts %v back; want the pass's start, ten minutes on", back)
 	}
+	// A pass listed from this window but begun long before never moves it
+	// back.
+	var moved time.Time
+	must(t, e.router.Shard(id).QueryRow(ctx, fmt.Sprintf(`SELECT swept_to FROM expiry_sweep_%d`, id)).Scan(&moved))
+	must(t, e.store.LotsSwept(ctx, id, &moved, time.Now().Add(-time.Hour)))
+	if back := e.lotsWindow(id); back > time.Minute {
+		t.Fatalf("a pass begun an hour ago moved the window back to %v", back)
+	}
 	// Passes listed from the old window, or from none, after it moved.
 	must(t, e.store.LotsSwept(ctx, id, &listed, time.Now().Add(time.Hour)))
 	must(t, e.store.LotsSwept(ctx, id, nil, time.Now().Add(time.Hour)))
