@@ -124,7 +124,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 func (f *benchFlags) check(given map[string]bool) error {
 	// The --self stack's config, with its committers: a bench of a stack
 	// whose batches crowd its pool would measure the warning, not coffer.
-	stack := DefaultConfig()
+	stack := benchConfig("")
 	stack.Batches.Committers = f.committers
 	switch {
 	case f.self == (f.target != ""):
