@@ -326,7 +326,7 @@ func (t *batchTx) setSession() error {
 		return nil
 	}
 	if _, err := t.conn.Exec(t.ctx, "SELECT set_config('lock_timeout', $1, false), set_config('idle_in_transaction_session_timeout', $2, false)",
-		t.s.session[0], t.s.session[1]); err != nil {
+		t.s.session.lockTimeout, t.s.session.idleInTransaction); err != nil {
 		return err
 	}
 	data["coffer.session"] = t.s.session

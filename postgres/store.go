@@ -68,11 +68,14 @@ type Store struct {
 	// writers and readers are the batches of each database (by index).
 	writers []*committer[*request]
 	readers []*committer[*readRequest]
-	// session is the lock_timeout and idle_in_transaction_session_timeout
-	// a batch's connection runs with (batchTx.setSession), as PostgreSQL
-	// reads them, built once.
-	session [2]string
+	// session is what a batch's connection runs with
+	// (batchTx.setSession), built once.
+	session sessionSettings
 }
+
+// sessionSettings are a batch connection's lock_timeout and
+// idle_in_transaction_session_timeout, as PostgreSQL reads them.
+type sessionSettings struct{ lockTimeout, idleInTransaction string }
 
 var _ coffer.Ledger = (*Store)(nil)
 
@@ -105,7 +108,7 @@ func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
 	}
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }
 	s := &Store{router: router, catalog: catalog, opts: opts, reports: shed.NewGate("revenue reports in flight", opts.ReportsMax),
-		session: [2]string{ms(opts.LockTimeout), ms(opts.Timeout)}}
+		session: sessionSettings{lockTimeout: ms(opts.LockTimeout), idleInTransaction: ms(opts.Timeout)}}
 	for i := range router.Map().Databases() {
 		s.writers = append(s.writers, newCommitter(s, i, "writes", s.settler, failWrites))
 		s.readers = append(s.readers, newCommitter(s, i, "reads", func() func(int, []*readRequest) { return s.runReads }, failReads))
