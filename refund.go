@@ -392,7 +392,10 @@ func refundOrder(book *Book, c *Catalog, o *OrderState, lots []orderLot) ([]Book
 		back[l.parent] += ValueShare(l.consumed, back[i], l.granted)
 	}
 	var owed, exchanged []RefundBalance
-	short := make([]Amount, len(o.Lots))
+	short := make([]Amount, len(lots))
+	for i := len(o.Lots); i < len(lots); i++ {
+		short[i] = lots[i].share - min(back[i], lots[i].share)
+	}
 	for i, l := range o.Lots {
 		j := slices.IndexFunc(owed, func(r RefundBalance) bool { return r.Currency == l.Currency })
 		if j < 0 {
@@ -415,24 +418,42 @@ func refundOrder(book *Book, c *Catalog, o *OrderState, lots []orderLot) ([]Book
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	oweHeld(book, o, short, shortfall)
+	oweHeld(book, lots, short, shortfall)
 	return ops, nonZero(exchanged), shortfall, nil
 }
 
-// oweHeld marks, on each of the order's own lots, what pending holds
-// reserve there of the coins the refund counted short (short, per lot;
-// at most the currency's shortfall, which claw_back may have covered):
-// should a hold roll back, they go to the refund (Book.Release), not back
-// to the player. Coins a hold reserves from a lot an exchange made of
-// the order's coins are not followed (docs/ledger.md, Refunds).
-func oweHeld(book *Book, o *OrderState, short []Amount, shortfall []RefundBalance) {
+// oweHeld marks, on each lot holding the order's coins, what pending
+// holds reserve there of the coins the refund counted short (short, per
+// lot, in its currency): should a hold roll back, they go to the refund
+// (Book.Release), not back to the player. What the lots owe counts, in
+// the currency of the order's lot their coins came from (rootAmount), at
+// most for that currency's shortfall, which claw_back may have covered;
+// the order's own lots owe first.
+func oweHeld(book *Book, lots []orderLot, short []Amount, shortfall []RefundBalance) {
 	left := map[CurrencyID]Amount{}
 	for _, s := range shortfall {
 		left[s.Currency] = s.Amount
 	}
-	for i, l := range o.Lots {
-		left[l.Currency] -= book.Owe(l.LotID, min(short[i], left[l.Currency]))
+	for i, l := range lots {
+		cur := lots[l.root].currency
+		want := short[i]
+		if worth := rootAmount(lots, i, want); worth > left[cur] {
+			want = ValueShare(want, left[cur], worth)
+		}
+		owed := book.Owe(l.id, want)
+		left[cur] -= min(left[cur], rootAmount(lots, i, owed))
 	}
+}
+
+// rootAmount is what amount of lot i counts for in the currency of the
+// order's lot its coins came from: through each exchange back to it, its
+// ValueShare of what the exchange consumed, as refundOrder counts coins
+// taken back.
+func rootAmount(lots []orderLot, i int, amount Amount) Amount {
+	for ; lots[i].parent >= 0; i = lots[i].parent {
+		amount = ValueShare(lots[i].consumed, amount, lots[i].granted)
+	}
+	return amount
 }
 
 // applyPolicy follows each currency's policy about what is owed (in

@@ -133,6 +133,11 @@ func TestPlanRefund(t *testing.T) {
 // the hold never been.
 func TestPlanRefundDuringHold(t *testing.T) {
 	c := refundCatalog(t)
+	for _, r := range [][2]string{{"silver", "gold"}, {"gold", "silver"}} {
+		if err := c.AddRate(1, r[0], r[1], Rate{Num: 2, Den: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	buy := func(cur string) OpRequest {
 		return OpRequest{Currency: cur, Amount: 100, Kind: "paid", Purchase: &Purchase{Store: "steam", OrderID: "o", Price: 500, Fiat: "USD"}}
 	}
@@ -167,6 +172,21 @@ func TestPlanRefundDuringHold(t *testing.T) {
 			{rollback, "finish 102 rolled_back v8 (begin v5)\n  grant gold 20 lot 1 = 20/0 @21\n  grant gold 30 lot 101 = 50/30 @22 USD 150\n" +
 				"  consume gold -20 lot 101 = 30/10 @23 USD -100 (refund_held)"},
 		}, 20, 30},
+		{"write_off, exchanged then held, rolled back: the exchanged coins go to the refund", nil, []step{
+			{changeOf(t, c, "buy", false, buy("silver")), "trx 100 change committed v4 @11\n  grant silver 100 lot 101 = 100/100 @12 USD 500"},
+			{exchangeOf(t, c, "x", "silver", "gold", 40), "trx 102 exchange committed v5 @13\n  consume silver -40 lot 101 = 60/60 @14 USD -200 (exchange)\n  grant gold 80 lot 103 = 80/80 @15 USD 200 (exchange)"},
+			{changeOf(t, c, "h", true, freeOp("gold", -50)), "trx 104 hold pending v6 @16\n  consume gold -50 lot 103 = 30/30 @17 USD -125"},
+			{refundOf(t, c, "r", "o", RefundChargeback), "trx 105 refund committed v7 @18\n  consume silver -60 lot 101 = 0/0 @19 USD -300\n  consume gold -30 lot 103 = 0/0 @20 USD -75\nshortfall [{silver 25 125}]"},
+			{rollback, "finish 104 rolled_back v8 (begin v6)\n  grant gold 50 lot 103 = 50/50 @21 USD 125\n  consume gold -50 lot 103 = 0/0 @22 USD -125 (refund_held)"},
+		}, 50, 0},
+		{"claw_back, exchanged then held, rolled back: the refund gets what the other lots did not cover, in the exchange's currency", nil, []step{
+			{changeOf(t, c, "buy", false, buy("gold")), "trx 100 change committed v4 @11\n  grant gold 100 lot 101 = 100/100 @12 USD 500"},
+			{exchangeOf(t, c, "x", "gold", "silver", 40), "trx 102 exchange committed v5 @13\n  consume gold -40 lot 101 = 60/60 @14 USD -200 (exchange)\n  grant silver 80 lot 103 = 80/80 @15 USD 200 (exchange)"},
+			{changeOf(t, c, "h", true, freeOp("silver", -80)), "trx 104 hold pending v6 @16\n  consume silver -80 lot 103 = 0/0 @17 USD -200"},
+			{changeOf(t, c, "reward", false, freeOp("gold", 10)), "trx 105 change committed v7 @18\n  grant gold 10 lot 106 = 70/60 @19"},
+			{refundOf(t, c, "r", "o", RefundChargeback), "trx 107 refund committed v8 @20\n  consume gold -60 lot 101 = 10/0 @21 USD -300\n  consume gold -10 lot 106 = 0/0 @22\nshortfall [{gold 30 150}]"},
+			{rollback, "finish 104 rolled_back v9 (begin v6)\n  grant silver 80 lot 103 = 80/80 @23 USD 200\n  consume silver -60 lot 103 = 20/20 @24 USD -150 (refund_held)"},
+		}, 60, 20},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			p := testBuyer(t, c, sc.lots, []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"}}})

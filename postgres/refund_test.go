@@ -210,6 +210,52 @@ func TestRefundTakesWhatAHoldReservedWhenItRollsBack(t *testing.T) {
 	}
 }
 
+// TestRefundTakesWhatAHoldReservedFromExchangedCoinsWhenItRollsBack: a
+// purchase exchanged whole into silver, the silver held, then the
+// purchase charged back: the refund takes nothing (the silver is
+// reserved) and counts 10 gold short; when the hold rolls back, the
+// silver goes to the refund, not back to the player, and the revenue
+// report counts it taken back.
+func TestRefundTakesWhatAHoldReservedFromExchangedCoinsWhenItRollsBack(t *testing.T) {
+	e := newEnv(t)
+	from := time.Now().Add(-time.Second)
+	e.mustChange(66, "buy", paid("gold", 10, "o-66"))
+	_, _, err := e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(66, "ex"), From: "gold", To: "silver", Amount: 10})
+	must(t, err)
+	_, _, err = e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(66, "hold"), Ops: []coffer.OpRequest{free("silver", -1000)}, Hold: true})
+	must(t, err)
+	chargeback := refundOf(66, "r", "o-66")
+	chargeback.Kind = coffer.RefundChargeback
+	trx := e.mustRefund(chargeback)
+	if got := taken(t, trx); got != "" || fmt.Sprint(trx.Refund.Shortfall) != "[{gold 10 499}]" {
+		t.Fatalf("took %q, shortfall %+v", got, trx.Refund.Shortfall)
+	}
+	rb, _, err := e.store.Rollback(ctx, scope(66, "hold"))
+	must(t, err)
+	var ops []string
+	for _, op := range rb.Ops[1:] {
+		ops = append(ops, fmt.Sprintf("%s %s %d %v", op.Kind, op.Currency, op.Amount, *op.Value))
+	}
+	if got := strings.Join(ops, ", "); got != "grant silver 1000 {499 USD}, consume silver -1000 {-499 USD}" {
+		t.Fatalf("the rollback's ops after the hold's: %s", got)
+	}
+	for _, cur := range []string{"gold", "silver"} {
+		if b := e.balance(66, cur); b.Total != 0 {
+			t.Fatalf("the player holds %+v of a refunded order", b)
+		}
+	}
+	// The shortfall stays on the order's currency; what the rollback took
+	// back counts against it on the silver line: over both, in value,
+	// nothing is short.
+	want := "gold USD: opening 0 deposited 10 recognised 0 converted 0/10 expired 0 refunded 0/10 deferred 0 | " +
+		"value: opening 0 deposited 499 recognised 0 converted 0/499 expired 0 refunded 0/499 deferred 0\n" +
+		"silver USD: opening 0 deposited 0 recognised 0 converted 1000/0 expired 0 refunded 1000/-1000 deferred 0 | " +
+		"value: opening 0 deposited 0 recognised 0 converted 499/0 expired 0 refunded 499/-499 deferred 0"
+	if got := e.revenue(from, time.Now().Add(time.Minute)); got != want {
+		t.Errorf("revenue:\n%s\nwant\n%s", got, want)
+	}
+}
+
 // TestRefundReplayConflictAndSecondRefund: the same key and payload
 // replays the first answer; the same key with another payload is
 // idempotency_conflict; another key, whatever its kind, already_refunded.
