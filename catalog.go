@@ -159,7 +159,7 @@ func (c *Catalog) CurrencyOf(id CurrencyID) *Currency {
 func (c *Catalog) Ops(ops []BookOp) []Op {
 	out := make([]Op, 0, len(ops))
 	for _, o := range ops {
-		op := Op{Currency: c.CurrencyOf(o.Currency).Code, Amount: o.Amount, Kind: o.Kind, Paid: o.Paid,
+		op := Op{Currency: c.CurrencyOf(o.Currency).Code, Amount: o.Amount, Kind: o.Kind, Cause: o.Cause, Paid: o.Paid,
 			LotID: o.LotID, BalanceAfter: o.BalanceAfter, Purchase: o.Purchase}
 		if o.Fiat != "" {
 			op.Value = &Money{Amount: o.Value, Fiat: o.Fiat}
@@ -179,7 +179,7 @@ func (c *Catalog) PendingOps(status TrxStatus, grants []PendingGrant) []Op {
 	}
 	var out []Op
 	for _, g := range grants {
-		out = append(out, Op{Currency: c.CurrencyOf(g.Currency).Code, Amount: g.Amount, Kind: OpGrant,
+		out = append(out, Op{Currency: c.CurrencyOf(g.Currency).Code, Amount: g.Amount, Kind: OpGrant, Cause: CauseChange,
 			Paid: g.Paid, Pending: true, Purchase: g.Purchase})
 	}
 	return out

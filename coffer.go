@@ -158,7 +158,12 @@ type Op struct {
 	// Amount is signed: + for grant, − for consume and expire.
 	Amount Amount `json:"amount"`
 	Kind   OpKind `json:"kind"`
-	Paid   bool   `json:"paid"`
+	// Cause tells what moved the amount: a change (also a pending hold's
+	// grant), a hold's reservation returned (release), an exchange
+	// carrying paid coins over, a refund, or a refund taking back coins a
+	// rolled-back hold returned (refund_held).
+	Cause OpCause `json:"cause"`
+	Paid  bool    `json:"paid"`
 	// LotID and BalanceAfter are zero for a pending hold's grants.
 	LotID        int64     `json:"lot_id,omitempty"`
 	BalanceAfter Amount    `json:"balance_after"`

@@ -142,8 +142,8 @@ func toTrx(t coffer.Trx) (*cofferv1.Trx, error) {
 		out.Meta = toValue(meta).GetStructValue()
 	}
 	for _, op := range t.Ops {
-		out.Ops = append(out.Ops, &cofferv1.Op{Currency: op.Currency, Amount: int64(op.Amount), Kind: string(op.Kind), Paid: op.Paid,
-			LotId: op.LotID, BalanceAfter: int64(op.BalanceAfter), Pending: op.Pending, Purchase: toPurchase(op.Purchase), Value: toMoney(op.Value)})
+		out.Ops = append(out.Ops, &cofferv1.Op{Currency: op.Currency, Amount: int64(op.Amount), Kind: string(op.Kind), Cause: string(op.Cause),
+			Paid: op.Paid, LotId: op.LotID, BalanceAfter: int64(op.BalanceAfter), Pending: op.Pending, Purchase: toPurchase(op.Purchase), Value: toMoney(op.Value)})
 	}
 	for _, b := range t.Balances {
 		out.Balances = append(out.Balances, toBalance(b))

@@ -182,9 +182,9 @@ func TestRefundTakesWhatAHoldReservedWhenItRollsBack(t *testing.T) {
 	must(t, err)
 	var ops []string
 	for _, op := range rb.Ops[1:] {
-		ops = append(ops, fmt.Sprintf("%s %d %v", op.Kind, op.Amount, *op.Value))
+		ops = append(ops, fmt.Sprintf("%s %d %v %s", op.Kind, op.Amount, *op.Value, op.Cause))
 	}
-	if got := strings.Join(ops, ", "); got != "grant 30 {150 USD}, consume -30 {-150 USD}" || len(rb.Balances) != 1 || rb.Balances[0].Total != 0 {
+	if got := strings.Join(ops, ", "); got != "grant 30 {150 USD} release, consume -30 {-150 USD} refund_held" || len(rb.Balances) != 1 || rb.Balances[0].Total != 0 {
 		t.Fatalf("the rollback's ops after the hold's: %s; balances %+v", got, rb.Balances)
 	}
 	_, _, err = e.store.Commit(ctx, scope(29, "hold"))
@@ -234,9 +234,9 @@ func TestRefundTakesWhatAHoldReservedFromExchangedCoinsWhenItRollsBack(t *testin
 	must(t, err)
 	var ops []string
 	for _, op := range rb.Ops[1:] {
-		ops = append(ops, fmt.Sprintf("%s %s %d %v", op.Kind, op.Currency, op.Amount, *op.Value))
+		ops = append(ops, fmt.Sprintf("%s %s %d %v %s", op.Kind, op.Currency, op.Amount, *op.Value, op.Cause))
 	}
-	if got := strings.Join(ops, ", "); got != "grant silver 1000 {499 USD}, consume silver -1000 {-499 USD}" {
+	if got := strings.Join(ops, ", "); got != "grant silver 1000 {499 USD} release, consume silver -1000 {-499 USD} refund_held" {
 		t.Fatalf("the rollback's ops after the hold's: %s", got)
 	}
 	for _, cur := range []string{"gold", "silver"} {

@@ -127,7 +127,7 @@ func TestGRPCEveryCall(t *testing.T) {
 	must(t, err)
 	// 100 of the 900 paid silver went into credits: under silver's
 	// write_off they are the shortfall.
-	if refunded.Kind != "refund" || refunded.Refund.GetKind() != "chargeback" || len(refunded.Ops) != 1 || refunded.Ops[0].Amount != -800 ||
+	if refunded.Kind != "refund" || refunded.Refund.GetKind() != "chargeback" || len(refunded.Ops) != 1 || refunded.Ops[0].Amount != -800 || refunded.Ops[0].Cause != "refund" ||
 		len(refunded.Refund.Shortfall) != 1 || refunded.Refund.Shortfall[0].Amount != 100 || refunded.Refund.Shortfall[0].Value != 22 || // 100 of 900 bought for 199
 		len(hdr.Get("coffer-replay")) != 0 {
 		t.Fatalf("refund %v", refunded)

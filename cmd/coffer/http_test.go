@@ -589,7 +589,7 @@ func TestHTTPRefund(t *testing.T) {
 	wantStatus(t, first, http.StatusCreated, "")
 	var trx coffer.Trx
 	must(t, json.Unmarshal(first.body, &trx))
-	if trx.Kind != coffer.TrxRefund || len(trx.Ops) != 1 || trx.Ops[0].Amount != -300 || trx.Refund == nil ||
+	if trx.Kind != coffer.TrxRefund || len(trx.Ops) != 1 || trx.Ops[0].Amount != -300 || trx.Ops[0].Cause != coffer.CauseRefund || trx.Refund == nil ||
 		trx.Refund.Kind != coffer.RefundRefund || fmt.Sprint(trx.Refund.Shortfall) != "[{gold 200 200}]" { // 200 of 500 coins bought for 499
 		t.Fatalf("refund %s", first.body)
 	}

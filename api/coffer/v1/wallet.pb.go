@@ -1407,7 +1407,12 @@ type Op struct {
 	// The real money the op moved, signed as amount: a paid grant's price,
 	// what a consume took of its lot's value (what the player paid for what
 	// it bought), what expired. Only the ops of lots with a value have one.
-	Value         *Money `protobuf:"bytes,9,opt,name=value,proto3" json:"value,omitempty"`
+	Value *Money `protobuf:"bytes,9,opt,name=value,proto3" json:"value,omitempty"`
+	// What moved the amount: change (a plain change, also a pending hold's
+	// grant), release (a hold's reservation returned to its lot), exchange
+	// (either side of an exchange carrying paid coins over), refund, or
+	// refund_held (a refund taking back coins a rolled-back hold returned).
+	Cause         string `protobuf:"bytes,10,opt,name=cause,proto3" json:"cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1503,6 +1508,13 @@ func (x *Op) GetValue() *Money {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *Op) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
 }
 
 // Money is an amount of real money.
@@ -2568,7 +2580,7 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\tplayer_id\x18\x02 \x01(\x03R\bplayerId\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x03R\aversion\x12*\n" +
 	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12.\n" +
-	"\bbalances\x18\x05 \x03(\v2\x12.coffer.v1.BalanceR\bbalances\"\x8f\x02\n" +
+	"\bbalances\x18\x05 \x03(\v2\x12.coffer.v1.BalanceR\bbalances\"\xa5\x02\n" +
 	"\x02Op\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x16\n" +
 	"\x06amount\x18\x02 \x01(\x03R\x06amount\x12\x12\n" +
@@ -2578,7 +2590,9 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\rbalance_after\x18\x06 \x01(\x03R\fbalanceAfter\x12\x18\n" +
 	"\apending\x18\a \x01(\bR\apending\x12/\n" +
 	"\bpurchase\x18\b \x01(\v2\x13.coffer.v1.PurchaseR\bpurchase\x12&\n" +
-	"\x05value\x18\t \x01(\v2\x10.coffer.v1.MoneyR\x05value\"3\n" +
+	"\x05value\x18\t \x01(\v2\x10.coffer.v1.MoneyR\x05value\x12\x14\n" +
+	"\x05cause\x18\n" +
+	" \x01(\tR\x05cause\"3\n" +
 	"\x05Money\x12\x16\n" +
 	"\x06amount\x18\x01 \x01(\x03R\x06amount\x12\x12\n" +
 	"\x04fiat\x18\x02 \x01(\tR\x04fiat\"\xc4\x03\n" +
