@@ -481,12 +481,13 @@ func (b *Book) Release(lotID int64, amount, value Amount) ([]BookOp, error) {
 // Settle ends amount of a lot's reservation, worth value, for good: the
 // hold that took it is committed, and its value is recognised. The coins
 // are spent: the refund's shortfall stands, and the lot owes it at most
-// what it still reserves, no less. Under claw_back a lot may owe less
-// than it reserves, and what it still owes the refund takes from the
+// what it still reserves, no less. A lot may owe less than it reserves
+// (claw_back found other coins; a lot an exchange made owes what fits
+// in the shortfall), and what it still owes the refund takes from the
 // coins another hold's rollback returns, as claw_back takes from any
 // coins the player holds: what this lot can no longer owe goes to the
-// order's other lots of the currency, as far as they reserve more than
-// they owe. It writes no op (the consume was written at the begin).
+// order's other lots of the currency its trx made (orderLots), as far as
+// they reserve more than they owe. It writes no op (the consume was written at the begin).
 // Errors: as Release.
 func (b *Book) Settle(lotID int64, amount, value Amount) error {
 	l, err := b.reserving(lotID, amount, value)
@@ -506,16 +507,21 @@ func (b *Book) Settle(lotID int64, amount, value Amount) error {
 	return nil
 }
 
-// orderLots are the other lots of lot l's order in its currency: those
-// what a refund of it is owed may move between. A lot of no order (free
-// coins) has none, found without reading the player's other lots.
+// orderLots are the other lots of lot l's order in its currency made by
+// the same trx: those what a refund of it is owed may move between. The
+// order's own lots are all its purchase's (each coin counts for one in
+// the order's currency); lots exchanges made are each another trx's, and
+// a coin of one may count for more or less than a coin of another, so
+// a debt moved between them would take back more, or less, than the
+// refund counted short. A lot of no order (free coins) has none, found
+// without reading the player's other lots.
 func (b *Book) orderLots(l *BookLot) []*BookLot {
 	if l.Store == "" {
 		return nil
 	}
 	var out []*BookLot
 	for _, o := range b.currency(l.Currency).lots {
-		if o != l && o.Store == l.Store && o.OrderID == l.OrderID {
+		if o != l && o.Store == l.Store && o.OrderID == l.OrderID && o.TrxID == l.TrxID {
 			out = append(out, o)
 		}
 	}

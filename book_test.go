@@ -167,15 +167,20 @@ func TestBookOwed(t *testing.T) {
 		t.Fatalf("lot after the rollback = %+v", l)
 	}
 	// Under claw_back, what a commit leaves a lot unable to owe goes to
-	// the order's other lots of the currency, not to another order's.
+	// the order's other lots of the currency that its purchase made, not
+	// to another order's, nor to one an exchange made (lot 5).
 	o := Worth{Store: "steam", OrderID: "o"}
 	b = newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 30, Owed: 30, Worth: o}, &BookLot{ID: 2, Currency: 1, Reserved: 5, Worth: Worth{Store: "steam", OrderID: "p"}},
-		&BookLot{ID: 3, Currency: 1, Reserved: 20, Owed: 5, Worth: o}, &BookLot{ID: 4, Currency: 1, Reserved: 40, Worth: o})
+		&BookLot{ID: 3, Currency: 1, Reserved: 20, Owed: 5, Worth: o}, &BookLot{ID: 4, Currency: 1, Reserved: 40, Worth: o},
+		&BookLot{ID: 5, Currency: 1, Reserved: 40, Worth: o, TrxID: 9})
 	if err := b.Settle(1, 30, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(b.Lots()[0].Owed, b.Lots()[1].Owed, b.Lots()[2].Owed, b.Lots()[3].Owed); got != "0 0 20 15" {
-		t.Fatalf("owed after the commit: %s, want 0 0 20 15", got)
+	if got := fmt.Sprint(b.Lots()[0].Owed, b.Lots()[1].Owed, b.Lots()[2].Owed, b.Lots()[3].Owed, b.Lots()[4].Owed); got != "0 0 20 15 0" {
+		t.Fatalf("owed after the commit: %s, want 0 0 20 15 0", got)
+	}
+	if ops, err = b.Release(5, 40, 0); err != nil || len(ops) != 1 {
+		t.Fatalf("release of lot 5, which an exchange made: %+v %v", ops, err)
 	}
 	// And a rollback gives the refund what the order's other lots owe,
 	// beyond what its own lot does.

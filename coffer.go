@@ -159,9 +159,10 @@ type Op struct {
 	Amount Amount `json:"amount"`
 	Kind   OpKind `json:"kind"`
 	// Cause tells what moved the amount: a change (also a pending hold's
-	// grant), a hold's reservation returned (release), an exchange
-	// carrying paid coins over, a refund, or a refund taking back coins a
-	// rolled-back hold returned (refund_held).
+	// grant, an expiry, and an exchange's consume that is revenue), a
+	// hold's reservation returned (release), an exchange's other ops
+	// (exchange), a refund, or a refund taking back coins a rolled-back
+	// hold returned (refund_held).
 	Cause OpCause `json:"cause"`
 	Paid  bool    `json:"paid"`
 	// LotID and BalanceAfter are zero for a pending hold's grants.

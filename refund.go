@@ -1,6 +1,9 @@
 package coffer
 
-import "slices"
+import (
+	"math/bits"
+	"slices"
+)
 
 // A refund or chargeback takes a store order's currency back from the
 // player it was credited to (docs/ledger.md, Refunds): what is left of
@@ -425,10 +428,12 @@ func refundOrder(book *Book, c *Catalog, o *OrderState, lots []orderLot) ([]Book
 // oweHeld marks, on each lot holding the order's coins, what pending
 // holds reserve there of the coins the refund counted short (short, per
 // lot, in its currency): should a hold roll back, they go to the refund
-// (Book.Release), not back to the player. What the lots owe counts, in
-// the currency of the order's lot their coins came from (rootAmount), at
-// most for that currency's shortfall, which claw_back may have covered;
-// the order's own lots owe first.
+// (Book.Release), not back to the player. What the lots owe counts in
+// the currency of the order's lot their coins came from (worthAtMost),
+// for at most that currency's shortfall, which claw_back may have
+// covered: the most coins of a lot whose worth fits in what is left, so
+// that a refund never takes back more than it counted short. The
+// order's own lots owe first.
 func oweHeld(book *Book, lots []orderLot, short []Amount, shortfall []RefundBalance) {
 	left := map[CurrencyID]Amount{}
 	for _, s := range shortfall {
@@ -436,22 +441,32 @@ func oweHeld(book *Book, lots []orderLot, short []Amount, shortfall []RefundBala
 	}
 	for i, l := range lots {
 		cur := lots[l.root].currency
-		want := short[i]
-		if worth := rootAmount(lots, i, want); worth > left[cur] {
-			want = ValueShare(want, left[cur], worth)
+		// worthAtMost grows with the coins: search the most that fit.
+		fit, over := Amount(0), short[i]+1
+		for over-fit > 1 {
+			if mid := fit + (over-fit)/2; worthAtMost(lots, i, mid) <= left[cur] {
+				fit = mid
+			} else {
+				over = mid
+			}
 		}
-		owed := book.Owe(l.id, want)
-		left[cur] -= min(left[cur], rootAmount(lots, i, owed))
+		owed := book.Owe(l.id, fit)
+		left[cur] -= worthAtMost(lots, i, owed)
 	}
 }
 
-// rootAmount is what amount of lot i counts for in the currency of the
-// order's lot its coins came from: through each exchange back to it, its
-// ValueShare of what the exchange consumed, as refundOrder counts coins
-// taken back.
-func rootAmount(lots []orderLot, i int, amount Amount) Amount {
+// worthAtMost is what amount coins of lot i count for, at most, in the
+// currency of the order's lot they came from: through each exchange back
+// to it, k consumed for m made, k×amount/m rounded up (refundOrder counts
+// coins taken back to the nearest; owing a coin counts it whole).
+func worthAtMost(lots []orderLot, i int, amount Amount) Amount {
 	for ; lots[i].parent >= 0; i = lots[i].parent {
-		amount = ValueShare(lots[i].consumed, amount, lots[i].granted)
+		hi, lo := bits.Mul64(uint64(lots[i].consumed), uint64(amount))
+		q, r := bits.Div64(hi, lo, uint64(lots[i].granted)) // amount ≤ granted: no overflow
+		if r > 0 {
+			q++
+		}
+		amount = Amount(q)
 	}
 	return amount
 }

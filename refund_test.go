@@ -188,33 +188,93 @@ func TestPlanRefundDuringHold(t *testing.T) {
 			{rollback, "finish 104 rolled_back v9 (begin v6)\n  grant silver 80 lot 103 = 80/80 @23 USD 200\n  consume silver -60 lot 103 = 20/20 @24 USD -150 (refund_held)"},
 		}, 60, 20},
 	} {
-		t.Run(sc.name, func(t *testing.T) {
-			p := testBuyer(t, c, sc.lots, []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"}}})
-			for i, st := range sc.steps {
-				plan := st.plan(p)
-				if i == len(sc.steps)-2 {
-					var owed Amount
-					for _, l := range p.Lots() {
-						owed += l.Owed
-					}
-					if owed != sc.owed {
-						t.Errorf("owed %d after the refund, want %d", owed, sc.owed)
-					}
-				}
-				if got := renderRefund(c, plan); got != st.want {
-					t.Fatalf("step %d:\n%s\nwant\n%s", i, got, st.want)
-				}
-			}
-			var end Amount
+		t.Run(sc.name, func(t *testing.T) { runHeld(t, c, sc.lots, sc.steps, sc.owed, sc.end) })
+	}
+}
+
+// runHeld runs steps on a player holding lots, whose next to last step
+// is a refund of order "o" and last a hold's finish: the lots owe owed
+// after the refund, and the player ends with end coins, none reserved.
+func runHeld(t *testing.T, c *Catalog, lots []BookLot, steps []step, owed, end Amount) {
+	t.Helper()
+	p := testBuyer(t, c, lots, []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"}}})
+	for i, st := range steps {
+		plan := st.plan(p)
+		if i == len(steps)-2 {
+			var got Amount
 			for _, l := range p.Lots() {
-				if l.Reserved != 0 || l.Owed != 0 {
-					t.Fatalf("lot %d after the hold: %+v", l.ID, *l)
-				}
-				end += l.Amount
+				got += l.Owed
 			}
-			if end != sc.end {
-				t.Fatalf("the player holds %d after the hold, want %d", end, sc.end)
+			if got != owed {
+				t.Errorf("owed %d after the refund, want %d", got, owed)
 			}
+		}
+		if got := renderRefund(c, plan); got != st.want {
+			t.Fatalf("step %d:\n%s\nwant\n%s", i, got, st.want)
+		}
+	}
+	var held Amount
+	for _, l := range p.Lots() {
+		if l.Reserved != 0 || l.Owed != 0 {
+			t.Fatalf("lot %d after the hold: %+v", l.ID, *l)
+		}
+		held += l.Amount
+	}
+	if held != end {
+		t.Fatalf("the player holds %d after the hold, want %d", held, end)
+	}
+}
+
+// TestRefundOwesNoMoreThanItCountedShort: coins of a lot an exchange made
+// are owed only as far as their worth in the order's currency, rounded
+// up, fits in the shortfall: a refund never takes back more than it
+// counted short. Gold is claw_back.
+func TestRefundOwesNoMoreThanItCountedShort(t *testing.T) {
+	buy := OpRequest{Currency: "gold", Amount: 100, Kind: "paid", Purchase: &Purchase{Store: "steam", OrderID: "o", Price: 500, Fiat: "USD"}}
+	rollback := func(p *Player) Plan { return p.Rollback(key("h")) }
+	for _, sc := range []struct {
+		name        string
+		rate        Rate
+		exchange    Amount
+		hold, claim Amount
+		steps       []string
+		owed, end   Amount
+	}{
+		// 100 gold make 1 silver; claw_back covers 40 of the 100 short: the
+		// silver, worth 100, does not fit in the 60 left.
+		{"a coin worth more than the shortfall", Rate{Num: 1, Den: 100}, 100, -1, 40, []string{
+			"trx 100 change committed v4 @11\n  grant gold 100 lot 101 = 100/100 @12 USD 500",
+			"trx 102 exchange committed v5 @13\n  consume gold -100 lot 101 = 0/0 @14 USD -500 (exchange)\n  grant silver 1 lot 103 = 1/1 @15 USD 500 (exchange)",
+			"trx 104 hold pending v6 @16\n  consume silver -1 lot 103 = 0/0 @17 USD -500",
+			"trx 105 change committed v7 @18\n  grant gold 40 lot 106 = 40/0 @19",
+			"trx 107 refund committed v8 @20\n  consume gold -40 lot 106 = 0/0 @21\nshortfall [{gold 60 300}]",
+			"finish 104 rolled_back v9 (begin v6)\n  grant silver 1 lot 103 = 1/1 @22 USD 500",
+		}, 0, 1},
+		// 1 gold made 1000 silver, 500 of them taken back count for none
+		// (a half rounds down), so 1 gold is short, and claw_back covers it:
+		// nothing is left to owe.
+		{"no shortfall left", Rate{Num: 1000, Den: 1}, 1, -500, 1, []string{
+			"trx 100 change committed v4 @11\n  grant gold 100 lot 101 = 100/100 @12 USD 500",
+			"trx 102 exchange committed v5 @13\n  consume gold -1 lot 101 = 99/99 @14 USD -5 (exchange)\n  grant silver 1000 lot 103 = 1000/1000 @15 USD 5 (exchange)",
+			"trx 104 hold pending v6 @16\n  consume silver -500 lot 103 = 500/500 @17 USD -2",
+			"trx 105 change committed v7 @18\n  grant gold 1 lot 106 = 100/99 @19",
+			"trx 107 refund committed v8 @20\n  consume gold -99 lot 101 = 1/0 @21 USD -495\n  consume silver -500 lot 103 = 0/0 @22 USD -3\n  consume gold -1 lot 106 = 0/0 @23\nshortfall []",
+			"finish 104 rolled_back v9 (begin v6)\n  grant silver 500 lot 103 = 500/500 @24 USD 2",
+		}, 0, 500},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			c := refundCatalog(t)
+			if err := c.AddRate(1, "gold", "silver", sc.rate); err != nil {
+				t.Fatal(err)
+			}
+			plans := []func(*Player) Plan{changeOf(t, c, "buy", false, buy), exchangeOf(t, c, "x", "gold", "silver", sc.exchange),
+				changeOf(t, c, "h", true, freeOp("silver", sc.hold)), changeOf(t, c, "reward", false, freeOp("gold", sc.claim)),
+				refundOf(t, c, "r", "o", RefundChargeback), rollback}
+			steps := make([]step, len(plans))
+			for i := range plans {
+				steps[i] = step{plans[i], sc.steps[i]}
+			}
+			runHeld(t, c, nil, steps, sc.owed, sc.end)
 		})
 	}
 }

@@ -1408,10 +1408,12 @@ type Op struct {
 	// what a consume took of its lot's value (what the player paid for what
 	// it bought), what expired. Only the ops of lots with a value have one.
 	Value *Money `protobuf:"bytes,9,opt,name=value,proto3" json:"value,omitempty"`
-	// What moved the amount: change (a plain change, also a pending hold's
-	// grant), release (a hold's reservation returned to its lot), exchange
-	// (either side of an exchange carrying paid coins over), refund, or
-	// refund_held (a refund taking back coins a rolled-back hold returned).
+	// What moved the amount: change (a plain change; an expiry; a pending
+	// hold's grant; an exchange's consumes that are revenue, into a currency
+	// that cannot be paid), release (a hold's reservation returned to its
+	// lot), exchange (an exchange's other ops: converted, not revenue),
+	// refund, or refund_held (a refund taking back coins a rolled-back hold
+	// returned).
 	Cause         string `protobuf:"bytes,10,opt,name=cause,proto3" json:"cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
