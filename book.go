@@ -73,13 +73,19 @@ func ValueShare(v, k, n Amount) Amount {
 	case k <= 0 || v <= 0:
 		return 0
 	}
-	hi, lo := bits.Mul64(uint64(v), uint64(k))
-	// v×k/n < v fits 64 bits, so hi < n: Div64 cannot overflow.
-	q, r := bits.Div64(hi, lo, uint64(n))
+	q, r := mulDiv(v, k, n) // k < n
 	if r > uint64(n)-r {
 		q++
 	}
 	return Amount(q)
+}
+
+// mulDiv is v×k/n, rounded down, and its remainder, for v, k ≥ 0 and
+// n > 0, with v < n or k < n: computed on 128 bits, v×k never overflows,
+// and the quotient, under the other factor, fits 64 bits.
+func mulDiv(v, k, n Amount) (q, r uint64) {
+	hi, lo := bits.Mul64(uint64(v), uint64(k))
+	return bits.Div64(hi, lo, uint64(n)) // v×k < n×2⁶⁴, so hi < n: no overflow
 }
 
 // held tells whether the lot counts towards LotsMax: it has an amount, or

@@ -1,9 +1,6 @@
 package coffer
 
-import (
-	"math/bits"
-	"slices"
-)
+import "slices"
 
 // A refund or chargeback takes a store order's currency back from the
 // player it was credited to (docs/ledger.md, Refunds): what is left of
@@ -390,15 +387,18 @@ func refundOrder(book *Book, c *Catalog, o *OrderState, lots []orderLot) ([]Book
 		}
 		valueBack[l.root] -= op.Value // what the coins taken back were worth
 	}
-	for i := len(lots) - 1; i >= len(o.Lots); i-- {
+	// What did not come back of each lot, from the last made: its own
+	// coins and what exchanges made of it (all after it) counted back, at
+	// most its share.
+	short := make([]Amount, len(lots))
+	for i := len(lots) - 1; i >= 0; i-- {
 		l := lots[i]
-		back[l.parent] += ValueShare(l.consumed, back[i], l.granted)
+		short[i] = l.share - min(back[i], l.share)
+		if l.parent >= 0 {
+			back[l.parent] += ValueShare(l.consumed, back[i], l.granted)
+		}
 	}
 	var owed, exchanged []RefundBalance
-	short := make([]Amount, len(lots))
-	for i := len(o.Lots); i < len(lots); i++ {
-		short[i] = lots[i].share - min(back[i], lots[i].share)
-	}
 	for i, l := range o.Lots {
 		j := slices.IndexFunc(owed, func(r RefundBalance) bool { return r.Currency == l.Currency })
 		if j < 0 {
@@ -406,10 +406,7 @@ func refundOrder(book *Book, c *Catalog, o *OrderState, lots []orderLot) ([]Book
 			owed = append(owed, RefundBalance{Currency: l.Currency})
 			exchanged = append(exchanged, RefundBalance{Currency: l.Currency})
 		}
-		// Coins come back from the lot and from what exchanges made of it,
-		// at most its share: no overflow.
-		got := min(back[i], l.Share)
-		short[i] = l.Share - got
+		got := l.Share - short[i]
 		owed[j].Amount += short[i]
 		exchanged[j].Amount += got - own[i] // own ≤ got: taken from the lot, at most its share
 		// What the share cost less what the coins taken back were worth
@@ -431,9 +428,9 @@ func refundOrder(book *Book, c *Catalog, o *OrderState, lots []orderLot) ([]Book
 // (Book.Release), not back to the player. What the lots owe counts in
 // the currency of the order's lot their coins came from (worthAtMost),
 // for at most that currency's shortfall, which claw_back may have
-// covered: the most coins of a lot whose worth fits in what is left, so
-// that a refund never takes back more than it counted short. The
-// order's own lots owe first.
+// covered: the most coins of a lot whose worth fits in what is left
+// (coinsWorth), so that a refund never takes back more than it counted
+// short. The order's own lots owe first.
 func oweHeld(book *Book, lots []orderLot, short []Amount, shortfall []RefundBalance) {
 	left := map[CurrencyID]Amount{}
 	for _, s := range shortfall {
@@ -441,16 +438,7 @@ func oweHeld(book *Book, lots []orderLot, short []Amount, shortfall []RefundBala
 	}
 	for i, l := range lots {
 		cur := lots[l.root].currency
-		// worthAtMost grows with the coins: search the most that fit.
-		fit, over := Amount(0), short[i]+1
-		for over-fit > 1 {
-			if mid := fit + (over-fit)/2; worthAtMost(lots, i, mid) <= left[cur] {
-				fit = mid
-			} else {
-				over = mid
-			}
-		}
-		owed := book.Owe(l.id, fit)
+		owed := book.Owe(l.id, min(short[i], coinsWorth(lots, i, left[cur])))
 		left[cur] -= worthAtMost(lots, i, owed)
 	}
 }
@@ -461,14 +449,31 @@ func oweHeld(book *Book, lots []orderLot, short []Amount, shortfall []RefundBala
 // coins taken back to the nearest; owing a coin counts it whole).
 func worthAtMost(lots []orderLot, i int, amount Amount) Amount {
 	for ; lots[i].parent >= 0; i = lots[i].parent {
-		hi, lo := bits.Mul64(uint64(lots[i].consumed), uint64(amount))
-		q, r := bits.Div64(hi, lo, uint64(lots[i].granted)) // amount ≤ granted: no overflow
+		q, r := mulDiv(lots[i].consumed, amount, lots[i].granted) // amount ≤ granted
 		if r > 0 {
 			q++
 		}
 		amount = Amount(q)
 	}
 	return amount
+}
+
+// coinsWorth is the most coins of lot i (at most all it was made with)
+// that worthAtMost counts for no more than worth: k×x/m rounded up is at
+// most w exactly when x is at most w×m/k rounded down, taken from the
+// order's lot down to lot i, each exchange's w the most of the lot it
+// consumed.
+func coinsWorth(lots []orderLot, i int, worth Amount) Amount {
+	l := lots[i]
+	if l.parent < 0 {
+		return worth
+	}
+	w := coinsWorth(lots, l.parent, worth)
+	if w >= l.consumed {
+		return l.granted
+	}
+	q, _ := mulDiv(w, l.granted, l.consumed) // w < consumed
+	return Amount(q)
 }
 
 // applyPolicy follows each currency's policy about what is owed (in

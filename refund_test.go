@@ -512,3 +512,30 @@ func TestRefundOfAnOrderSplitIntoManyLots(t *testing.T) {
 		})
 	}
 }
+
+// TestCoinsWorthIsTheMostThatFits: for every chain of two exchanges of
+// small ratios and every worth, coinsWorth is the most coins of the last
+// lot, up to all it was made with, that worthAtMost counts for no more
+// than the worth.
+func TestCoinsWorthIsTheMostThatFits(t *testing.T) {
+	for k1 := Amount(1); k1 <= 6; k1++ {
+		for m1 := Amount(1); m1 <= 6; m1++ {
+			for k2 := Amount(1); k2 <= m1; k2++ {
+				for m2 := Amount(1); m2 <= 6; m2++ {
+					lots := []orderLot{{parent: -1}, {parent: 0, consumed: k1, granted: m1}, {parent: 1, consumed: k2, granted: m2}}
+					for worth := Amount(0); worth <= 8; worth++ {
+						most := Amount(-1)
+						for x := Amount(0); x <= m2; x++ {
+							if worthAtMost(lots, 2, x) <= worth {
+								most = x
+							}
+						}
+						if got := coinsWorth(lots, 2, worth); got != most {
+							t.Fatalf("%d→%d, %d→%d, worth %d: coinsWorth %d, the most that fits %d", k1, m1, k2, m2, worth, got, most)
+						}
+					}
+				}
+			}
+		}
+	}
+}
