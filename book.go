@@ -2,6 +2,7 @@ package coffer
 
 import (
 	"cmp"
+	"iter"
 	"math/bits"
 	"slices"
 	"time"
@@ -467,7 +468,10 @@ func (b *Book) Release(lotID int64, amount, value Amount) ([]BookOp, error) {
 	}
 	// The lot's value was v − value when it reserved: no overflow.
 	l.Value, l.ValueReserved, l.Owed, l.Changed = l.Value+value, l.ValueReserved-value, l.Owed-owed, true
-	for _, o := range b.orderLots(l) {
+	for o := range b.orderLots(l) {
+		if owed == amount {
+			break
+		}
 		if t := min(o.Owed, amount-owed); t > 0 {
 			o.Owed, o.Changed, owed = o.Owed-t, true, owed+t
 		}
@@ -505,8 +509,10 @@ func (b *Book) Settle(lotID int64, amount, value Amount) error {
 	}
 	owed := min(l.Owed, l.Reserved)
 	if move := l.Owed - owed; move > 0 {
-		for _, o := range b.orderLots(l) {
-			move -= b.Owe(o.ID, move)
+		for o := range b.orderLots(l) {
+			if move -= b.Owe(o.ID, move); move == 0 {
+				break
+			}
 		}
 	}
 	l.ValueReserved, l.Owed, l.Changed = l.ValueReserved-value, owed, true
@@ -520,18 +526,20 @@ func (b *Book) Settle(lotID int64, amount, value Amount) error {
 // a coin of one may count for more or less than a coin of another, so
 // a debt moved between them would take back more, or less, than the
 // refund counted short. A lot of no order (free coins) has none, found
-// without reading the player's other lots.
-func (b *Book) orderLots(l *BookLot) []*BookLot {
-	if l.Store == "" {
-		return nil
-	}
-	var out []*BookLot
-	for _, o := range b.currency(l.Currency).lots {
-		if o != l && o.Store == l.Store && o.OrderID == l.OrderID && o.TrxID == l.TrxID {
-			out = append(out, o)
+// without reading the player's other lots. They are yielded, not
+// gathered: a rollback reads them for every paid lot it returns to, and
+// almost always finds nothing owed.
+func (b *Book) orderLots(l *BookLot) iter.Seq[*BookLot] {
+	return func(yield func(*BookLot) bool) {
+		if l.Store == "" {
+			return
+		}
+		for _, o := range b.currency(l.Currency).lots {
+			if o != l && o.Store == l.Store && o.OrderID == l.OrderID && o.TrxID == l.TrxID && !yield(o) {
+				return
+			}
 		}
 	}
-	return out
 }
 
 // Owe marks up to amount of what pending holds reserve from lot lotID as
