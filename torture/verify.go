@@ -116,11 +116,10 @@ func (w *Workload) Verify(ctx context.Context) []string {
 		}
 		// What a refund takes depends on what was left of the order's
 		// lots, and a hold's rollback gives a refund made meanwhile what
-		// it counted short of the hold's coins (ADR 0015; the hold's
-		// reservations and their return add up to the rest): the
-		// answer's ops say, and the balances must agree.
-		if r.Kind == Refund || (r.Kind == Hold && (t.Status == coffer.StatusRolledBack || t.Status == coffer.StatusExpired)) {
-			for _, op := range t.Ops {
+		// it counted short of the hold's coins (ADR 0015): the answer's
+		// ops say, and the balances must agree.
+		for _, op := range t.Ops {
+			if r.Kind == Refund || op.Cause == coffer.CauseRefundHeld {
 				model[balanceKey{r.NS, r.Player, op.Currency}] += op.Amount
 			}
 		}
