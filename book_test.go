@@ -166,11 +166,17 @@ func TestBookOwed(t *testing.T) {
 	if l := b.Lots()[0]; l.Amount != 5 || l.Value != 50 || l.Reserved != 0 || l.Owed != 0 || l.ValueReserved != 0 {
 		t.Fatalf("lot after the rollback = %+v", l)
 	}
+	// A rollback of part of what the lot owes gives the refund that part.
+	b = newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 30, Owed: 30})
+	if ops, err := b.Release(1, 10, 0); err != nil || len(ops) != 2 || ops[1].Amount != -10 || b.Lots()[0].Owed != 20 || b.Lots()[0].Amount != 0 {
+		t.Fatalf("release of 10 of 30 owed: %+v %v; lot %+v", ops, err, *b.Lots()[0])
+	}
 	// Under claw_back, what a commit leaves a lot unable to owe goes to
 	// the order's other lots of the currency that its purchase made, not
-	// to another order's, nor to one an exchange made (lot 5).
+	// to another order's (lot 2, of another store), nor to one an exchange
+	// made (lot 5).
 	o := Worth{Store: "steam", OrderID: "o"}
-	b = newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 30, Owed: 30, Worth: o}, &BookLot{ID: 2, Currency: 1, Reserved: 5, Worth: Worth{Store: "steam", OrderID: "p"}},
+	b = newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 30, Owed: 30, Worth: o}, &BookLot{ID: 2, Currency: 1, Reserved: 5, Worth: Worth{Store: "apple", OrderID: "o"}},
 		&BookLot{ID: 3, Currency: 1, Reserved: 20, Owed: 5, Worth: o}, &BookLot{ID: 4, Currency: 1, Reserved: 40, Worth: o},
 		&BookLot{ID: 5, Currency: 1, Reserved: 40, Worth: o, TrxID: 9})
 	if err := b.Settle(1, 30, 0); err != nil {
@@ -191,8 +197,15 @@ func TestBookOwed(t *testing.T) {
 	if ops, err = b.Release(3, 20, 0); err != nil || len(ops) != 1 {
 		t.Fatalf("release of lot 3, which owes nothing now: %+v %v", ops, err)
 	}
-	if err := (&Book{}).Add(&BookLot{ID: 1, Currency: 1, Reserved: 1, Owed: 2}); ErrorCode(err) != CodeInternal {
-		t.Fatalf("a lot owing more than it reserves loaded: %v", err)
+	// What the other lots owe is taken only up to what returns.
+	b = newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 10, Owed: 5, Worth: o}, &BookLot{ID: 2, Currency: 1, Reserved: 20, Owed: 20, Worth: o})
+	if ops, err = b.Release(1, 10, 0); err != nil || len(ops) != 2 || ops[1].Amount != -10 || b.Lots()[1].Owed != 15 {
+		t.Fatalf("release of 10, 5 owed there and 20 on the other lot: %+v %v; lot 2 %+v", ops, err, *b.Lots()[1])
+	}
+	for _, owed := range []Amount{2, -1} {
+		if err := (&Book{}).Add(&BookLot{ID: 1, Currency: 1, Reserved: 1, Owed: owed}); ErrorCode(err) != CodeInternal {
+			t.Fatalf("a lot reserving 1 and owing %d loaded: %v", owed, err)
+		}
 	}
 }
 

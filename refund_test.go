@@ -187,6 +187,14 @@ func TestPlanRefundDuringHold(t *testing.T) {
 			{refundOf(t, c, "r", "o", RefundChargeback), "trx 107 refund committed v8 @20\n  consume gold -60 lot 101 = 10/0 @21 USD -300\n  consume gold -10 lot 106 = 0/0 @22\nshortfall [{gold 30 150}]"},
 			{rollback, "finish 104 rolled_back v9 (begin v6)\n  grant silver 80 lot 103 = 80/80 @23 USD 200\n  consume silver -60 lot 103 = 20/20 @24 USD -150 (refund_held)"},
 		}, 60, 20},
+		{"claw_back, the order's lot and an exchanged one held: the shortfall is owed once, the order's lot first", nil, []step{
+			{changeOf(t, c, "buy", false, buy("gold")), "trx 100 change committed v4 @11\n  grant gold 100 lot 101 = 100/100 @12 USD 500"},
+			{exchangeOf(t, c, "x", "gold", "silver", 40), "trx 102 exchange committed v5 @13\n  consume gold -40 lot 101 = 60/60 @14 USD -200 (exchange)\n  grant silver 80 lot 103 = 80/80 @15 USD 200 (exchange)"},
+			{changeOf(t, c, "h", true, freeOp("gold", -30), freeOp("silver", -50)), "trx 104 hold pending v6 @16\n  consume gold -30 lot 101 = 30/30 @17 USD -150\n  consume silver -50 lot 103 = 30/30 @18 USD -125"},
+			{changeOf(t, c, "reward", false, freeOp("gold", 20)), "trx 105 change committed v7 @19\n  grant gold 20 lot 106 = 50/30 @20"},
+			{refundOf(t, c, "r", "o", RefundChargeback), "trx 107 refund committed v8 @21\n  consume gold -30 lot 101 = 20/0 @22 USD -150\n  consume silver -30 lot 103 = 0/0 @23 USD -75\n  consume gold -20 lot 106 = 0/0 @24\nshortfall [{gold 35 175}]"},
+			{rollback, "finish 104 rolled_back v9 (begin v6)\n  grant gold 30 lot 101 = 30/30 @25 USD 150\n  consume gold -30 lot 101 = 0/0 @26 USD -150 (refund_held)\n  grant silver 50 lot 103 = 50/50 @27 USD 125\n  consume silver -10 lot 103 = 40/40 @28 USD -25 (refund_held)"},
+		}, 40, 40},
 	} {
 		t.Run(sc.name, func(t *testing.T) { runHeld(t, c, sc.lots, sc.steps, sc.owed, sc.end) })
 	}

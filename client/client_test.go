@@ -31,9 +31,15 @@ func TestBadTextLooksAtWhatIsSent(t *testing.T) {
 		{"a bad currency in an op", &coffer.ChangeBody{Ops: []coffer.OpRequest{{Currency: "g\xfe", Amount: 1}}}, true},
 		{"an op with an expiry in a zone", &coffer.ChangeBody{IdempotencyKey: "k", Ops: []coffer.OpRequest{{Currency: "gold", Amount: 1, ExpiresAt: &at}}}, false},
 		{"an unexported field", unsent{Sent: "ok", hidden: "\xff"}, false},
+		{"a value that encodes itself", selfEncoded{Text: "\xff"}, false},
 	} {
 		if got := badText(reflect.ValueOf(c.body)); got != c.bad {
 			t.Errorf("%s: badText = %v, want %v", c.name, got, c.bad)
 		}
 	}
 }
+
+// selfEncoded sends what its MarshalJSON says, not its fields.
+type selfEncoded struct{ Text string }
+
+func (selfEncoded) MarshalJSON() ([]byte, error) { return []byte(`"fixed"`), nil }

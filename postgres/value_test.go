@@ -134,18 +134,18 @@ func TestValueThroughHoldsAndExchanges(t *testing.T) {
 // TestAuditFindsValueDamage corrupts the value of lots and ops behind the
 // store's back; the audit must report each kind of damage.
 func TestAuditFindsValueDamage(t *testing.T) {
-	cases := map[string]string{
-		"negative lot":             "UPDATE lot_%d SET value = -1 WHERE paid AND amount > 0",
-		"lot differs from its ops": "UPDATE lot_%d SET value = value + 1 WHERE paid AND amount > 0",
-		"lot value reservation differs from pending holds": "UPDATE lot_%d SET value_reserved = value_reserved + 1 WHERE reserved > 0",
-		"lot owes a refund more than it reserves":          "UPDATE lot_%d SET owed = reserved + 1 WHERE reserved > 0",
-		"lot value without its coins":                      "UPDATE lot_%d SET fiat = 'USD' WHERE NOT paid",
-		"op value differs from its lot's fiat":             "UPDATE op_%d SET fiat = 'EUR' WHERE fiat IS NOT NULL AND kind = 'consume'",
-		"purchase value differs from its price":            "UPDATE op_%d SET value = value - 1 WHERE purchase IS NOT NULL",
-		"exchange makes value":                             "UPDATE op_%d SET value = value + 1 WHERE cause = 'exchange' AND kind = 'grant' AND value IS NOT NULL",
-	}
-	for check, damage := range cases {
-		t.Run(check, func(t *testing.T) {
+	for _, c := range []struct{ check, damage string }{
+		{"negative lot", "UPDATE lot_%d SET value = -1 WHERE paid AND amount > 0"},
+		{"lot differs from its ops", "UPDATE lot_%d SET value = value + 1 WHERE paid AND amount > 0"},
+		{"lot value reservation differs from pending holds", "UPDATE lot_%d SET value_reserved = value_reserved + 1 WHERE reserved > 0"},
+		{"lot owes a refund more than it reserves", "UPDATE lot_%d SET owed = reserved + 1 WHERE reserved > 0"},
+		{"lot owes a refund more than it reserves", "UPDATE lot_%d SET owed = -1 WHERE reserved > 0"},
+		{"lot value without its coins", "UPDATE lot_%d SET fiat = 'USD' WHERE NOT paid"},
+		{"op value differs from its lot's fiat", "UPDATE op_%d SET fiat = 'EUR' WHERE fiat IS NOT NULL AND kind = 'consume'"},
+		{"purchase value differs from its price", "UPDATE op_%d SET value = value - 1 WHERE purchase IS NOT NULL"},
+		{"exchange makes value", "UPDATE op_%d SET value = value + 1 WHERE cause = 'exchange' AND kind = 'grant' AND value IS NOT NULL"},
+	} {
+		t.Run(c.check, func(t *testing.T) {
 			e := newEnv(t)
 			e.mustChange(31, "buy", bought(3, "a", 100), free("gold", 2))
 			e.mustChange(31, "spend", free("gold", -3))
@@ -153,7 +153,7 @@ func TestAuditFindsValueDamage(t *testing.T) {
 			must(t, err)
 			_, _, err = e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(31, "ex"), From: "gold", To: "silver", Amount: 1})
 			must(t, err)
-			e.auditFinds(31, check, damage)
+			e.auditFinds(31, c.check, c.damage)
 		})
 	}
 }
