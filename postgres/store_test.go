@@ -775,6 +775,52 @@ func TestLotSweeperWindowWaitsForACompletePass(t *testing.T) {
 	sweep(store, 1, 0, false)
 }
 
+// TestLotSweeperWindowFailuresFailTheirShardOnly: a shard whose window
+// cannot be read is not swept, and one whose window cannot be moved has
+// its expiries recorded all the same; either way the pass's error says
+// so, and the other shards are swept.
+func TestLotSweeperWindowFailuresFailTheirShardOnly(t *testing.T) {
+	e := newEnv(t)
+	broken, other := coffer.PlayerID(67), coffer.PlayerID(68)
+	for e.router.Map().ShardOf(other) == e.router.Map().ShardOf(broken) {
+		other++
+	}
+	id := e.router.Map().ShardOf(broken)
+	later := time.Now().Add(time.Hour)
+	for _, p := range []coffer.PlayerID{broken, other} {
+		e.mustChange(p, "a", coffer.OpRequest{Currency: "gold", Amount: 5, ExpiresAt: &later})
+		_, err := e.router.Shard(e.router.Map().ShardOf(p)).Exec(ctx,
+			fmt.Sprintf(`UPDATE lot_%d SET expires_at = now() - interval '1 hour' WHERE player_id = %d`, e.router.Map().ShardOf(p), p))
+		must(t, err)
+	}
+	exec := func(sql string) {
+		t.Helper()
+		_, err := e.router.Shard(id).Exec(ctx, strings.ReplaceAll(sql, "_N", fmt.Sprintf("_%d", id)))
+		must(t, err)
+	}
+	// Whether the player's expiry is recorded (a balance read leaves
+	// expired coins out either way).
+	recorded := func(p coffer.PlayerID) bool {
+		t.Helper()
+		var n int
+		sh := e.router.Map().ShardOf(p)
+		must(t, e.router.Shard(sh).QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM op_%d WHERE player_id = %d AND kind = 'expire'`, sh, p)).Scan(&n))
+		return n > 0
+	}
+	exec(`ALTER TABLE expiry_sweep_N RENAME TO expiry_sweep_away`)
+	if n, err := e.store.SweepExpiredLots(ctx, 100); n != 1 || err == nil || !strings.Contains(err.Error(), "expiry_sweep") ||
+		recorded(broken) || !recorded(other) {
+		t.Fatalf("window unreadable: %d players swept, error %v", n, err)
+	}
+	exec(`ALTER TABLE expiry_sweep_away RENAME TO expiry_sweep_N`)
+	exec(`CREATE FUNCTION window_broken() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'window broken'; END$$`)
+	exec(`CREATE TRIGGER window_broken BEFORE INSERT OR UPDATE ON expiry_sweep_N FOR EACH ROW EXECUTE FUNCTION window_broken()`)
+	if n, err := e.store.SweepExpiredLots(ctx, 100); n != 1 || err == nil || !strings.Contains(err.Error(), "window broken") || !recorded(broken) {
+		t.Fatalf("window unmovable: %d players swept, error %v", n, err)
+	}
+	exec(`DROP TRIGGER window_broken ON expiry_sweep_N`)
+}
+
 // TestBalanceAtEqualsFinlogReplay checks, at every trx's time, that the
 // balance in the past equals a replay of the finlog up to it.
 func TestBalanceAtEqualsFinlogReplay(t *testing.T) {
