@@ -40,8 +40,13 @@ type BookLot struct {
 	ExpiresAt *time.Time
 	Priority  int32
 	CreatedAt time.Time
-	// TrxID is the trx whose grant created the lot.
+	// TrxID is the trx whose grant created a New lot: stored with it,
+	// not loaded back.
 	TrxID int64
+	// Exchanged: an exchange made the lot, of a paid lot it consumed. Its
+	// coins count in its order's currency through the exchange's ratio,
+	// not one for one as the order's own lots do (orderLots).
+	Exchanged bool
 	// Worth is what the lot's coins cost: its origin and value.
 	Worth
 	// ValueReserved is what the Reserved coins cost, in minor units of
@@ -316,7 +321,7 @@ func (b *Book) grant(cur *Currency, amount Amount, paid bool, expiresAt *time.Ti
 				cur.Code, c.held)
 		}
 		lot = &BookLot{ID: b.NewID(), Currency: cur.ID, Paid: paid, ExpiresAt: expiresAt, Priority: priority, CreatedAt: b.Now,
-			TrxID: b.TrxID, Worth: w, New: true}
+			TrxID: b.TrxID, Exchanged: paid && cause == CauseExchange, Worth: w, New: true}
 		b.keep(lot)
 	}
 	if err := b.set(lot, lot.Amount+amount, lot.Reserved); err != nil {
@@ -496,7 +501,7 @@ func (b *Book) Release(lotID int64, amount, value Amount) ([]BookOp, error) {
 // in the shortfall), and what it still owes the refund takes from the
 // coins another hold's rollback returns, as claw_back takes from any
 // coins the player holds: what this lot can no longer owe goes to the
-// order's other lots of the currency its trx made (orderLots), as far as
+// order's own other lots of the currency (orderLots), as far as
 // they reserve more than they owe. It writes no op (the consume was written at the begin).
 // Errors: as Release.
 func (b *Book) Settle(lotID int64, amount, value Amount) error {
@@ -519,23 +524,22 @@ func (b *Book) Settle(lotID int64, amount, value Amount) error {
 	return nil
 }
 
-// orderLots are the other lots of lot l's order in its currency made by
-// the same trx: those what a refund of it is owed may move between. The
-// order's own lots are all its purchase's (each coin counts for one in
-// the order's currency); lots exchanges made are each another trx's, and
-// a coin of one may count for more or less than a coin of another, so
-// a debt moved between them would take back more, or less, than the
-// refund counted short. A lot of no order (free coins) has none, found
-// without reading the player's other lots. They are yielded, not
-// gathered: a rollback reads them for every paid lot it returns to, and
-// almost always finds nothing owed.
+// orderLots are the other lots of lot l's order in its currency that a
+// refund's debt may move between: the order's own lots, all made by its
+// purchase, each coin counting for one in the order's currency. A coin
+// of a lot an exchange made may count for more or less than one of
+// another lot, so a debt moved to or from it would take back more, or
+// less, than the refund counted short: such a lot has none. Nor has a
+// lot of no order (free coins), found without reading the player's
+// other lots. They are yielded, not gathered: a rollback reads them for
+// every paid lot it returns to, and almost always finds nothing owed.
 func (b *Book) orderLots(l *BookLot) iter.Seq[*BookLot] {
 	return func(yield func(*BookLot) bool) {
-		if l.Store == "" {
+		if l.Store == "" || l.Exchanged {
 			return
 		}
 		for _, o := range b.currency(l.Currency).lots {
-			if o != l && o.Store == l.Store && o.OrderID == l.OrderID && o.TrxID == l.TrxID && !yield(o) {
+			if o != l && !o.Exchanged && o.Store == l.Store && o.OrderID == l.OrderID && !yield(o) {
 				return
 			}
 		}

@@ -172,13 +172,12 @@ func TestBookOwed(t *testing.T) {
 		t.Fatalf("release of 10 of 30 owed: %+v %v; lot %+v", ops, err, *b.Lots()[0])
 	}
 	// Under claw_back, what a commit leaves a lot unable to owe goes to
-	// the order's other lots of the currency that its purchase made, not
-	// to another order's (lot 2, of another store), nor to one an exchange
-	// made (lot 5).
+	// the order's own other lots of the currency, not to another order's
+	// (lot 2, of another store), nor to one an exchange made (lot 5).
 	o := Worth{Store: "steam", OrderID: "o"}
 	b = newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 30, Owed: 30, Worth: o}, &BookLot{ID: 2, Currency: 1, Reserved: 5, Worth: Worth{Store: "apple", OrderID: "o"}},
 		&BookLot{ID: 3, Currency: 1, Reserved: 20, Owed: 5, Worth: o}, &BookLot{ID: 4, Currency: 1, Reserved: 40, Worth: o},
-		&BookLot{ID: 5, Currency: 1, Reserved: 40, Worth: o, TrxID: 9})
+		&BookLot{ID: 5, Currency: 1, Reserved: 40, Worth: o, Exchanged: true})
 	if err := b.Settle(1, 30, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +200,16 @@ func TestBookOwed(t *testing.T) {
 	b = newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 10, Owed: 5, Worth: o}, &BookLot{ID: 2, Currency: 1, Reserved: 20, Owed: 20, Worth: o})
 	if ops, err = b.Release(1, 10, 0); err != nil || len(ops) != 2 || ops[1].Amount != -10 || b.Lots()[1].Owed != 15 {
 		t.Fatalf("release of 10, 5 owed there and 20 on the other lot: %+v %v; lot 2 %+v", ops, err, *b.Lots()[1])
+	}
+	// What a lot an exchange made owes moves nowhere: not to the order's
+	// own lot (1), nor to another lot an exchange made (3).
+	b = newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 20, Owed: 5, Worth: o}, &BookLot{ID: 2, Currency: 1, Reserved: 30, Owed: 30, Worth: o, Exchanged: true},
+		&BookLot{ID: 3, Currency: 1, Reserved: 30, Owed: 10, Worth: o, Exchanged: true})
+	if err := b.Settle(2, 30, 0); err != nil || b.Lots()[0].Owed != 5 || b.Lots()[2].Owed != 10 {
+		t.Fatalf("commit on a lot an exchange made: %v; lots %+v %+v", err, *b.Lots()[0], *b.Lots()[2])
+	}
+	if ops, err = b.Release(3, 30, 0); err != nil || len(ops) != 2 || ops[1].Amount != -10 {
+		t.Fatalf("rollback on a lot an exchange made, owing 10: %+v %v", ops, err)
 	}
 	for _, owed := range []Amount{2, -1} {
 		if err := (&Book{}).Add(&BookLot{ID: 1, Currency: 1, Reserved: 1, Owed: owed}); ErrorCode(err) != CodeInternal {

@@ -537,9 +537,11 @@ func TestPlanExchangeValue(t *testing.T) {
 				"  grant silver 200 lot 103 = 600/400 @17 (exchange)"}})
 		var got []string
 		for _, l := range p.Lots() {
-			got = append(got, fmt.Sprintf("%d:%d %s/%s %s %d", l.ID, l.Amount, l.Store, l.OrderID, l.Fiat, l.Value))
+			got = append(got, fmt.Sprintf("%d:%d %s/%s %s %d %t", l.ID, l.Amount, l.Store, l.OrderID, l.Fiat, l.Value, l.Exchanged))
 		}
-		want := "1:0 /  0 2:0 steam/a USD 0 3:3 steam/b USD 38 101:300 steam/a USD 100 102:100 steam/b USD 12 103:200 /  0"
+		// The paid lots the exchange made are marked so; the free one is
+		// not (nor are the purchases').
+		want := "1:0 /  0 false 2:0 steam/a USD 0 false 3:3 steam/b USD 38 false 101:300 steam/a USD 100 true 102:100 steam/b USD 12 true 103:200 /  0 false"
 		if strings.Join(got, " ") != want {
 			t.Fatalf("lots:\n%s\nwant\n%s", strings.Join(got, " "), want)
 		}

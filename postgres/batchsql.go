@@ -156,14 +156,14 @@ var writeBranches = []struct {
 		unnest($13::bigint[]) AS paid_after, unnest($14::jsonb[]) AS purchase, unnest($15::bigint[]) AS pos, unnest($16::text[]) AS fiat,
 		unnest($17::bigint[]) AS value) AS u`, 17},
 	{"new_lots", `INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id,
-		store, order_id, fiat, value, value_reserved, owed)
+		store, order_id, fiat, value, value_reserved, owed, exchanged)
 	SELECT ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id,
-		NULLIF(store, ''), NULLIF(order_id, ''), NULLIF(fiat, ''), value, value_reserved, owed
+		NULLIF(store, ''), NULLIF(order_id, ''), NULLIF(fiat, ''), value, value_reserved, owed, exchanged
 	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::bigint[]) AS lot_id, unnest($4::int[]) AS currency,
 		unnest($5::bool[]) AS paid, unnest($6::bigint[]) AS amount, unnest($7::bigint[]) AS reserved, unnest($8::timestamptz[]) AS expires_at,
 		unnest($9::int[]) AS priority, unnest($10::timestamptz[]) AS created_at, unnest($11::bigint[]) AS trx_id, unnest($12::text[]) AS store,
 		unnest($13::text[]) AS order_id, unnest($14::text[]) AS fiat, unnest($15::bigint[]) AS value, unnest($16::bigint[]) AS value_reserved,
-		unnest($17::bigint[]) AS owed) AS u`, 17},
+		unnest($17::bigint[]) AS owed, unnest($18::bool[]) AS exchanged) AS u`, 18},
 	{"lots", `UPDATE lot_N l SET amount = u.amount, reserved = u.reserved, value = u.value, value_reserved = u.value_reserved, owed = u.owed
 	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::int[]) AS currency, unnest($4::bigint[]) AS lot_id,
 		unnest($5::bigint[]) AS amount, unnest($6::bigint[]) AS reserved, unnest($7::bigint[]) AS value, unnest($8::bigint[]) AS value_reserved,

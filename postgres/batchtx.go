@@ -575,7 +575,7 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan,
 			switch {
 			case l.New:
 				newLots.add(p.shard, ns, id, l.ID, int32(l.Currency), l.Paid, int64(l.Amount), int64(l.Reserved), l.ExpiresAt, l.Priority, l.CreatedAt, l.TrxID,
-					l.Store, l.OrderID, l.Fiat, int64(l.Value), int64(l.ValueReserved), int64(l.Owed))
+					l.Store, l.OrderID, l.Fiat, int64(l.Value), int64(l.ValueReserved), int64(l.Owed), l.Exchanged)
 			case l.Changed:
 				lots.add(p.shard, ns, id, int32(l.Currency), l.ID, int64(l.Amount), int64(l.Reserved), int64(l.Value), int64(l.ValueReserved), int64(l.Owed))
 			}

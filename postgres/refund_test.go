@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/internal/pgtest"
+	"github.com/cofferhq/coffer/postgres"
+	"github.com/jackc/pgx/v5"
 )
 
 func refundOf(player coffer.PlayerID, key, order string) coffer.RefundRequest {
@@ -492,4 +495,66 @@ func TestAuditFindsRefundDamageAfterAnExchange(t *testing.T) {
 	e.auditClean()
 	e.auditFinds(41, "refund differs from its order",
 		`UPDATE trx_%d SET refund = jsonb_set(refund, '{exchanged}', '[{"currency": 1, "amount": 99}]') WHERE refund IS NOT NULL`)
+}
+
+// TestRefundDebtOfAnExchangedLotMovesNowhere: two exchanges make two gems
+// lots of one gold order, each reserved by a hold. The refund claws 3 free
+// gold back and counts 7 short: the first lot owes 50 gems (5 gold), the
+// second 20 (2 gold). The first hold's commit spends its lot's debt; it
+// does not move to the second lot (as it would between the order's own
+// lots), so the second hold's rollback takes back 20 gems, not 50: the
+// lots, as stored, know an exchange made them.
+func TestRefundDebtOfAnExchangedLotMovesNowhere(t *testing.T) {
+	e := newEnv(t)
+	const p = 70
+	e.mustChange(p, "buy", paid("gold", 10, "o-70"))
+	for _, key := range []string{"ex-1", "ex-2"} {
+		_, _, err := e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(p, key), From: "gold", To: "gems", Amount: 5})
+		must(t, err)
+	}
+	e.mustChange(p, "reward", free("gold", 3))
+	for _, key := range []string{"hold-1", "hold-2"} {
+		_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, key), Ops: []coffer.OpRequest{free("gems", -50)}, Hold: true})
+		must(t, err)
+	}
+	trx := e.mustRefund(refundOf(p, "r", "o-70"))
+	if got := taken(t, trx); got != "[gold free 3]" || fmt.Sprint(trx.Refund.Shortfall) != "[{gold 7 349}]" {
+		t.Fatalf("took %q, shortfall %+v", got, trx.Refund.Shortfall)
+	}
+	_, _, err := e.store.Commit(ctx, scope(p, "hold-1"))
+	must(t, err)
+	rb, _, err := e.store.Rollback(ctx, scope(p, "hold-2"))
+	must(t, err)
+	if last := rb.Ops[len(rb.Ops)-1]; last.Amount != -20 || last.Cause != coffer.CauseRefundHeld {
+		t.Fatalf("the rollback's last op %+v: want 20 gems to the refund", last)
+	}
+	if b := e.balance(p, "gems"); b.Total != 30 {
+		t.Fatalf("gems after the rollback: %+v, want 30", b)
+	}
+}
+
+// TestMigrationMarksTheLotsExchangesMade: V0023 marks the paid lots an
+// exchange made before it, and no other.
+func TestMigrationMarksTheLotsExchangesMade(t *testing.T) {
+	e := newEnvAt(t, 22, pgtest.Server(t, 0), pgtest.Server(t, 1))
+	const p = 71
+	t0 := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	e.exec(p, `INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, version, pos)
+		VALUES (1, $1, $2, 10, 7, 'buy', '', 'change', 'committed', '', 1, 1), (1, $1, $2, 11, 7, 'ex', '', 'exchange', 'committed', '', 2, 3)`, p, t0)
+	e.exec(p, `INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, reserved, priority, created_at, trx_id, store, order_id)
+		VALUES (1, $1, 1, 1, true, 5, 0, 0, $2, 10, 'steam', 'o'), (1, $1, 2, 4, true, 50, 0, 0, $2, 11, 'steam', 'o'),
+			(1, $1, 3, 4, false, 7, 0, 0, $2, 11, NULL, NULL)`, p, t0)
+	migrateTo(t, e.router.Map(), -1)
+	id := e.router.Map().ShardOf(p)
+	rows, err := e.router.Shard(id).Query(ctx, postgres.ShardSQL(`SELECT lot_id, exchanged FROM lot_N WHERE ns = 1 AND player_id = $1 ORDER BY lot_id`, id), p)
+	must(t, err)
+	marked, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+		ID        int64
+		Exchanged bool
+	}])
+	must(t, err)
+	if got := fmt.Sprint(marked); got != "[{1 false} {2 true} {3 false}]" {
+		t.Fatalf("lots after V0023: %s", got)
+	}
+	e.damaged = true // the rows stand for a ledger without ops
 }

@@ -1,0 +1,11 @@
+-- Whether an exchange made the lot, of a paid lot it consumed: its coins
+-- count in its order's currency through the exchange's ratio, so what it
+-- owes a refund (owed, V0022) never moves to another lot of the order,
+-- whose coins may count differently (ADR 0015). The order's own lots, all
+-- made by its purchase, count alike. The default rewrites nothing; the paid
+-- lots an exchange made before this migration are marked from their trx.
+ALTER TABLE lot_<shard_id> ADD COLUMN exchanged boolean NOT NULL DEFAULT false;
+
+UPDATE lot_<shard_id> l SET exchanged = true
+FROM trx_<shard_id> t
+WHERE l.paid AND t.ns = l.ns AND t.player_id = l.player_id AND t.trx_id = l.trx_id AND t.kind = 'exchange';
