@@ -40,8 +40,7 @@ type BookLot struct {
 	ExpiresAt *time.Time
 	Priority  int32
 	CreatedAt time.Time
-	// TrxID is the trx whose grant created a New lot: stored with it,
-	// not loaded back.
+	// TrxID is the trx whose grant created the lot.
 	TrxID int64
 	// Exchanged: an exchange made the lot, of a paid lot it consumed. Its
 	// coins count in its order's currency through the exchange's ratio,

@@ -23,6 +23,30 @@ func BatchReads(id coffer.ShardID) (settings string, reads map[string]string) {
 // BatchWrite is the batch's write statement on shard id with every table.
 func BatchWrite(id coffer.ShardID) string { return writeSQL(id, 1<<len(writeBranches)-1) }
 
+// Lots are a player's lots holding something, as a batch loads them.
+func (s *Store) Lots(ctx context.Context, id coffer.ShardID, ns coffer.Namespace, player coffer.PlayerID) ([]*coffer.BookLot, error) {
+	pool, err := s.pool(id)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := pool.Query(ctx, batchStatements.forShard(id).lots, []int32{int32(ns)}, []int64{int64(player)}, []int32{0})
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var lots []*coffer.BookLot
+	for rows.Next() {
+		var ns int32
+		var player int64
+		l, err := scanLot(rows, &ns, &player)
+		if err != nil {
+			return nil, err
+		}
+		lots = append(lots, l)
+	}
+	return lots, rows.Err()
+}
+
 // SetMark is the statement that raises a committer's mark.
 const SetMark = setMark
 

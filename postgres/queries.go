@@ -17,7 +17,7 @@ type queries struct {
 
 // lotColumns are read by scanLot, in this order.
 const lotColumns = `l.lot_id, l.currency, l.paid, l.amount, l.reserved, l.expires_at, l.priority, l.created_at,
-	COALESCE(l.store, ''), COALESCE(l.order_id, ''), COALESCE(l.fiat, ''), l.value, l.value_reserved, l.owed, l.exchanged`
+	COALESCE(l.store, ''), COALESCE(l.order_id, ''), COALESCE(l.fiat, ''), l.value, l.value_reserved, l.owed, l.exchanged, l.trx_id`
 
 // trxColumns are read by scanTrx, in this order; ops come as a JSON array.
 // meta is canonical text; meta_jsonb what an earlier coffer stored (V0010).

@@ -135,7 +135,7 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 func scanLot(rows pgx.Rows, head ...any) (*coffer.BookLot, error) {
 	l := &coffer.BookLot{}
 	err := rows.Scan(append(head, &l.ID, &l.Currency, &l.Paid, &l.Amount, &l.Reserved, &l.ExpiresAt, &l.Priority, &l.CreatedAt,
-		&l.Store, &l.OrderID, &l.Fiat, &l.Value, &l.ValueReserved, &l.Owed, &l.Exchanged)...)
+		&l.Store, &l.OrderID, &l.Fiat, &l.Value, &l.ValueReserved, &l.Owed, &l.Exchanged, &l.TrxID)...)
 	return l, err
 }
 
