@@ -50,7 +50,7 @@ func (c *Catalog) CurrentBalances(q BalanceQuery, version int64, lots []BookLot,
 		b.Total, *part = total, sum
 		if q.Lots {
 			b.Lots = append(b.Lots, Lot{ID: l.ID, Currency: cur.Code, Paid: l.Paid, Amount: l.Amount,
-				ExpiresAt: l.ExpiresAt, Priority: l.Priority, CreatedAt: l.CreatedAt.UTC()})
+				ExpiresAt: l.ExpiresAt, Priority: l.Priority, CreatedAt: l.CreatedAt})
 		}
 	}
 	sort.Sort(byCurrency{out.Balances, ids})

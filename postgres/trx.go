@@ -123,11 +123,6 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 		}
 		t.Ops = append(t.Ops, s.catalog.PendingOps(t.Status, t.PendingGrants)...)
 	}
-	t.CreatedAt = t.CreatedAt.UTC()
-	if t.HoldExpiresAt != nil {
-		u := t.HoldExpiresAt.UTC()
-		t.HoldExpiresAt = &u
-	}
 	return &t, nil
 }
 

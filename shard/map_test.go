@@ -100,15 +100,8 @@ func TestRouterRoutesToTheRightServer(t *testing.T) {
 		d := pgtest.NewDB(t, i)
 		dbs = append(dbs, DatabaseConfig{Name: d.Name, Host: "127.0.0.1", Port: d.Server.Port(), User: pgserver.Superuser, Password: pgserver.Password})
 	}
-	m, err := NewMap(Config{ShardCount: 12, DistributionMode: "auto", ShardOnDB: 4, Databases: dbs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := Open(m, DefaultPoolConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openRouter(t, Config{ShardCount: 12, DistributionMode: "auto", ShardOnDB: 4, Databases: dbs})
+	m := r.Map()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := r.Ping(ctx); err != nil {
@@ -127,6 +120,22 @@ func TestRouterRoutesToTheRightServer(t *testing.T) {
 	}
 }
 
+// TestRouterReadsTimesInUTC: a timestamptz, alone or in an array, reads
+// in UTC whatever the host's zone (pgx's default is time.Local).
+func TestRouterReadsTimesInUTC(t *testing.T) {
+	d := pgtest.NewDB(t, 0)
+	r := openRouter(t, Config{ShardCount: 1, DistributionMode: "auto", ShardOnDB: 1, Databases: []DatabaseConfig{
+		{Name: d.Name, Host: "127.0.0.1", Port: d.Server.Port(), User: pgserver.Superuser, Password: pgserver.Password}}})
+	var at time.Time
+	var ats []time.Time
+	if err := r.Database(0).QueryRow(context.Background(), "SELECT now(), ARRAY[now()]").Scan(&at, &ats); err != nil {
+		t.Fatal(err)
+	}
+	if at.Location() != time.UTC || len(ats) != 1 || ats[0].Location() != time.UTC {
+		t.Fatalf("times read in %v and %v, want UTC", at.Location(), ats[0].Location())
+	}
+}
+
 func TestRouterPingNamesTheDeadDatabase(t *testing.T) {
 	d := pgtest.NewDB(t, 0)
 	dbs := []DatabaseConfig{
@@ -134,7 +143,17 @@ func TestRouterPingNamesTheDeadDatabase(t *testing.T) {
 		{Name: d.Name, Host: "127.0.0.1", Port: d.Server.Port(), User: pgserver.Superuser, Password: "wrong"},
 	}
 	dbs[1].Name = "missing_db"
-	m, err := NewMap(Config{ShardCount: 2, DistributionMode: "auto", ShardOnDB: 1, Databases: dbs})
+	r := openRouter(t, Config{ShardCount: 2, DistributionMode: "auto", ShardOnDB: 1, Databases: dbs})
+	err := r.Ping(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `database #1 "missing_db"`) {
+		t.Fatalf("Ping = %v, want it to name database #1", err)
+	}
+}
+
+// openRouter opens a router over the map of cfg, closed when the test ends.
+func openRouter(t *testing.T, cfg Config) *Router {
+	t.Helper()
+	m, err := NewMap(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,9 +161,6 @@ func TestRouterPingNamesTheDeadDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	err = r.Ping(context.Background())
-	if err == nil || !strings.Contains(err.Error(), `database #1 "missing_db"`) {
-		t.Fatalf("Ping = %v, want it to name database #1", err)
-	}
+	t.Cleanup(r.Close)
+	return r
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -77,6 +78,7 @@ func Open(m *Map, pc PoolConfig) (*Router, error) {
 		cfg.HealthCheckPeriod = pc.HealthCheckPeriod
 		cfg.ConnConfig.ConnectTimeout = pc.ConnectTimeout
 		cfg.ConnConfig.Tracer = pc.Tracer
+		cfg.AfterConnect = readTimesInUTC
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		if err != nil {
 			r.Close()
@@ -85,6 +87,17 @@ func Open(m *Map, pc PoolConfig) (*Router, error) {
 		r.pools = append(r.pools, pool)
 	}
 	return r, nil
+}
+
+// readTimesInUTC makes conn read every timestamptz, alone or in an array,
+// in UTC, the zone coffer writes and answers in, whatever the host's: pgx
+// reads them in time.Local, so on a host not in UTC the answers mixed
+// zones (a lot's expiry in local time beside its creation in UTC).
+func readTimesInUTC(_ context.Context, conn *pgx.Conn) error {
+	tz := &pgtype.Type{Name: "timestamptz", OID: pgtype.TimestamptzOID, Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC}}
+	conn.TypeMap().RegisterType(tz)
+	conn.TypeMap().RegisterType(&pgtype.Type{Name: "_timestamptz", OID: pgtype.TimestamptzArrayOID, Codec: &pgtype.ArrayCodec{ElementType: tz}})
+	return nil
 }
 
 // Map is the shard map the router routes by.
