@@ -134,9 +134,9 @@ func TestBookSettleAndRelease(t *testing.T) {
 
 // TestBookOwed: what a lot owes a refund goes to the refund when its hold
 // rolls back (a second op, cause refund_held, with its share of the
-// value); a commit lessens it only as far as the lot then reserves less,
-// and moves that to the order's other lots; a lot owes at most what it
-// reserves, and one loaded owing more is refused.
+// value); a commit lessens it only as far as the lot then reserves less;
+// a lot owes at most what it reserves, and one loaded owing more is
+// refused.
 func TestBookOwed(t *testing.T) {
 	partly := newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 30, Owed: 10})
 	if err := partly.Settle(1, 15, 0); err != nil || partly.Lots()[0].Owed != 10 {
@@ -171,11 +171,23 @@ func TestBookOwed(t *testing.T) {
 	if ops, err := b.Release(1, 10, 0); err != nil || len(ops) != 2 || ops[1].Amount != -10 || b.Lots()[0].Owed != 20 || b.Lots()[0].Amount != 0 {
 		t.Fatalf("release of 10 of 30 owed: %+v %v; lot %+v", ops, err, *b.Lots()[0])
 	}
+	for _, owed := range []Amount{2, -1} {
+		if err := (&Book{}).Add(&BookLot{ID: 1, Currency: 1, Reserved: 1, Owed: owed}); ErrorCode(err) != CodeInternal {
+			t.Fatalf("a lot reserving 1 and owing %d loaded: %v", owed, err)
+		}
+	}
+}
+
+// TestBookOwedMovesOnlyBetweenAnOrdersOwnLots: under claw_back a debt
+// may sit on any of an order's own lots of the currency: a commit moves
+// what its lot can no longer owe to them, and a rollback takes what they
+// owe. Never to or from another order's lot, nor a lot an exchange made.
+func TestBookOwedMovesOnlyBetweenAnOrdersOwnLots(t *testing.T) {
 	// Under claw_back, what a commit leaves a lot unable to owe goes to
 	// the order's own other lots of the currency, not to another order's
 	// (lot 2, of another store), nor to one an exchange made (lot 5).
 	o := Worth{Store: "steam", OrderID: "o"}
-	b = newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 30, Owed: 30, Worth: o}, &BookLot{ID: 2, Currency: 1, Reserved: 5, Worth: Worth{Store: "apple", OrderID: "o"}},
+	b := newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 30, Owed: 30, Worth: o}, &BookLot{ID: 2, Currency: 1, Reserved: 5, Worth: Worth{Store: "apple", OrderID: "o"}},
 		&BookLot{ID: 3, Currency: 1, Reserved: 20, Owed: 5, Worth: o}, &BookLot{ID: 4, Currency: 1, Reserved: 40, Worth: o},
 		&BookLot{ID: 5, Currency: 1, Reserved: 40, Worth: o, Exchanged: true})
 	if err := b.Settle(1, 30, 0); err != nil {
@@ -184,12 +196,12 @@ func TestBookOwed(t *testing.T) {
 	if got := fmt.Sprint(b.Lots()[0].Owed, b.Lots()[1].Owed, b.Lots()[2].Owed, b.Lots()[3].Owed, b.Lots()[4].Owed); got != "0 0 20 15 0" {
 		t.Fatalf("owed after the commit: %s, want 0 0 20 15 0", got)
 	}
-	if ops, err = b.Release(5, 40, 0); err != nil || len(ops) != 1 {
+	if ops, err := b.Release(5, 40, 0); err != nil || len(ops) != 1 {
 		t.Fatalf("release of lot 5, which an exchange made: %+v %v", ops, err)
 	}
 	// And a rollback gives the refund what the order's other lots owe,
 	// beyond what its own lot does.
-	ops, err = b.Release(4, 40, 0)
+	ops, err := b.Release(4, 40, 0)
 	if err != nil || len(ops) != 2 || ops[1].Amount != -35 || b.Lots()[3].Amount != 5 || b.Lots()[2].Owed != 0 {
 		t.Fatalf("release of lot 4: %+v %v; lots %+v %+v", ops, err, *b.Lots()[2], *b.Lots()[3])
 	}
@@ -211,10 +223,10 @@ func TestBookOwed(t *testing.T) {
 	if ops, err = b.Release(3, 30, 0); err != nil || len(ops) != 2 || ops[1].Amount != -10 {
 		t.Fatalf("rollback on a lot an exchange made, owing 10: %+v %v", ops, err)
 	}
-	for _, owed := range []Amount{2, -1} {
-		if err := (&Book{}).Add(&BookLot{ID: 1, Currency: 1, Reserved: 1, Owed: owed}); ErrorCode(err) != CodeInternal {
-			t.Fatalf("a lot reserving 1 and owing %d loaded: %v", owed, err)
-		}
+	// Nor does what an order's own lot owes move to one an exchange made.
+	b = newBook(t, &BookLot{ID: 1, Currency: 1, Reserved: 10, Owed: 10, Worth: o}, &BookLot{ID: 2, Currency: 1, Reserved: 30, Worth: o, Exchanged: true})
+	if err := b.Settle(1, 10, 0); err != nil || b.Lots()[1].Owed != 0 {
+		t.Fatalf("commit on the order's own lot: %v; the exchanged lot %+v", err, *b.Lots()[1])
 	}
 }
 
