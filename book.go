@@ -514,7 +514,7 @@ func (b *Book) Settle(lotID int64, amount, value Amount) error {
 	owed := min(l.Owed, l.Reserved)
 	if move := l.Owed - owed; move > 0 {
 		for o := range b.orderLots(l) {
-			if move -= b.Owe(o.ID, move); move == 0 {
+			if move -= b.owe(o.ID, move); move == 0 {
 				break
 			}
 		}
@@ -545,12 +545,12 @@ func (b *Book) orderLots(l *BookLot) iter.Seq[*BookLot] {
 	}
 }
 
-// Owe marks up to amount of what pending holds reserve from lot lotID as
+// owe marks up to amount of what pending holds reserve from lot lotID as
 // owed to a refund (BookLot.Owed), beyond what the lot owes already, and
 // returns what it marked: what a refund of the lot's order counts short
 // while a hold reserves it. A lot the Book does not hold reserves
 // nothing.
-func (b *Book) Owe(lotID int64, amount Amount) Amount {
+func (b *Book) owe(lotID int64, amount Amount) Amount {
 	l := b.byID[lotID]
 	if l == nil || amount <= 0 {
 		return 0

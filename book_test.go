@@ -146,10 +146,10 @@ func TestBookOwed(t *testing.T) {
 		t.Fatalf("a commit that leaves 5 reserved: %+v %v", partly.Lots()[0], err)
 	}
 	b := newBook(t, &BookLot{ID: 1, Currency: 1, Paid: true, Amount: 5, Reserved: 30, ValueReserved: 300, Worth: Worth{Fiat: "USD", Value: 50}})
-	if got := b.Owe(1, 20); got != 20 {
+	if got := b.owe(1, 20); got != 20 {
 		t.Fatalf("owed %d of 20", got)
 	}
-	if got := b.Owe(1, 20); got != 10 {
+	if got := b.owe(1, 20); got != 10 {
 		t.Fatalf("owed %d more: the lot reserves 30", got)
 	}
 	if err := b.Settle(1, 5, 50); err != nil || b.Lots()[0].Owed != 25 {

@@ -438,7 +438,7 @@ func oweHeld(book *Book, lots []orderLot, short []Amount, shortfall []RefundBala
 	}
 	for i, l := range lots {
 		cur := lots[l.root].currency
-		owed := book.Owe(l.id, min(short[i], coinsWorth(lots, i, left[cur])))
+		owed := book.owe(l.id, min(short[i], coinsWorth(lots, i, left[cur])))
 		left[cur] -= worthAtMost(lots, i, owed)
 	}
 }
