@@ -6,6 +6,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
+	"github.com/cofferhq/coffer/shed"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -16,9 +17,9 @@ import (
 // readFactor × the largest message limit is the largest request message
 // gRPC reads at all; a larger one it refuses itself, before any coffer
 // code runs, with a bare RESOURCE_EXHAUSTED. A message up to that size is
-// read, and one over its rpc's limit is refused by checkSize with
-// payload_too_large and its ErrorInfo. The factor bounds the memory a
-// refused message may take.
+// read, and one over its rpc's limit is refused by the codec, before it
+// is decoded, with payload_too_large and its ErrorInfo. The factor bounds
+// the memory a refused message may take.
 const readFactor = 2
 
 // codec is gRPC's protobuf codec, except that a request message that does
@@ -30,9 +31,18 @@ const readFactor = 2
 // refused call, after the key (and the namespace of a message that
 // decoded) is checked, measured and logged. It is safe for concurrent
 // use.
+//
+// Before decoding, a request message over its rpc's limit is refused
+// (payload_too_large), and one that would pass the byte budget too
+// (overloaded): decoding takes many times the bytes sent (shed.Budget).
+// The bytes of a message decoded stay held until intercept releases them.
 type codec struct {
-	base    encoding.CodecV2
+	base encoding.CodecV2
+	// limit is the most bytes a request message of v's rpc may have.
+	limit   func(v any) int
+	budget  *shed.Budget
 	refused sync.Map // request message pointer → decodeRefusal
+	held    sync.Map // request message pointer → bytes held in budget
 }
 
 // decodeRefusal is why a request message is refused, and whether it decoded:
@@ -48,6 +58,16 @@ func (c *codec) Name() string { return c.base.Name() }
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
 
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
+	n := data.Len()
+	if limit := c.limit(v); n > limit {
+		c.refused.Store(v, decodeRefusal{err: coffer.Errorf(coffer.CodePayloadTooLarge, "the message is larger than %d bytes", limit)})
+		return nil
+	}
+	if err := c.budget.Take(int64(n)); err != nil {
+		c.refused.Store(v, decodeRefusal{err: err})
+		return nil
+	}
+	c.held.Store(v, n)
 	if err := c.base.Unmarshal(data, v); err != nil {
 		c.refused.Store(v, decodeRefusal{err: &coffer.Error{Code: coffer.CodeInvalid, Message: "the request message is not a valid protobuf message of the call", Err: err}})
 		return nil
@@ -111,6 +131,13 @@ func unknownField(m protoreflect.Message) (path string, num protowire.Number, fo
 		return !found
 	})
 	return path, num, found
+}
+
+// release gives back the bytes req's message holds in the budget, if any.
+func (c *codec) release(req any) {
+	if n, ok := c.held.LoadAndDelete(req); ok {
+		c.budget.Give(int64(n.(int)))
+	}
 }
 
 // refusal takes the refusal recorded for req: decoded and nil if none.

@@ -26,7 +26,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
-	"google.golang.org/protobuf/proto"
 )
 
 // Server is the gRPC transport. Its fields are set once, before NewServer.
@@ -47,6 +46,9 @@ type Server struct {
 	// Gate bounds the calls served at once (shared with the HTTP
 	// transport); a call beyond it is overloaded at once.
 	Gate *shed.Gate
+	// Bytes bounds the bytes of request messages held at once (shared
+	// with the HTTP transport); a message beyond it is overloaded.
+	Bytes *shed.Budget
 	// HandshakeTimeout bounds a new connection's setup; IdleTimeout closes
 	// a connection with no call open for that long.
 	HandshakeTimeout, IdleTimeout time.Duration
@@ -71,7 +73,7 @@ const (
 // every call authenticated, authorized, measured and logged, and its
 // connections bounded: streams, metadata, handshake, idle time, pings.
 func (s *Server) NewServer() *grpc.Server {
-	s.codec = &codec{base: encoding.GetCodecV2("proto")}
+	s.codec = &codec{base: encoding.GetCodecV2("proto"), limit: s.messageLimit, budget: s.Bytes}
 	g := grpc.NewServer(
 		grpc.ForceServerCodecV2(s.codec),
 		grpc.MaxRecvMsgSize(readFactor*max(s.MessageBytesMax, s.BatchMessageBytesMax)),
@@ -136,6 +138,7 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	id := requestID(md)
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", id))
 	done := s.Metrics.Begin(rpc)
+	defer s.codec.release(req)
 	decoded, refused := s.codec.refusal(req)
 	if !decoded {
 		req = nil // what decoded of it, if anything, is not the request
@@ -147,9 +150,6 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		err = authorize(client, rpc, req)
 		if err == nil && refused != nil {
 			err = refused
-		}
-		if err == nil {
-			err = s.checkSize(rpc, req)
 		}
 		if err == nil {
 			resp, err = handler(context.WithValue(ctx, requestIDKey{}, id), req)
@@ -217,18 +217,14 @@ func authorize(c *coffer.Client, rpc string, req any) error {
 	return c.Allow(coffer.Namespace(r.GetNamespace()), perm)
 }
 
-// checkSize bounds a request message by its rpc's limit. gRPC bounds what
-// it receives by the largest (a batch's), so a message of any other rpc
-// is checked again here. Errors: payload_too_large.
-func (s *Server) checkSize(rpc string, req any) error {
-	limit := s.MessageBytesMax
-	if rpc == "BatchChange" {
-		limit = s.BatchMessageBytesMax
+// messageLimit is the most bytes a request message v may have: its rpc's
+// limit. gRPC bounds what it receives by the largest (a batch's), so the
+// codec checks a message of any other rpc against its own.
+func (s *Server) messageLimit(v any) int {
+	if _, batch := v.(*cofferv1.BatchChangeRequest); batch {
+		return s.BatchMessageBytesMax
 	}
-	if m, ok := req.(proto.Message); ok && proto.Size(m) > limit {
-		return coffer.Errorf(coffer.CodePayloadTooLarge, "the message is larger than %d bytes", limit)
-	}
-	return nil
+	return s.MessageBytesMax
 }
 
 func toStatus(err error, requestID string) error {

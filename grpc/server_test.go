@@ -63,7 +63,7 @@ func TestHandlerPanicIsInternal(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &Server{Clients: clients, Metrics: metrics.New(router), Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		MessageBytesMax: 1 << 16, HeaderBytesMax: 1 << 14, StreamsPerConnMax: 8, Gate: shed.NewGate("calls", 1),
+		MessageBytesMax: 1 << 16, HeaderBytesMax: 1 << 14, StreamsPerConnMax: 8, Gate: shed.NewGate("calls", 1), Bytes: shed.NewBudget("request bytes", 1<<16),
 		HandshakeTimeout: time.Second, IdleTimeout: time.Minute}
 	g := s.NewServer()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

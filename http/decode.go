@@ -102,13 +102,15 @@ const bodyDepthMax = 64
 // The body must be one JSON object as coffer.ParseJSON reads it (no name
 // twice, valid UTF-8, no lone surrogate), naming only v's fields, each
 // spelled exactly as its json name. An empty body is an error only if
-// required. Errors are invalid_argument, or the reader's
-// *http.MaxBytesError.
+// required. Errors are invalid_argument, or the reader's own
+// (*http.MaxBytesError, or a *coffer.Error such as heldBody's
+// overloaded).
 func decodeJSON(body io.Reader, v any, required bool) error {
 	raw, err := io.ReadAll(body)
 	var tooLarge *http.MaxBytesError
+	var refused *coffer.Error
 	switch {
-	case errors.As(err, &tooLarge):
+	case errors.As(err, &tooLarge), errors.As(err, &refused):
 		return err
 	case err != nil:
 		return coffer.Errorf(coffer.CodeInvalid, "body: %v", err)

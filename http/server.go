@@ -36,6 +36,9 @@ type Server struct {
 	// transport); a call beyond it is overloaded at once. The probes and
 	// /openapi.json do not count.
 	Gate *shed.Gate
+	// Bytes bounds the bytes of request bodies held at once (shared with
+	// the gRPC transport); a body beyond it is overloaded.
+	Bytes *shed.Budget
 	// WriteTimeout bounds the sending of a call's answer once it is
 	// ready: a client that stops reading is cut off then, instead of
 	// holding its call, and the call's slot in Gate, for ever.
@@ -94,7 +97,8 @@ func (s *Server) Handler() http.Handler {
 
 // call wraps an rpc's handler: request id, metrics, a slot in Gate,
 // authentication and authorization (before any database work), the
-// route's query parameters, the response and one log line. The slot is
+// route's query parameters, its body's bytes in Bytes, the response and
+// one log line. The slot is
 // held until the answer is sent, so a client that reads slowly counts,
 // for at most WriteTimeout.
 func (s *Server) call(rt api.Route, h handler) http.Handler {
@@ -110,6 +114,12 @@ func (s *Server) call(rt api.Route, h handler) http.Handler {
 			var q url.Values
 			if client, err = s.authorize(r, rt); err == nil {
 				q, err = checkQuery(r, rt.Query)
+			}
+			if err == nil {
+				var body *heldBody
+				body, err = holdBody(r.Body, r.ContentLength, s.BatchBodyBytesMax, s.Bytes)
+				defer body.release()
+				r.Body = body
 			}
 			if err == nil {
 				status, body, err = serve(h, r.WithContext(context.WithValue(r.Context(), callKey{}, &callInfo{id, q})), client)

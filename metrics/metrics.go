@@ -147,6 +147,14 @@ func (m *Metrics) WatchQueues(queues func(yield func(database, kind string, jobs
 	m.registry.MustRegister(queueCollector(queues))
 }
 
+// WatchRequestBytes reads, at each scrape, the bytes of request bodies
+// the calls in flight hold (shed.Budget).
+func (m *Metrics) WatchRequestBytes(held func() int64) {
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "coffer_request_bytes_held", Help: "Bytes of request bodies (gRPC: messages) the API calls in flight hold.",
+	}, func() float64 { return float64(held()) }))
+}
+
 // SetDatabaseUp records a database check.
 func (m *Metrics) SetDatabaseUp(database string, up bool) {
 	v := 0.0

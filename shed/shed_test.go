@@ -23,3 +23,26 @@ func TestGateRefusesBeyondItsBound(t *testing.T) {
 		t.Fatalf("after a slot was given back: %v", err)
 	}
 }
+
+// TestBudgetRefusesBeyondItsBound: bytes up to the bound are admitted,
+// one more is refused at once with overloaded, and bytes given back admit
+// again.
+func TestBudgetRefusesBeyondItsBound(t *testing.T) {
+	b := NewBudget("request bytes", 100)
+	if err := b.Take(60); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Take(40); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Take(1); coffer.ErrorCode(err) != coffer.CodeOverloaded {
+		t.Fatalf("one byte over: %v", err)
+	}
+	if b.Held() != 100 {
+		t.Fatalf("held %d after a refusal", b.Held())
+	}
+	b.Give(60)
+	if err := b.Take(60); err != nil {
+		t.Fatalf("after bytes were given back: %v", err)
+	}
+}

@@ -62,6 +62,12 @@ type LimitsConfig struct {
 	// RequestsInFlightMax bounds the API calls served at once, HTTP and
 	// gRPC together; one more is refused at once with overloaded.
 	RequestsInFlightMax int `yaml:"requests_in_flight_max"`
+	// RequestBytesInFlightMax bounds the bytes of the request bodies
+	// (gRPC: messages) the calls in flight hold, both transports
+	// together; a body that would pass it is refused at once with
+	// overloaded. Decoding takes up to about 65 times the bytes sent, so
+	// this, not the calls in flight, bounds what requests take in memory.
+	RequestBytesInFlightMax int64 `yaml:"request_bytes_in_flight_max"`
 	// ReportsInFlightMax bounds the revenue reports computed at once (each
 	// reads every shard); one more is overloaded.
 	ReportsInFlightMax int `yaml:"reports_in_flight_max"`
@@ -169,7 +175,7 @@ func DefaultConfig() *Config {
 		Pool:   shard.DefaultPoolConfig(),
 		Listen: ListenConfig{HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:9090", Ops: "127.0.0.1:8081"},
 		Limits: LimitsConfig{BodyBytesMax: 64 << 10, BatchBodyBytesMax: 4 << 20, HeaderBytesMax: 16 << 10, RequestsInFlightMax: 1024,
-			ReportsInFlightMax: 2, GRPCStreamsMax: 128},
+			RequestBytesInFlightMax: 8 << 20, ReportsInFlightMax: 2, GRPCStreamsMax: 128},
 		Timeouts: TimeoutsConfig{Request: 5 * time.Second, ReadHeader: 5 * time.Second, Write: 10 * time.Second,
 			Idle: 2 * time.Minute, Shutdown: 20 * time.Second},
 		Batches: BatchesConfig{Committers: 2, SizeMax: 100, QueueMax: 1024},
@@ -268,6 +274,8 @@ func (c *Config) service() (*coffer.Catalog, *coffer.Clients, error) {
 		return nil, nil, fmt.Errorf("limits.body_bytes_max: must be at least 1024")
 	case c.Limits.BatchBodyBytesMax < c.Limits.BodyBytesMax:
 		return nil, nil, fmt.Errorf("limits.batch_body_bytes_max: must be at least limits.body_bytes_max, since a batch may hold one change of that size")
+	case c.Limits.RequestBytesInFlightMax < c.Limits.BatchBodyBytesMax:
+		return nil, nil, fmt.Errorf("limits.request_bytes_in_flight_max: must be at least limits.batch_body_bytes_max, or a batch of that size is never served")
 	case c.Limits.HeaderBytesMax < 4096:
 		return nil, nil, fmt.Errorf("limits.header_bytes_max: must be at least 4096")
 	case c.Limits.RequestsInFlightMax <= 0 || c.Limits.ReportsInFlightMax <= 0 || c.Limits.GRPCStreamsMax <= 0:

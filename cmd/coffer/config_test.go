@@ -13,6 +13,7 @@ func TestServiceConfigErrors(t *testing.T) {
 		"no listen":         {func(c *Config) { c.Listen = ListenConfig{} }, "listen"},
 		"tiny body limit":   {func(c *Config) { c.Limits.BodyBytesMax = 10 }, "limits.body_bytes_max"},
 		"tiny batch limit":  {func(c *Config) { c.Limits.BatchBodyBytesMax = 4096 }, "limits.batch_body_bytes_max"},
+		"bytes under batch": {func(c *Config) { c.Limits.RequestBytesInFlightMax = c.Limits.BatchBodyBytesMax - 1 }, "limits.request_bytes_in_flight_max"},
 		"bad rate":          {func(c *Config) { c.Namespaces[0].Exchanges[0].Rate = "1/100" }, "namespaces[0].exchanges[0].rate"},
 		"unknown currency":  {func(c *Config) { c.Namespaces[0].Exchanges[0].From = "mana" }, "unknown currency"},
 		"duplicate ns":      {func(c *Config) { c.Namespaces[1].ID = 1 }, "namespaces[1].id"},

@@ -213,6 +213,11 @@ func TestGRPCErrors(t *testing.T) {
 	// Field 1 announces 5 bytes and 1 follows: no valid ChangeRequest.
 	err = conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_Change_FullMethodName, []byte{0x0a, 0x05, 0x61}, new([]byte), grpc.ForceCodec(rawCodec{}))
 	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
+	// Over its rpc's limit, the message is refused by its size before it
+	// is decoded: decoding takes many times the bytes sent.
+	junk := append([]byte{0x0a, 0x05, 0x61}, make([]byte, 70<<10)...)
+	err = conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_Change_FullMethodName, junk, new([]byte), grpc.ForceCodec(rawCodec{}))
+	wantGRPC(t, err, codes.ResourceExhausted, coffer.CodePayloadTooLarge)
 	// A field the contract does not have, at the top or in an op, is
 	// refused as HTTP refuses an unknown name: a client that sends one
 	// (a dry_run of its own version of the contract) must not be

@@ -234,3 +234,51 @@ func TestIdleConnectionsClosed(t *testing.T) {
 		must(t, err)
 	}
 }
+
+// TestRequestBytesAreBounded: the bytes of request bodies the calls in
+// flight hold are bounded, both transports together. A batch body sent
+// slowly holds the length it declares; while it does, a call whose body
+// would pass the bound is refused at once with overloaded over HTTP and
+// gRPC, and a call without a body is served. Once the slow body is
+// answered, the same calls are served (and refused for their own fault).
+func TestRequestBytesAreBounded(t *testing.T) {
+	s := startService(t, twoServers(t), func(c *Config) {
+		c.Limits.BodyBytesMax = 16 << 10
+		c.Limits.BatchBodyBytesMax = 32 << 10
+		c.Limits.RequestBytesInFlightMax = 40 << 10
+	})
+	const declared = 30000
+	conn := dial(t, s.main.HTTPAddr)
+	_, err := fmt.Fprintf(conn, "POST /v1/namespaces/1/transactions:batch HTTP/1.1\r\nHost: coffer\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n{", devKey, declared)
+	must(t, err)
+	waitFor(t, func() bool {
+		return strings.Contains(s.metrics(), fmt.Sprintf("coffer_request_bytes_held %d", declared))
+	})
+
+	reason := strings.Repeat("r", 12<<10) // 12 KiB more would pass the 40 KiB held at most
+	body := fmt.Sprintf(`{"idempotency_key": "big", "ops": [{"currency": "gold", "amount": 1}], "reason": "%s"}`, reason)
+	path := "/v1/namespaces/1/players/9/transactions"
+	wantStatus(t, s.call("POST", path, devKey, body), 503, coffer.CodeOverloaded)
+	change := &cofferv1.ChangeRequest{Namespace: 1, PlayerId: 9, IdempotencyKey: "big", Reason: reason,
+		Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 1}}}
+	_, err = s.grpc.Change(grpcCtx(devKey), change)
+	wantGRPC(t, err, codes.Unavailable, coffer.CodeOverloaded)
+	wantStatus(t, s.call("GET", "/v1/namespaces/1/players/9/balances", devKey, ""), 200, "")
+
+	_, err = io.WriteString(conn, `"changes": []}`+strings.Repeat(" ", declared-len(`{"changes": []}`)))
+	must(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	must(t, err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("the slow batch of no change: HTTP %d", resp.StatusCode)
+	}
+	waitFor(t, func() bool { return strings.Contains(s.metrics(), "coffer_request_bytes_held 0") })
+	wantStatus(t, s.call("POST", path, devKey, body), 400, coffer.CodeInvalid)
+	_, err = s.grpc.Change(grpcCtx(devKey), change)
+	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
+	if m := s.metrics(); !strings.Contains(m, "coffer_request_bytes_held 0") {
+		t.Fatalf("bytes held after every call was answered:\n%s", grepLines(m, "coffer_request_bytes_held"))
+	}
+}

@@ -128,7 +128,8 @@ func (m *Main) Start(ctx context.Context) error {
 
 // listen opens every configured listener, or none if one fails, and
 // serves on each: the API over HTTP and gRPC, metrics and profiling on the
-// operations listener. One gate bounds the API calls of both transports.
+// operations listener. One gate bounds the API calls of both transports,
+// one budget the bytes of their requests.
 func (m *Main) listen(store *postgres.Store, clients *coffer.Clients) error {
 	cfg := m.Config
 	lns, err := listenAll(map[string]string{"listen.http": cfg.Listen.HTTP, "listen.grpc": cfg.Listen.GRPC, "listen.ops": cfg.Listen.Ops})
@@ -136,9 +137,11 @@ func (m *Main) listen(store *postgres.Store, clients *coffer.Clients) error {
 		return err
 	}
 	gate := shed.NewGate("requests in flight", cfg.Limits.RequestsInFlightMax)
+	budget := shed.NewBudget("request bytes", cfg.Limits.RequestBytesInFlightMax)
+	m.metrics.WatchRequestBytes(budget.Held)
 	if ln := lns["listen.http"]; ln != nil {
 		h := &cofferhttp.Server{Ledger: store, Clients: clients, Metrics: m.metrics, Logger: m.Logger,
-			BodyBytesMax: cfg.Limits.BodyBytesMax, BatchBodyBytesMax: cfg.Limits.BatchBodyBytesMax, Gate: gate,
+			BodyBytesMax: cfg.Limits.BodyBytesMax, BatchBodyBytesMax: cfg.Limits.BatchBodyBytesMax, Gate: gate, Bytes: budget,
 			WriteTimeout: cfg.Timeouts.Write, Status: m.status, Ready: m.ready.Load}
 		// WriteTimeout bounds the answers of the routes without a call
 		// (probes, /openapi.json); a call sets its own deadline when its
@@ -165,7 +168,7 @@ func (m *Main) listen(store *postgres.Store, clients *coffer.Clients) error {
 	if ln := lns["listen.grpc"]; ln != nil {
 		g := &coffergrpc.Server{Ledger: store, Clients: clients, Metrics: m.metrics, Logger: m.Logger,
 			MessageBytesMax: int(cfg.Limits.BodyBytesMax), BatchMessageBytesMax: int(cfg.Limits.BatchBodyBytesMax), HeaderBytesMax: cfg.Limits.HeaderBytesMax,
-			StreamsPerConnMax: cfg.Limits.GRPCStreamsMax, Gate: gate,
+			StreamsPerConnMax: cfg.Limits.GRPCStreamsMax, Gate: gate, Bytes: budget,
 			HandshakeTimeout: cfg.Timeouts.ReadHeader, IdleTimeout: cfg.Timeouts.Idle, Status: m.status}
 		m.grpcServer = g.NewServer()
 		m.GRPCAddr = ln.Addr().String()
