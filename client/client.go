@@ -21,6 +21,12 @@ import (
 	"github.com/cofferhq/coffer"
 )
 
+// AnswerBytesMax bounds the answer the client reads, so that a service
+// gone wrong cannot take its memory. A batch's answer carries every trx,
+// and a trx up to coffer.TrxOpsMax ops: one over the bound is an error
+// naming it, never a cut answer.
+const AnswerBytesMax = 64 << 20
+
 // Client calls one coffer service with one API key. It is safe for
 // concurrent use.
 type Client struct {
@@ -51,13 +57,19 @@ func playerPath(ns coffer.Namespace, p coffer.PlayerID) string {
 // trxPath is the path of the trx of idempotency key key, plus suffix. The
 // key is one escaped path segment; "." and ".." are valid keys too, which
 // PathEscape leaves as they are and every URL resolver then removes as dot
-// segments (RFC 3986 §5.2.4), so their dots are escaped.
-func trxPath(ns coffer.Namespace, p coffer.PlayerID, key, suffix string) string {
+// segments (RFC 3986 §5.2.4), so their dots are escaped. A scope the
+// service would refuse (coffer.Scope.Validate) has no path: an empty key
+// would make an empty segment, which routes elsewhere (not_found).
+// Errors: invalid_argument, nothing sent.
+func trxPath(ns coffer.Namespace, p coffer.PlayerID, key, suffix string) (string, error) {
+	if err := (coffer.Scope{Namespace: ns, PlayerID: p, IdempotencyKey: key}).Validate(); err != nil {
+		return "", err
+	}
 	seg := url.PathEscape(key)
 	if key == "." || key == ".." {
 		seg = strings.Repeat("%2E", len(key))
 	}
-	return playerPath(ns, p) + "/transactions/" + seg + suffix
+	return playerPath(ns, p) + "/transactions/" + seg + suffix, nil
 }
 
 // Balances reads a player's balances; q's Namespace and PlayerID address
@@ -93,7 +105,10 @@ type BatchChange = coffer.BatchChangeBody
 // per change, in request order: a failed change has a *coffer.Error in
 // Err, with the code the change sent alone would have had. err is the
 // call's: the envelope was refused, or no answer came; then resend the
-// whole batch with the same keys, and what was applied replays.
+// whole batch with the same keys, and what was applied replays. An answer
+// over AnswerBytesMax is an error too: the batch may have been applied,
+// and resending it would get the same answer; read each trx back by its
+// key (Trx), or send fewer changes per call.
 func (c *Client) BatchChange(ctx context.Context, ns coffer.Namespace, changes []BatchChange) ([]coffer.ChangeResult, error) {
 	var out struct {
 		Results []struct {
@@ -125,21 +140,30 @@ func (c *Client) BatchChange(ctx context.Context, ns coffer.Namespace, changes [
 
 // Commit commits a pending hold.
 func (c *Client) Commit(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (trx coffer.Trx, replay bool, err error) {
-	status, err := c.do(ctx, "POST", trxPath(ns, p, key, "/commit"), nil, nil, &trx)
+	status, err := c.onTrx(ctx, "POST", ns, p, key, "/commit", &trx)
 	return trx, status == http.StatusOK, err
 }
 
 // Rollback rolls a pending hold back.
 func (c *Client) Rollback(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (trx coffer.Trx, replay bool, err error) {
-	status, err := c.do(ctx, "POST", trxPath(ns, p, key, "/rollback"), nil, nil, &trx)
+	status, err := c.onTrx(ctx, "POST", ns, p, key, "/rollback", &trx)
 	return trx, status == http.StatusOK, err
 }
 
 // Trx reads one trx of this client by its idempotency key.
 func (c *Client) Trx(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (coffer.Trx, error) {
 	var trx coffer.Trx
-	_, err := c.do(ctx, "GET", trxPath(ns, p, key, ""), nil, nil, &trx)
+	_, err := c.onTrx(ctx, "GET", ns, p, key, "", &trx)
 	return trx, err
+}
+
+// onTrx calls the trx of key (trxPath) plus suffix, without a body.
+func (c *Client) onTrx(ctx context.Context, method string, ns coffer.Namespace, p coffer.PlayerID, key, suffix string, out any) (int, error) {
+	path, err := trxPath(ns, p, key, suffix)
+	if err != nil {
+		return 0, err
+	}
+	return c.do(ctx, method, path, nil, nil, out)
 }
 
 // Exchange exchanges one currency for another.
@@ -242,9 +266,13 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return 0, err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, AnswerBytesMax+1))
 	if err != nil {
 		return resp.StatusCode, err
+	}
+	if len(raw) > AnswerBytesMax {
+		return resp.StatusCode, fmt.Errorf("coffer: %s %s: HTTP %d: the answer is larger than %d bytes, the most this client reads; "+
+			"the call may have been applied: read its trx back by key", method, path, resp.StatusCode, AnswerBytesMax)
 	}
 	if resp.StatusCode >= 300 {
 		var p problem

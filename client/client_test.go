@@ -1,7 +1,12 @@
 package client
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,3 +48,41 @@ func TestBadTextLooksAtWhatIsSent(t *testing.T) {
 type selfEncoded struct{ Text string }
 
 func (selfEncoded) MarshalJSON() ([]byte, error) { return []byte(`"fixed"`), nil }
+
+// TestEmptyKeyIsRefusedUnsent: a trx call with an empty key, which has no
+// path of its own, is refused invalid_argument before anything is sent
+// (sent, it routed to another path and came back not_found).
+func TestEmptyKeyIsRefusedUnsent(t *testing.T) {
+	var sent atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sent.Add(1) }))
+	defer srv.Close()
+	c, ctx := New(srv.URL, "k", nil), context.Background()
+	_, _, err := c.Commit(ctx, 1, 1, "")
+	if coffer.ErrorCode(err) != coffer.CodeInvalid {
+		t.Fatalf("commit: %v", err)
+	}
+	if _, _, err = c.Rollback(ctx, 1, 1, ""); coffer.ErrorCode(err) != coffer.CodeInvalid {
+		t.Fatalf("rollback: %v", err)
+	}
+	if _, err = c.Trx(ctx, 1, 1, ""); coffer.ErrorCode(err) != coffer.CodeInvalid {
+		t.Fatalf("trx: %v", err)
+	}
+	if n := sent.Load(); n != 0 {
+		t.Fatalf("%d requests sent", n)
+	}
+}
+
+// TestAnswerOverTheBoundIsAnError: an answer larger than AnswerBytesMax is
+// an error that says so, not a cut answer read as malformed JSON.
+func TestAnswerOverTheBoundIsAnError(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"id": 1, "reason": "`))
+		_, _ = w.Write([]byte(strings.Repeat("r", AnswerBytesMax)))
+		_, _ = w.Write([]byte(`"}`))
+	}))
+	defer srv.Close()
+	_, err := New(srv.URL, "k", nil).Trx(context.Background(), 1, 1, "k")
+	if err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("%v", err)
+	}
+}
