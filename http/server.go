@@ -116,8 +116,7 @@ func (s *Server) call(rt api.Route, h handler) http.Handler {
 				q, err = checkQuery(r, rt.Query)
 			}
 			if err == nil {
-				var body *heldBody
-				body, err = holdBody(r.Body, r.ContentLength, s.BatchBodyBytesMax, s.Bytes)
+				body := &heldBody{ReadCloser: r.Body, budget: s.Bytes}
 				defer body.release()
 				r.Body = body
 			}

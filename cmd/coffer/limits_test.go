@@ -236,25 +236,38 @@ func TestIdleConnectionsClosed(t *testing.T) {
 }
 
 // TestRequestBytesAreBounded: the bytes of request bodies the calls in
-// flight hold are bounded, both transports together. A batch body sent
-// slowly holds the length it declares; while it does, a call whose body
-// would pass the bound is refused at once with overloaded over HTTP and
-// gRPC, and a call without a body is served. Once the slow body is
-// answered, the same calls are served (and refused for their own fault).
+// flight hold are bounded, both transports together. While a batch whose
+// body was read waits for its player's lock, a call whose body would pass
+// the bound is refused at once with overloaded over HTTP and gRPC, and a
+// call without a body is served. Once the batch is answered, the same
+// calls are served (and refused for their own fault), and nothing is
+// held.
 func TestRequestBytesAreBounded(t *testing.T) {
 	s := startService(t, twoServers(t), func(c *Config) {
 		c.Limits.BodyBytesMax = 16 << 10
 		c.Limits.BatchBodyBytesMax = 32 << 10
 		c.Limits.RequestBytesInFlightMax = 40 << 10
+		c.Timeouts.Request, c.Timeouts.Lock = 30*time.Second, 20*time.Second
 	})
-	const declared = 30000
-	conn := dial(t, s.main.HTTPAddr)
-	_, err := fmt.Fprintf(conn, "POST /v1/namespaces/1/transactions:batch HTTP/1.1\r\nHost: coffer\r\nAuthorization: Bearer %s\r\n"+
-		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n{", devKey, declared)
+	const p, size = 10, 30000
+	_, _, err := s.dev.Change(ctx, 1, p, grant("seed", "gold", 10))
 	must(t, err)
-	waitFor(t, func() bool {
-		return strings.Contains(s.metrics(), fmt.Sprintf("coffer_request_bytes_held %d", declared))
-	})
+	_, tx := lockPlayer(t, s, p)
+	batch := fmt.Sprintf(`{"changes": [{"player_id": %d, "idempotency_key": "waits", "ops": [{"currency": "gold", "amount": 1}]}]}`, p)
+	batch += strings.Repeat(" ", size-len(batch))
+	waiting := make(chan int)
+	go func() {
+		req, _ := http.NewRequest("POST", s.base+"/v1/namespaces/1/transactions:batch", strings.NewReader(batch))
+		req.Header.Set("Authorization", "Bearer "+devKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			waiting <- 0
+			return
+		}
+		resp.Body.Close()
+		waiting <- resp.StatusCode
+	}()
+	waitFor(t, func() bool { return strings.Contains(s.metrics(), fmt.Sprintf("coffer_request_bytes_held %d", size)) })
 
 	reason := strings.Repeat("r", 12<<10) // 12 KiB more would pass the 40 KiB held at most
 	body := fmt.Sprintf(`{"idempotency_key": "big", "ops": [{"currency": "gold", "amount": 1}], "reason": "%s"}`, reason)
@@ -266,15 +279,10 @@ func TestRequestBytesAreBounded(t *testing.T) {
 	wantGRPC(t, err, codes.Unavailable, coffer.CodeOverloaded)
 	wantStatus(t, s.call("GET", "/v1/namespaces/1/players/9/balances", devKey, ""), 200, "")
 
-	_, err = io.WriteString(conn, `"changes": []}`+strings.Repeat(" ", declared-len(`{"changes": []}`)))
-	must(t, err)
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	must(t, err)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("the slow batch of no change: HTTP %d", resp.StatusCode)
+	must(t, tx.Rollback(ctx))
+	if status := <-waiting; status != http.StatusOK {
+		t.Fatalf("the batch that waited: HTTP %d", status)
 	}
-	waitFor(t, func() bool { return strings.Contains(s.metrics(), "coffer_request_bytes_held 0") })
 	wantStatus(t, s.call("POST", path, devKey, body), 400, coffer.CodeInvalid)
 	_, err = s.grpc.Change(grpcCtx(devKey), change)
 	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
