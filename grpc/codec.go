@@ -33,16 +33,18 @@ const readFactor = 2
 // use.
 //
 // Before decoding, a request message over its rpc's limit is refused
-// (payload_too_large), and one that would pass the byte budget too
+// (payload_too_large), and one that does not fit the byte budget now too
 // (overloaded): decoding takes many times the bytes sent (shed.Budget).
-// The bytes of a message decoded stay held until intercept releases them.
+// The codec only looks at the budget; intercept holds a message's bytes
+// while its call runs. Held from here, they would leak whenever gRPC
+// ends a call between its message and the interceptors (a stream
+// cancelled before its end, a second message on a unary call).
 type codec struct {
 	base encoding.CodecV2
 	// limit is the most bytes a request message of v's rpc may have.
 	limit   func(v any) int
 	budget  *shed.Budget
 	refused sync.Map // request message pointer → decodeRefusal
-	held    sync.Map // request message pointer → bytes held in budget
 }
 
 // decodeRefusal is why a request message is refused, and whether it decoded:
@@ -63,11 +65,10 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 		c.refused.Store(v, decodeRefusal{err: coffer.Errorf(coffer.CodePayloadTooLarge, "the message is larger than %d bytes", limit)})
 		return nil
 	}
-	if err := c.budget.Take(int64(n)); err != nil {
+	if err := c.budget.Fits(int64(n)); err != nil {
 		c.refused.Store(v, decodeRefusal{err: err})
 		return nil
 	}
-	c.held.Store(v, n)
 	if err := c.base.Unmarshal(data, v); err != nil {
 		c.refused.Store(v, decodeRefusal{err: &coffer.Error{Code: coffer.CodeInvalid, Message: "the request message is not a valid protobuf message of the call", Err: err}})
 		return nil
@@ -131,13 +132,6 @@ func unknownField(m protoreflect.Message) (path string, num protowire.Number, fo
 		return !found
 	})
 	return path, num, found
-}
-
-// release gives back the bytes req's message holds in the budget, if any.
-func (c *codec) release(req any) {
-	if n, ok := c.held.LoadAndDelete(req); ok {
-		c.budget.Give(int64(n.(int)))
-	}
 }
 
 // refusal takes the refusal recorded for req: decoded and nil if none.

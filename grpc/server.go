@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/proto"
 )
 
 // Server is the gRPC transport. Its fields are set once, before NewServer.
@@ -138,7 +139,6 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	id := requestID(md)
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", id))
 	done := s.Metrics.Begin(rpc)
-	defer s.codec.release(req)
 	decoded, refused := s.codec.refusal(req)
 	if !decoded {
 		req = nil // what decoded of it, if anything, is not the request
@@ -152,7 +152,7 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			err = refused
 		}
 		if err == nil {
-			resp, err = handler(context.WithValue(ctx, requestIDKey{}, id), req)
+			resp, err = s.hold(req, func(req any) (any, error) { return handler(context.WithValue(ctx, requestIDKey{}, id), req) })
 		}
 		s.Gate.Leave()
 	}
@@ -215,6 +215,20 @@ func authorize(c *coffer.Client, rpc string, req any) error {
 		return coffer.Errorf(coffer.CodeInvalid, "namespace must be > 0")
 	}
 	return c.Allow(coffer.Namespace(r.GetNamespace()), perm)
+}
+
+// hold runs handler on req with req's bytes held in Bytes. Errors:
+// overloaded when they do not fit, or handler's.
+func (s *Server) hold(req any, handler func(any) (any, error)) (any, error) {
+	var n int64
+	if m, ok := req.(proto.Message); ok {
+		n = int64(proto.Size(m))
+	}
+	if err := s.Bytes.Take(n); err != nil {
+		return nil, err
+	}
+	defer s.Bytes.Give(n)
+	return handler(req)
 }
 
 // messageLimit is the most bytes a request message v may have: its rpc's

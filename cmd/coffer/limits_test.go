@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestOverloadIsShedAtOnce: with every slot taken by calls waiting on a
@@ -236,12 +237,13 @@ func TestIdleConnectionsClosed(t *testing.T) {
 }
 
 // TestRequestBytesAreBounded: the bytes of request bodies the calls in
-// flight hold are bounded, both transports together. While a batch whose
-// body was read waits for its player's lock, a call whose body would pass
-// the bound is refused at once with overloaded over HTTP and gRPC, and a
-// call without a body is served. Once the batch is answered, the same
-// calls are served (and refused for their own fault), and nothing is
-// held.
+// flight hold are bounded, both transports together. While an HTTP batch
+// and a gRPC change whose bodies arrived wait for their player's lock,
+// holding their bytes, a call whose body would pass the bound is refused
+// at once with overloaded over HTTP and gRPC (a gRPC message before it is
+// decoded: a malformed one is overloaded too), and a call without a body
+// is served. Once they are answered, the same calls are served (and
+// refused for their own fault), and nothing is held.
 func TestRequestBytesAreBounded(t *testing.T) {
 	s := startService(t, twoServers(t), func(c *Config) {
 		c.Limits.BodyBytesMax = 16 << 10
@@ -267,7 +269,15 @@ func TestRequestBytesAreBounded(t *testing.T) {
 		resp.Body.Close()
 		waiting <- resp.StatusCode
 	}()
-	waitFor(t, func() bool { return strings.Contains(s.metrics(), fmt.Sprintf("coffer_request_bytes_held %d", size)) })
+	held := &cofferv1.ChangeRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "waits-too", Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 1}}}
+	waitingGRPC := make(chan error)
+	go func() {
+		_, err := s.grpc.Change(grpcCtx(devKey), held)
+		waitingGRPC <- err
+	}()
+	waitFor(t, func() bool {
+		return strings.Contains(s.metrics(), fmt.Sprintf("coffer_request_bytes_held %d", size+proto.Size(held)))
+	})
 
 	reason := strings.Repeat("r", 12<<10) // 12 KiB more would pass the 40 KiB held at most
 	body := fmt.Sprintf(`{"idempotency_key": "big", "ops": [{"currency": "gold", "amount": 1}], "reason": "%s"}`, reason)
@@ -277,12 +287,19 @@ func TestRequestBytesAreBounded(t *testing.T) {
 		Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 1}}}
 	_, err = s.grpc.Change(grpcCtx(devKey), change)
 	wantGRPC(t, err, codes.Unavailable, coffer.CodeOverloaded)
+	conn, err := grpc.NewClient(s.main.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	must(t, err)
+	defer conn.Close()
+	junk := append([]byte{0x0a, 0x05, 0x61}, make([]byte, 12<<10)...)
+	err = conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_Change_FullMethodName, junk, new([]byte), grpc.ForceCodec(rawCodec{}))
+	wantGRPC(t, err, codes.Unavailable, coffer.CodeOverloaded)
 	wantStatus(t, s.call("GET", "/v1/namespaces/1/players/9/balances", devKey, ""), 200, "")
 
 	must(t, tx.Rollback(ctx))
 	if status := <-waiting; status != http.StatusOK {
 		t.Fatalf("the batch that waited: HTTP %d", status)
 	}
+	must(t, <-waitingGRPC)
 	wantStatus(t, s.call("POST", path, devKey, body), 400, coffer.CodeInvalid)
 	_, err = s.grpc.Change(grpcCtx(devKey), change)
 	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
