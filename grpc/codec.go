@@ -1,6 +1,7 @@
 package grpc
 
 import (
+	"context"
 	"fmt"
 	"sync"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/cofferhq/coffer/shed"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -142,3 +144,38 @@ func (c *codec) refusal(req any) (decoded bool, err error) {
 	}
 	return true, nil
 }
+
+// callEnds is the stats.Handler that forgets a call's refusal when the
+// call ends. gRPC may end a unary call after its message was decoded and
+// before any interceptor (a stream cancelled before its end, a second
+// message: a cardinality violation), and the refusal, which holds the
+// message, would stay in the codec for the life of the process. It sees
+// the message of each call (InPayload) and, at its end, removes what
+// intercept did not take.
+type callEnds struct{ codec *codec }
+
+// callMessage is the context key of a call's message, as callEnds saw it.
+type callMessage struct{}
+
+func (h callEnds) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	return context.WithValue(ctx, callMessage{}, new(any))
+}
+
+func (h callEnds) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	m, _ := ctx.Value(callMessage{}).(*any)
+	if m == nil {
+		return
+	}
+	switch s := s.(type) {
+	case *stats.InPayload:
+		*m = s.Payload
+	case *stats.End:
+		if *m != nil {
+			h.codec.refused.Delete(*m)
+		}
+	}
+}
+
+func (callEnds) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+func (callEnds) HandleConn(context.Context, stats.ConnStats) {}

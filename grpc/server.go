@@ -77,6 +77,7 @@ func (s *Server) NewServer() *grpc.Server {
 	s.codec = &codec{base: encoding.GetCodecV2("proto"), limit: s.messageLimit, budget: s.Bytes}
 	g := grpc.NewServer(
 		grpc.ForceServerCodecV2(s.codec),
+		grpc.StatsHandler(callEnds{s.codec}),
 		grpc.MaxRecvMsgSize(readFactor*max(s.MessageBytesMax, s.BatchMessageBytesMax)),
 		grpc.MaxHeaderListSize(uint32(s.HeaderBytesMax)),
 		grpc.MaxConcurrentStreams(uint32(s.StreamsPerConnMax)),

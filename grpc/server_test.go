@@ -47,6 +47,60 @@ func TestStatusForEveryCode(t *testing.T) {
 // INTERNAL with the coffer code, the server goes on serving, and the call's
 // slot is given back (the gate admits one call).
 func TestHandlerPanicIsInternal(t *testing.T) {
+	_, conn := serveWallet(t)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer k")
+	for i := 0; i < 3; i++ {
+		_, err := cofferv1.NewWalletClient(conn).GetStatus(ctx, &cofferv1.StatusRequest{})
+		if status.Code(err) != codes.Internal || Code(err) != coffer.CodeInternal {
+			t.Fatalf("call %d: %v (code %q)", i, err, Code(err))
+		}
+	}
+}
+
+// TestRefusalForgottenWhenCallEnds: gRPC may end a unary call after its
+// message was decoded and before the interceptors run (here: a second
+// message, a cardinality violation). The codec's refusal of the message
+// is forgotten when the call ends all the same, not kept, with the
+// message, for the life of the process.
+func TestRefusalForgottenWhenCallEnds(t *testing.T) {
+	s, conn := serveWallet(t)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer k")
+	for i := 0; i < 3; i++ {
+		stream, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, cofferv1.Wallet_GetStatus_FullMethodName, grpc.ForceCodec(rawBytes{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			_ = stream.SendMsg([]byte{0x0a, 0x05, 0x61}) // field 1 announces 5 bytes, 1 follows
+		}
+		_ = stream.CloseSend()
+		if err := stream.RecvMsg(new([]byte)); status.Code(err) != codes.Internal {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for kept := 1; kept > 0; {
+		kept = 0
+		s.codec.refused.Range(func(any, any) bool { kept++; return true })
+		if kept > 0 && time.Now().After(deadline) {
+			t.Fatalf("%d refusals kept after their calls ended", kept)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// rawBytes sends and receives messages as the bytes given.
+type rawBytes struct{}
+
+func (rawBytes) Marshal(v any) ([]byte, error)      { return v.([]byte), nil }
+func (rawBytes) Unmarshal(data []byte, v any) error { *v.(*[]byte) = data; return nil }
+func (rawBytes) Name() string                       { return "proto" }
+
+// serveWallet serves the Wallet on a loopback port, with a gate of one
+// call and a key "k" of the ops permission only, over a database never
+// reached; it returns the server and a connection to it.
+func serveWallet(t *testing.T) (*Server, *grpc.ClientConn) {
+	t.Helper()
 	m, err := shard.NewMap(shard.Config{ShardCount: 1, DistributionMode: "auto", ShardOnDB: 1,
 		Databases: []shard.DatabaseConfig{{Name: "never_used", Host: "127.0.0.1", Port: 1, Type: "postgres", User: "u"}}})
 	if err != nil {
@@ -56,7 +110,7 @@ func TestHandlerPanicIsInternal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer router.Close()
+	t.Cleanup(router.Close)
 	clients, err := coffer.NewClients([]coffer.Client{{Name: "monitor", Emitter: 1, KeyHashes: []coffer.KeyHash{coffer.HashKey("k")},
 		Permissions: []coffer.Permission{coffer.PermOps}}})
 	if err != nil {
@@ -71,17 +125,11 @@ func TestHandlerPanicIsInternal(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _ = g.Serve(ln) }()
-	defer g.Stop()
+	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer k")
-	for i := 0; i < 3; i++ {
-		_, err := cofferv1.NewWalletClient(conn).GetStatus(ctx, &cofferv1.StatusRequest{})
-		if status.Code(err) != codes.Internal || Code(err) != coffer.CodeInternal {
-			t.Fatalf("call %d: %v (code %q)", i, err, Code(err))
-		}
-	}
+	t.Cleanup(func() { conn.Close() })
+	return s, conn
 }
