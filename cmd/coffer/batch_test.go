@@ -11,9 +11,7 @@ import (
 	"github.com/cofferhq/coffer"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	"github.com/cofferhq/coffer/client"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -240,9 +238,6 @@ func TestGRPCBatch(t *testing.T) {
 // envelope fails the call.
 func TestGRPCBatchUnknownFieldFailsItsChangeAlone(t *testing.T) {
 	s := startService(t, twoServers(t), nil)
-	conn, err := grpc.NewClient(s.main.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	must(t, err)
-	defer conn.Close()
 	change := func(key string, extra bool) []byte {
 		raw, err := proto.Marshal(&cofferv1.BatchChange{PlayerId: 711, IdempotencyKey: key, Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 3}}})
 		must(t, err)
@@ -256,8 +251,8 @@ func TestGRPCBatchUnknownFieldFailsItsChangeAlone(t *testing.T) {
 	for i, extra := range []bool{false, true, false} {
 		batch = protowire.AppendBytes(protowire.AppendTag(batch, 2, protowire.BytesType), change(fmt.Sprint("u", i), extra)) // changes = 2
 	}
-	var raw []byte
-	must(t, conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_BatchChange_FullMethodName, batch, &raw, grpc.ForceCodec(rawCodec{})))
+	raw, err := s.invokeRaw(devKey, cofferv1.Wallet_BatchChange_FullMethodName, batch)
+	must(t, err)
 	var resp cofferv1.BatchChangeResponse
 	must(t, proto.Unmarshal(raw, &resp))
 	if len(resp.Results) != 3 || resp.Results[0].Trx == nil || resp.Results[2].Trx.GetVersion() != 2 {
@@ -269,6 +264,6 @@ func TestGRPCBatchUnknownFieldFailsItsChangeAlone(t *testing.T) {
 		t.Fatalf("the change with an unknown field: %v", bad)
 	}
 	envelope := protowire.AppendVarint(protowire.AppendTag(batch, 99, protowire.VarintType), 1)
-	err = conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_BatchChange_FullMethodName, envelope, &raw, grpc.ForceCodec(rawCodec{}))
+	_, err = s.invokeRaw(devKey, cofferv1.Wallet_BatchChange_FullMethodName, envelope)
 	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
 }

@@ -12,7 +12,6 @@ import (
 	coffergrpc "github.com/cofferhq/coffer/grpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -207,16 +206,13 @@ func TestGRPCErrors(t *testing.T) {
 	wantGRPC(t, err, codes.ResourceExhausted, coffer.CodePayloadTooLarge)
 	_, err = w.Change(grpcCtx("wrong"), big)
 	wantGRPC(t, err, codes.Unauthenticated, coffer.CodeUnauthenticated)
-	conn, err := grpc.NewClient(s.main.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	must(t, err)
-	defer conn.Close()
 	// Field 1 announces 5 bytes and 1 follows: no valid ChangeRequest.
-	err = conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_Change_FullMethodName, []byte{0x0a, 0x05, 0x61}, new([]byte), grpc.ForceCodec(rawCodec{}))
+	_, err = s.invokeRaw(devKey, cofferv1.Wallet_Change_FullMethodName, []byte{0x0a, 0x05, 0x61})
 	wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
 	// Over its rpc's limit, the message is refused by its size before it
 	// is decoded: decoding takes many times the bytes sent.
 	junk := append([]byte{0x0a, 0x05, 0x61}, make([]byte, 70<<10)...)
-	err = conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_Change_FullMethodName, junk, new([]byte), grpc.ForceCodec(rawCodec{}))
+	_, err = s.invokeRaw(devKey, cofferv1.Wallet_Change_FullMethodName, junk)
 	wantGRPC(t, err, codes.ResourceExhausted, coffer.CodePayloadTooLarge)
 	// A field the contract does not have, at the top or in an op, is
 	// refused as HTTP refuses an unknown name: a client that sends one
@@ -230,7 +226,7 @@ func TestGRPCErrors(t *testing.T) {
 	inOp, _ := proto.Marshal(&cofferv1.ChangeRequest{Namespace: 1, PlayerId: 1, IdempotencyKey: "u2"})
 	inOp = protowire.AppendBytes(protowire.AppendTag(inOp, 4, protowire.BytesType), unknown(op)) // ops = 4
 	for at, raw := range map[string][]byte{"request:": unknown(top), "request.ops[0]:": inOp} {
-		err = conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_Change_FullMethodName, raw, new([]byte), grpc.ForceCodec(rawCodec{}))
+		_, err = s.invokeRaw(devKey, cofferv1.Wallet_Change_FullMethodName, raw)
 		if status.Code(err) != codes.InvalidArgument || coffergrpc.Code(err) != coffer.CodeInvalid || !strings.Contains(err.Error(), at+" field number 99") {
 			t.Errorf("an unknown field in %s %v", at, err)
 		}
@@ -238,7 +234,7 @@ func TestGRPCErrors(t *testing.T) {
 	// The key's namespaces are checked first, as HTTP checks the path's
 	// before it reads the body: namespace 3 is not the dev key's.
 	other, _ := proto.Marshal(&cofferv1.ChangeRequest{Namespace: 3, PlayerId: 1, IdempotencyKey: "u3", Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 3}}})
-	err = conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_Change_FullMethodName, unknown(other), new([]byte), grpc.ForceCodec(rawCodec{}))
+	_, err = s.invokeRaw(devKey, cofferv1.Wallet_Change_FullMethodName, unknown(other))
 	wantGRPC(t, err, codes.PermissionDenied, coffer.CodePermissionDenied)
 	b, err := w.GetBalances(grpcCtx(devKey), bal)
 	must(t, err)
@@ -254,17 +250,14 @@ func TestGRPCErrors(t *testing.T) {
 // sends none; read first, gRPC would wait for it until the deadline.
 func TestGRPCRefusesAnUnknownKeyBeforeItsMessage(t *testing.T) {
 	s := startService(t, twoServers(t), nil)
-	conn, err := grpc.NewClient(s.main.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	must(t, err)
-	defer conn.Close()
 	waitCtx, cancel := context.WithTimeout(grpcCtx("wrong"), 20*time.Second)
 	defer cancel()
-	stream, err := conn.NewStream(waitCtx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, cofferv1.Wallet_Change_FullMethodName, grpc.ForceCodec(rawCodec{}))
+	stream, err := s.conn.NewStream(waitCtx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, cofferv1.Wallet_Change_FullMethodName, grpc.ForceCodec(rawCodec{}))
 	must(t, err)
 	wantGRPC(t, stream.RecvMsg(new([]byte)), codes.Unauthenticated, coffer.CodeUnauthenticated)
 	// Measured as any call is, under its rpc; a method the caller made up
 	// (refused on its headers too) is no label of the metrics.
-	err = conn.Invoke(grpcCtx("wrong"), "/coffer.v1.Wallet/MadeUp", []byte{}, new([]byte), grpc.ForceCodec(rawCodec{}))
+	_, err = s.invokeRaw("wrong", "/coffer.v1.Wallet/MadeUp", []byte{})
 	wantGRPC(t, err, codes.Unauthenticated, coffer.CodeUnauthenticated)
 	metrics := s.metrics()
 	if !strings.Contains(metrics, `coffer_request_duration_seconds_count{call="Change",outcome="unauthenticated"} 1`) || strings.Contains(metrics, "MadeUp") {

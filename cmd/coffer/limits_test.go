@@ -287,11 +287,8 @@ func TestRequestBytesAreBounded(t *testing.T) {
 		Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 1}}}
 	_, err = s.grpc.Change(grpcCtx(devKey), change)
 	wantGRPC(t, err, codes.Unavailable, coffer.CodeOverloaded)
-	conn, err := grpc.NewClient(s.main.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	must(t, err)
-	defer conn.Close()
 	junk := append([]byte{0x0a, 0x05, 0x61}, make([]byte, 12<<10)...)
-	err = conn.Invoke(grpcCtx(devKey), cofferv1.Wallet_Change_FullMethodName, junk, new([]byte), grpc.ForceCodec(rawCodec{}))
+	_, err = s.invokeRaw(devKey, cofferv1.Wallet_Change_FullMethodName, junk)
 	wantGRPC(t, err, codes.Unavailable, coffer.CodeOverloaded)
 	wantStatus(t, s.call("GET", "/v1/namespaces/1/players/9/balances", devKey, ""), 200, "")
 

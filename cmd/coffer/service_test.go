@@ -45,11 +45,13 @@ const (
 // service is a running coffer (Main) on two shard databases, with clients
 // for both transports. Its cleanup drains it and runs the audit.
 type service struct {
-	t      *testing.T
-	main   *Main
-	base   string
-	dev    *client.Client
-	grpc   cofferv1.WalletClient
+	t    *testing.T
+	main *Main
+	base string
+	dev  *client.Client
+	grpc cofferv1.WalletClient
+	// conn is grpc's connection, for calls with raw messages (invokeRaw).
+	conn   *grpc.ClientConn
 	m      *shard.Map
 	oa     routers.Router
 	closed bool
@@ -131,7 +133,7 @@ func startService(t *testing.T, servers []*pgserver.Server, tweak func(*Config))
 		t.Fatal(err)
 	}
 	s := &service{t: t, main: main, base: "http://" + main.HTTPAddr, dev: client.New("http://"+main.HTTPAddr, devKey, nil),
-		grpc: cofferv1.NewWalletClient(conn), m: m, oa: oa, logs: logs}
+		grpc: cofferv1.NewWalletClient(conn), conn: conn, m: m, oa: oa, logs: logs}
 	t.Cleanup(func() {
 		conn.Close()
 		s.stop()
@@ -292,4 +294,14 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// invokeRaw calls gRPC method (its full name) with msg as its message's
+// bytes, under key, and returns the answer's bytes: a message no
+// generated client would send (malformed, with fields the contract does
+// not have).
+func (s *service) invokeRaw(key, method string, msg []byte) ([]byte, error) {
+	var out []byte
+	err := s.conn.Invoke(grpcCtx(key), method, msg, &out, grpc.ForceCodec(rawCodec{}))
+	return out, err
 }
