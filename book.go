@@ -500,8 +500,9 @@ func (b *Book) Release(lotID int64, amount, value Amount) ([]BookOp, error) {
 // in the shortfall), and what it still owes the refund takes from the
 // coins another hold's rollback returns, as claw_back takes from any
 // coins the player holds: what this lot can no longer owe goes to the
-// order's own other lots of the currency (orderLots), as far as
-// they reserve more than they owe. It writes no op (the consume was written at the begin).
+// order's own other lots of the currency (orderLots), as far as they
+// reserve more than they owe. It writes no op (the consume was written
+// at the begin).
 // Errors: as Release.
 func (b *Book) Settle(lotID int64, amount, value Amount) error {
 	l, err := b.reserving(lotID, amount, value)

@@ -98,9 +98,8 @@ func (s *Server) Handler() http.Handler {
 // call wraps an rpc's handler: request id, metrics, a slot in Gate,
 // authentication and authorization (before any database work), the
 // route's query parameters, its body's bytes in Bytes, the response and
-// one log line. The slot is
-// held until the answer is sent, so a client that reads slowly counts,
-// for at most WriteTimeout.
+// one log line. The slot is held until the answer is sent, so a client
+// that reads slowly counts, for at most WriteTimeout.
 func (s *Server) call(rt api.Route, h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -116,11 +115,9 @@ func (s *Server) call(rt api.Route, h handler) http.Handler {
 				q, err = checkQuery(r, rt.Query)
 			}
 			if err == nil {
-				body := &heldBody{ReadCloser: r.Body, budget: s.Bytes}
-				defer body.release()
-				r.Body = body
-			}
-			if err == nil {
+				held := &heldBody{ReadCloser: r.Body, budget: s.Bytes}
+				defer held.release()
+				r.Body = held
 				status, body, err = serve(h, r.WithContext(context.WithValue(r.Context(), callKey{}, &callInfo{id, q})), client)
 			}
 		}

@@ -1,9 +1,10 @@
 // Package shed bounds how many calls of one kind an instance serves at
-// once, and the bytes their requests hold. A call beyond the bound is refused at once with overloaded (503
-// and Retry-After) instead of queueing: a queue without a bound holds
-// memory, connections and callers' time until everything is late, while a
-// fast refusal lets the client retry, with the same idempotency key, on
-// another instance or a moment later.
+// once, and the bytes their requests hold. A call beyond the bound is
+// refused at once with overloaded (503 and Retry-After) instead of
+// queueing: a queue without a bound holds memory, connections and
+// callers' time until everything is late, while a fast refusal lets the
+// client retry, with the same idempotency key, on another instance or a
+// moment later.
 package shed
 
 import (
