@@ -246,3 +246,34 @@ func TestDamagedTrxFailsItsPlayerOnly(t *testing.T) {
 		t.Fatalf("the other player's write: %+v", got[1])
 	}
 }
+
+// TestPanickingPlanFailsItsWriteOnly: a write whose plan panics (a bug:
+// here an exchange at a rate no catalog makes) is answered internal,
+// alone; the other writes of its batch, its own player's too, get the
+// answers they would have got without it, and it writes nothing.
+func TestPanickingPlanFailsItsWriteOnly(t *testing.T) {
+	e := newEnv(t)
+	ps := e.playersOn(0, 1, 2)
+	buggy, other := ps[0], ps[1]
+	e.mustChange(buggy, "grant", free("gold", 5))
+	errs, err := e.store.BatchWithBug(ctx, []coffer.ChangeRequest{
+		{Scope: scope(buggy, "a"), Ops: []coffer.OpRequest{free("gold", 1)}},
+		{Scope: scope(other, "b"), Ops: []coffer.OpRequest{free("silver", 7)}},
+		{Scope: scope(buggy, "c"), Ops: []coffer.OpRequest{free("gold", -2)}},
+	}, coffer.ExchangeRequest{Scope: scope(buggy, "bug"), From: "gold", To: "silver", Amount: 1}, 1)
+	must(t, err)
+	for i, err := range errs {
+		if want := i == 1; want != (coffer.ErrorCode(err) == coffer.CodeInternal) || !want && err != nil {
+			t.Errorf("write %d: %v", i, err)
+		}
+	}
+	if !strings.Contains(errs[1].Error(), "panic") {
+		t.Errorf("the buggy write's error does not tell the panic: %v", errs[1])
+	}
+	if g, s := e.balance(buggy, "gold").Total, e.balance(buggy, "silver").Total; g != 4 || s != 0 {
+		t.Errorf("the buggy write's player holds %d gold, %d silver; want 4, 0", g, s)
+	}
+	if s := e.balance(other, "silver").Total; s != 7 {
+		t.Errorf("the other player holds %d silver; want 7", s)
+	}
+}

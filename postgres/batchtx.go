@@ -231,7 +231,12 @@ func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *att
 			a.plans[i] = coffer.Plan{Err: p.err}
 			continue
 		}
-		a.plans[i] = r.planOn(p.player)
+		plan, err := r.planOn(p.player)
+		if err != nil {
+			a.err = err
+			return a
+		}
+		a.plans[i] = plan
 	}
 	if t.idErr != nil {
 		a.err = t.idErr

@@ -130,7 +130,8 @@ func (c *committer[R]) loop() {
 	}
 }
 
-// runSafely runs a batch; a panic (a bug) answers internal the items not
+// runSafely runs a batch; a panic (a bug) outside a write's plan (those
+// split the batch: request.planOn) answers internal the items not
 // answered yet (fail keeps what a part of a split batch answered before
 // it) instead of killing the process with every call in flight (counted
 // in coffer_errors_total, not as an attempt).

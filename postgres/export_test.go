@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -58,4 +59,33 @@ func (s *Store) LotsSwept(ctx context.Context, id coffer.ShardID, since *time.Ti
 		return err
 	}
 	return s.lotsSwept(ctx, pool, id, since, started)
+}
+
+// BatchWithBug runs changes as one job, so in one batch, with ex put at
+// index at: ex is made valid, then given a rate of 0/0, which no catalog
+// makes, so that planning it panics, as a bug would. It answers each
+// write's error, in order.
+func (s *Store) BatchWithBug(ctx context.Context, changes []coffer.ChangeRequest, ex coffer.ExchangeRequest, at int) ([]error, error) {
+	var reqs []*request
+	for _, c := range changes {
+		v, err := s.catalog.ValidateChange(c)
+		if err != nil {
+			return nil, err
+		}
+		reqs = append(reqs, &request{kind: writeChange, scope: c.Scope, change: v})
+	}
+	v, err := s.catalog.ValidateExchange(ex)
+	if err != nil {
+		return nil, err
+	}
+	v.Rate = coffer.Rate{}
+	reqs = slices.Insert(reqs, at, &request{kind: writeExchange, scope: ex.Scope, exchange: v})
+	if err := s.write(ctx, reqs); err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(reqs))
+	for i, r := range reqs {
+		_, _, errs[i] = r.answer()
+	}
+	return errs, nil
 }

@@ -162,8 +162,12 @@ func retryable(err error) bool {
 // isolable tells whether a batch's failure may come from some of its
 // writes only, so that running its players (or one player's writes)
 // apart gives the others their answers: a player locked elsewhere past
-// LockTimeout, or a value the database refuses.
+// LockTimeout, a value the database refuses, or a plan that panicked.
 func isolable(err error) bool {
+	var panicked *planPanic
+	if errors.As(err, &panicked) {
+		return true
+	}
 	var pg *pgconn.PgError
 	if !errors.As(err, &pg) {
 		return false

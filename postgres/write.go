@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 
 	"github.com/cofferhq/coffer"
 )
@@ -37,24 +39,42 @@ type request struct {
 	err  error
 }
 
-// planOn asks the player's plan for the write.
-func (r *request) planOn(p *coffer.Player) coffer.Plan {
+// planOn asks the player's plan for the write. A panic in the plan (a
+// bug) becomes an error that splits the batch (isolable): the writes
+// around it are planned again without it, and the one that panics, alone,
+// is answered internal. The player may be half changed by then; the
+// attempt is dropped, and its parts load their state again.
+func (r *request) planOn(p *coffer.Player) (plan coffer.Plan, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &coffer.Error{Code: coffer.CodeInternal, Message: "planning the write failed", Err: &planPanic{v, debug.Stack()}}
+		}
+	}()
 	switch r.kind {
 	case writeChange:
-		return p.Change(r.change)
+		return p.Change(r.change), nil
 	case writeExchange:
-		return p.Exchange(r.exchange)
+		return p.Exchange(r.exchange), nil
 	case writeCommit:
-		return p.Commit(r.scope.Key())
+		return p.Commit(r.scope.Key()), nil
 	case writeRollback:
-		return p.Rollback(r.scope.Key())
+		return p.Rollback(r.scope.Key()), nil
 	case writeExpireHold:
-		return p.ExpireHold(r.scope.Key())
+		return p.ExpireHold(r.scope.Key()), nil
 	case writeRefund:
-		return p.Refund(r.refund)
+		return p.Refund(r.refund), nil
 	}
-	return p.ExpireLots()
+	return p.ExpireLots(), nil
 }
+
+// planPanic is a panic in a plan, with its stack for the log (a client
+// is told internal only).
+type planPanic struct {
+	value any
+	stack []byte
+}
+
+func (p *planPanic) Error() string { return fmt.Sprintf("panic: %v\n%s", p.value, p.stack) }
 
 // currencies are those whose lots the plan reads; nil means all of the
 // player's (a hold's commit or rollback returns to lots of any currency,
