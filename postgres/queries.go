@@ -81,21 +81,32 @@ func newQueries(id coffer.ShardID) *queries {
 }
 
 // finlogSQL pages a player's trx in the order of the trx primary key,
-// (created_at, pos), which is position order, so that each page is one
-// index range scan.
+// (created_at, pos), which is position order: one index range scan of at
+// most $10 trx (scanned), of which those that pass the filters, at most
+// $9, are the page (picked). So a filter that few trx pass bounds the
+// rows a page reads, not only those it answers. When the scan reached
+// its bound, its last trx comes last, as the edge: where the next page
+// starts if this one is not full.
 func finlogSQL(desc bool) string {
-	cmp, dir := ">", "ASC"
+	cmp, dir, back := ">", "ASC", "DESC"
 	if desc {
-		cmp, dir = "<", "DESC"
+		cmp, dir, back = "<", "DESC", "ASC"
 	}
-	return `SELECT ` + trxColumns + ` FROM trx_N t
-		WHERE t.ns = $1 AND t.player_id = $2
-		AND t.created_at >= $3 AND t.created_at < $4
-		AND ($5::text IS NULL OR t.reason = $5)
-		AND ($6::int IS NULL OR EXISTS (SELECT 1 FROM op_N o WHERE o.trx_id = t.trx_id AND o.currency = $6))
-		AND ($7::timestamptz IS NULL OR (t.created_at, t.pos) ` + cmp + ` ($7, $8))
-		ORDER BY t.created_at ` + dir + `, t.pos ` + dir + `
-		LIMIT $9`
+	return `WITH scanned AS MATERIALIZED (SELECT t.trx_id, t.reason, t.created_at, t.pos FROM trx_N t
+			WHERE t.ns = $1 AND t.player_id = $2
+			AND t.created_at >= $3 AND t.created_at < $4
+			AND ($7::timestamptz IS NULL OR (t.created_at, t.pos) ` + cmp + ` ($7, $8))
+			ORDER BY t.created_at ` + dir + `, t.pos ` + dir + ` LIMIT $10),
+		picked AS ((SELECT false AS edge, s.created_at, s.pos FROM scanned s
+			WHERE ($5::text IS NULL OR s.reason = $5)
+			AND ($6::int IS NULL OR EXISTS (SELECT 1 FROM op_N o WHERE o.trx_id = s.trx_id AND o.currency = $6))
+			ORDER BY s.created_at ` + dir + `, s.pos ` + dir + ` LIMIT $9)
+		UNION ALL
+			(SELECT true, s.created_at, s.pos FROM scanned s WHERE (SELECT count(*) FROM scanned) = $10
+			ORDER BY s.created_at ` + back + `, s.pos ` + back + ` LIMIT 1))
+		SELECT p.edge, ` + trxColumns + ` FROM picked p
+		JOIN trx_N t ON t.ns = $1 AND t.player_id = $2 AND t.created_at = p.created_at AND t.pos = p.pos
+		ORDER BY p.edge, t.created_at ` + dir + `, t.pos ` + dir
 }
 
 // revenueSQL sums, for the revenue report of a namespace ($1) over

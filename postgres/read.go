@@ -118,6 +118,9 @@ func (s *Store) Trx(ctx context.Context, sc coffer.Scope) (coffer.Trx, error) {
 }
 
 // Finlog reads a page of a player's trx, with their ops, in one statement.
+// With a filter (currency, reason), the page looks at FinlogScanMax trx
+// at most (finlogSQL): it may then hold fewer than q.Limit, even none,
+// and still have a cursor.
 func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.FinlogPage, error) {
 	if err := q.Validate(); err != nil {
 		return coffer.FinlogPage{}, err
@@ -163,9 +166,13 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 	if q.Desc {
 		sql = s.q(shardID).finlogDesc
 	}
+	scan := q.Limit + 1
+	if reason != nil || currency != nil {
+		scan = max(scan, s.opts.FinlogScanMax)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	rows, err := pool.Query(ctx, sql, q.Namespace, q.PlayerID, from, to, reason, currency, afterTime, afterPos, q.Limit+1)
+	rows, err := pool.Query(ctx, sql, q.Namespace, q.PlayerID, from, to, reason, currency, afterTime, afterPos, q.Limit+1, scan)
 	if err != nil {
 		return coffer.FinlogPage{}, s.fail(shardID, err)
 	}
@@ -173,13 +180,20 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 	page := coffer.FinlogPage{Items: []coffer.Trx{}}
 	var lastPos int64
 	for rows.Next() {
-		st, err := s.scanTrx(rows)
+		var edge bool
+		st, err := s.scanTrx(rows, &edge)
 		if err != nil {
 			return coffer.FinlogPage{}, s.fail(shardID, err)
 		}
-		if len(page.Items) < q.Limit {
+		switch {
+		case edge:
+			// The scan ended at its bound; a full page has its cursor.
+			if page.NextCursor == "" {
+				page.NextCursor = encodeCursor(q.Namespace, q.PlayerID, st.CreatedAt, st.pos)
+			}
+		case len(page.Items) < q.Limit:
 			page.Items, lastPos = append(page.Items, st.Trx), st.pos
-		} else {
+		default:
 			last := page.Items[q.Limit-1]
 			page.NextCursor = encodeCursor(q.Namespace, q.PlayerID, last.CreatedAt, lastPos)
 		}

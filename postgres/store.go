@@ -49,6 +49,10 @@ type Options struct {
 	// 2. Each reads every shard, so a burst of them would take a pool
 	// connection on every database for each.
 	ReportsMax int
+	// FinlogScanMax bounds the trx a finlog page with a filter (currency,
+	// reason) looks at; zero means 10 000. So a page never reads a long
+	// history to find a rare trx; it answers what it found and a cursor.
+	FinlogScanMax int
 	// Observer is told of each batch and of each attempt of a batch of
 	// writes (metrics); nil tells nothing.
 	Observer Observer
@@ -102,6 +106,9 @@ func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
 	}
 	if opts.QueueMax == 0 {
 		opts.QueueMax = 1024
+	}
+	if opts.FinlogScanMax == 0 {
+		opts.FinlogScanMax = 10000
 	}
 	if opts.Observer == nil {
 		opts.Observer = unobserved{}

@@ -1163,6 +1163,55 @@ func TestFinlogFilters(t *testing.T) {
 	wantCode(t, err, coffer.CodeInvalid)
 }
 
+// TestFinlogFilterScanIsBounded: a page with a filter looks at
+// FinlogScanMax trx at most, so a trx that few pass is not searched for
+// through the whole history: the page answers what its scan found, even
+// nothing, and a cursor from where the scan stopped; paging on finds
+// every trx, both ways, and the last page has no cursor.
+func TestFinlogFilterScanIsBounded(t *testing.T) {
+	e := newEnv(t)
+	const p = 54
+	e.mustChange(p, "g1", free("gold", 1))
+	for i := range 8 {
+		e.mustChange(p, fmt.Sprint("s", i), free("silver", 1))
+	}
+	e.mustChange(p, "g2", free("gold", 1))
+	bounded := postgres.New(e.router, e.catalog, postgres.Options{FinlogScanMax: 4})
+	// pages are the keys of each page of q, each with "+" when it has a
+	// cursor.
+	pages := func(store *postgres.Store, q coffer.FinlogQuery) string {
+		t.Helper()
+		q.Namespace, q.PlayerID = 1, p
+		var out []string
+		for {
+			page, err := store.Finlog(ctx, q)
+			must(t, err)
+			var ks []string
+			for _, trx := range page.Items {
+				ks = append(ks, trx.IdempotencyKey)
+			}
+			if page.NextCursor == "" {
+				return strings.Join(append(out, fmt.Sprint(ks)), " ")
+			}
+			out, q.Cursor = append(out, fmt.Sprint(ks)+"+"), page.NextCursor
+		}
+	}
+	for _, c := range []struct {
+		store *postgres.Store
+		q     coffer.FinlogQuery
+		want  string
+	}{
+		{bounded, coffer.FinlogQuery{Currency: "gold", Limit: 1}, "[g1]+ []+ [g2]"},
+		{bounded, coffer.FinlogQuery{Currency: "gold", Limit: 1, Desc: true}, "[g2]+ []+ [g1]"},
+		{bounded, coffer.FinlogQuery{Reason: "test", Limit: 3}, "[g1 s0 s1]+ [s2 s3 s4]+ [s5 s6 s7]+ [g2]"},
+		{e.store, coffer.FinlogQuery{Currency: "gold", Limit: 1}, "[g1]+ [g2]"},
+	} {
+		if got := pages(c.store, c.q); got != c.want {
+			t.Errorf("finlog %+v = %s, want %s", c.q, got, c.want)
+		}
+	}
+}
+
 // TestBalancesRead: a read lists the currencies the player holds in
 // currency id order, whatever order their lots came in; a named currency
 // is listed even at zero; a player with nothing has an empty list.
