@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -233,7 +234,9 @@ func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *att
 		}
 		plan, err := r.planOn(p.player)
 		if err != nil {
-			a.err = err
+			// A plan that panicked after the batch's ids failed fails
+			// for want of ids: the whole batch's error.
+			a.err = cmp.Or(t.idErr, err)
 			return a
 		}
 		a.plans[i] = plan

@@ -81,32 +81,31 @@ func newQueries(id coffer.ShardID) *queries {
 }
 
 // finlogSQL pages a player's trx in the order of the trx primary key,
-// (created_at, pos), which is position order: one index range scan of at
-// most $10 trx (scanned), of which those that pass the filters, at most
-// $9, are the page (picked). So a filter that few trx pass bounds the
-// rows a page reads, not only those it answers. When the scan reached
-// its bound, its last trx comes last, as the edge: where the next page
-// starts if this one is not full.
+// (created_at, pos), which is position order: one index range scan, from
+// past ($3, $4) to $5, of at most $9 trx. Of those, the ones that pass the
+// filters (hit) are the page, and the scan stops at $8 of them; so a
+// filter that few trx pass bounds the rows a page reads, not only those
+// it answers. When the scan reaches its bound, its last trx comes too
+// (the edge): where the next page starts if this one is not full. The
+// range starts at a row comparison, never a NULL test, so that a generic
+// plan keeps it in the index condition. The currency test is a scalar
+// subquery, not EXISTS, which the planner may make a hash of the whole
+// shard's ops of that currency: it looks at each scanned trx's ops.
 func finlogSQL(desc bool) string {
-	cmp, dir, back := ">", "ASC", "DESC"
+	cmp, end, dir := ">", "<", "ASC"
 	if desc {
-		cmp, dir, back = "<", "DESC", "ASC"
+		cmp, end, dir = "<", ">=", "DESC"
 	}
-	return `WITH scanned AS MATERIALIZED (SELECT t.trx_id, t.reason, t.created_at, t.pos FROM trx_N t
-			WHERE t.ns = $1 AND t.player_id = $2
-			AND t.created_at >= $3 AND t.created_at < $4
-			AND ($7::timestamptz IS NULL OR (t.created_at, t.pos) ` + cmp + ` ($7, $8))
-			ORDER BY t.created_at ` + dir + `, t.pos ` + dir + ` LIMIT $10),
-		picked AS ((SELECT false AS edge, s.created_at, s.pos FROM scanned s
-			WHERE ($5::text IS NULL OR s.reason = $5)
-			AND ($6::int IS NULL OR EXISTS (SELECT 1 FROM op_N o WHERE o.trx_id = s.trx_id AND o.currency = $6))
-			ORDER BY s.created_at ` + dir + `, s.pos ` + dir + ` LIMIT $9)
-		UNION ALL
-			(SELECT true, s.created_at, s.pos FROM scanned s WHERE (SELECT count(*) FROM scanned) = $10
-			ORDER BY s.created_at ` + back + `, s.pos ` + back + ` LIMIT 1))
-		SELECT p.edge, ` + trxColumns + ` FROM picked p
-		JOIN trx_N t ON t.ns = $1 AND t.player_id = $2 AND t.created_at = p.created_at AND t.pos = p.pos
-		ORDER BY p.edge, t.created_at ` + dir + `, t.pos ` + dir
+	order := `t.created_at ` + dir + `, t.pos ` + dir
+	return `SELECT t.hit, t.n = $9, ` + trxColumns + ` FROM (
+		SELECT t.*, row_number() OVER (ORDER BY ` + order + `) AS n,
+			($6::text IS NULL OR t.reason = $6)
+			AND ($7::int IS NULL OR COALESCE((SELECT true FROM op_N o WHERE o.trx_id = t.trx_id AND o.currency = $7 LIMIT 1), false)) AS hit
+		FROM trx_N t
+		WHERE t.ns = $1 AND t.player_id = $2 AND (t.created_at, t.pos) ` + cmp + ` ($3, $4) AND t.created_at ` + end + ` $5
+		ORDER BY ` + order + ` LIMIT $9) t
+		WHERE t.hit OR t.n = $9
+		ORDER BY ` + order + ` LIMIT $8`
 }
 
 // revenueSQL sums, for the revenue report of a namespace ($1) over

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -128,13 +129,6 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 	if q.Limit == 0 {
 		q.Limit = 100
 	}
-	from, to := time.Unix(0, 0).UTC(), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
-	if q.From != nil {
-		from = *q.From
-	}
-	if q.To != nil {
-		to = *q.To
-	}
 	var reason *string
 	if q.Reason != "" {
 		reason = &q.Reason
@@ -148,14 +142,13 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 		c := int32(only.ID)
 		currency = &c
 	}
-	var afterTime *time.Time
-	var afterPos int64
-	if q.Cursor != "" {
-		t, pos, err := decodeCursor(q.Cursor, q.Namespace, q.PlayerID)
-		if err != nil {
-			return coffer.FinlogPage{}, err
-		}
-		afterTime, afterPos = &t, pos
+	startAt, startPos, endAt, err := finlogRange(q)
+	if err != nil {
+		return coffer.FinlogPage{}, err
+	}
+	scan := q.Limit + 1
+	if reason != nil || currency != nil {
+		scan = max(scan, s.opts.FinlogScanMax)
 	}
 	shardID := s.router.Map().ShardOf(q.PlayerID)
 	pool, err := s.pool(shardID)
@@ -166,13 +159,9 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 	if q.Desc {
 		sql = s.q(shardID).finlogDesc
 	}
-	scan := q.Limit + 1
-	if reason != nil || currency != nil {
-		scan = max(scan, s.opts.FinlogScanMax)
-	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	rows, err := pool.Query(ctx, sql, q.Namespace, q.PlayerID, from, to, reason, currency, afterTime, afterPos, q.Limit+1, scan)
+	rows, err := pool.Query(ctx, sql, q.Namespace, q.PlayerID, startAt, startPos, endAt, reason, currency, q.Limit+1, scan)
 	if err != nil {
 		return coffer.FinlogPage{}, s.fail(shardID, err)
 	}
@@ -180,28 +169,58 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 	page := coffer.FinlogPage{Items: []coffer.Trx{}}
 	var lastPos int64
 	for rows.Next() {
-		var edge bool
-		st, err := s.scanTrx(rows, &edge)
+		var hit, edge bool
+		st, err := s.scanTrx(rows, &hit, &edge)
 		if err != nil {
 			return coffer.FinlogPage{}, s.fail(shardID, err)
 		}
 		switch {
-		case edge:
-			// The scan ended at its bound; a full page has its cursor.
-			if page.NextCursor == "" {
-				page.NextCursor = encodeCursor(q.Namespace, q.PlayerID, st.CreatedAt, st.pos)
-			}
+		case !hit:
 		case len(page.Items) < q.Limit:
 			page.Items, lastPos = append(page.Items, st.Trx), st.pos
 		default:
 			last := page.Items[q.Limit-1]
 			page.NextCursor = encodeCursor(q.Namespace, q.PlayerID, last.CreatedAt, lastPos)
 		}
+		// The scan ended at its bound: a page not full ends where it did.
+		if edge && page.NextCursor == "" {
+			page.NextCursor = encodeCursor(q.Namespace, q.PlayerID, st.CreatedAt, st.pos)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return coffer.FinlogPage{}, s.fail(shardID, err)
 	}
 	return page, nil
+}
+
+// finlogRange is where a finlog page's scan starts, past (startAt,
+// startPos) in the page's order, and the time it ends at: From and To,
+// and the cursor, whichever starts later in that order. Without a
+// cursor, the start is past (From, MinInt64) ascending, which is "at or
+// after From", or (To, MinInt64) descending, "before To".
+func finlogRange(q coffer.FinlogQuery) (startAt time.Time, startPos int64, endAt time.Time, err error) {
+	from, to := time.Unix(0, 0).UTC(), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	if q.From != nil {
+		from = *q.From
+	}
+	if q.To != nil {
+		to = *q.To
+	}
+	startAt, startPos, endAt = from, math.MinInt64, to
+	if q.Desc {
+		startAt, endAt = to, from
+	}
+	if q.Cursor == "" {
+		return startAt, startPos, endAt, nil
+	}
+	at, pos, err := decodeCursor(q.Cursor, q.Namespace, q.PlayerID)
+	if err != nil {
+		return time.Time{}, 0, time.Time{}, err
+	}
+	if q.Desc && at.Before(startAt) || !q.Desc && !at.Before(startAt) {
+		startAt, startPos = at, pos
+	}
+	return startAt, startPos, endAt, nil
 }
 
 // A cursor is the (created_at, pos) of the last trx of a page, with the

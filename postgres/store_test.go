@@ -1172,7 +1172,11 @@ func TestFinlogFilterScanIsBounded(t *testing.T) {
 	e := newEnv(t)
 	const p = 54
 	e.mustChange(p, "g1", free("gold", 1))
+	var mid time.Time
 	for i := range 8 {
+		if i == 4 {
+			mid = time.Now()
+		}
 		e.mustChange(p, fmt.Sprint("s", i), free("silver", 1))
 	}
 	e.mustChange(p, "g2", free("gold", 1))
@@ -1204,6 +1208,8 @@ func TestFinlogFilterScanIsBounded(t *testing.T) {
 		{bounded, coffer.FinlogQuery{Currency: "gold", Limit: 1}, "[g1]+ []+ [g2]"},
 		{bounded, coffer.FinlogQuery{Currency: "gold", Limit: 1, Desc: true}, "[g2]+ []+ [g1]"},
 		{bounded, coffer.FinlogQuery{Reason: "test", Limit: 3}, "[g1 s0 s1]+ [s2 s3 s4]+ [s5 s6 s7]+ [g2]"},
+		{bounded, coffer.FinlogQuery{Currency: "gold", Limit: 1, To: &mid}, "[g1]+ []"},
+		{bounded, coffer.FinlogQuery{Currency: "gold", Limit: 1, From: &mid, Desc: true}, "[g2]+ []"},
 		{e.store, coffer.FinlogQuery{Currency: "gold", Limit: 1}, "[g1]+ [g2]"},
 	} {
 		if got := pages(c.store, c.q); got != c.want {
