@@ -277,3 +277,39 @@ func TestPanickingPlanFailsItsWriteOnly(t *testing.T) {
 		t.Errorf("the other player holds %d silver; want 7", s)
 	}
 }
+
+// TestDamagedLotFailsOnlyTheWritesThatReadIt: a player's damaged lot
+// fails the writes of the player that read it, not another write of the
+// player in the same batch that would not read it alone (a hold's commit
+// reads all the player's lots, a change those of its currencies).
+func TestDamagedLotFailsOnlyTheWritesThatReadIt(t *testing.T) {
+	e := newEnv(t)
+	ps := e.playersOn(0, 1, 2)
+	blocker, p := ps[0], ps[1]
+	e.mustChange(p, "gold", free("gold", 5))
+	e.mustChange(p, "silver", free("silver", 5))
+	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "hold"), Hold: true, Ops: []coffer.OpRequest{free("gold", -1)}})
+	must(t, err)
+	e.damaged = true
+	e.exec(p, `UPDATE lot_N l SET reserved = -1 FROM trx_N t
+		WHERE t.player_id = $1 AND t.idempotency_key = 'silver' AND l.player_id = t.player_id AND l.trx_id = t.trx_id`, int64(p))
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second})
+	defer store.Close()
+	var commitErr, changeErr error
+	tx, errs := e.queuedBehind(store, blocker,
+		func() error { _, _, commitErr = store.Commit(ctx, scope(p, "hold")); return nil },
+		func() error {
+			_, _, changeErr = store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "more"), Ops: []coffer.OpRequest{free("gold", 1)}})
+			return nil
+		})
+	must(t, tx.Rollback(ctx))
+	for range 3 {
+		must(t, <-errs)
+	}
+	if coffer.ErrorCode(commitErr) != coffer.CodeInternal {
+		t.Errorf("the commit, which reads the damaged lot: %v", commitErr)
+	}
+	if changeErr != nil {
+		t.Errorf("the change of gold, which does not: %v", changeErr)
+	}
+}

@@ -165,6 +165,7 @@ type batchPlayer struct {
 	// orders are those the player's refunds name.
 	orders []coffer.PurchaseKey
 	idsMax int
+	writes int
 
 	locked bool
 	state  coffer.PlayerState
@@ -173,6 +174,16 @@ type batchPlayer struct {
 	// err answers the player's writes when its state is damaged.
 	err error
 }
+
+// damagedPlayer is the damaged state (a lot that does not add up, a trx
+// that does not decode) of a player with several writes in the batch.
+// Alone, each write loads only what it reads, and the damaged row may be
+// another's: the batch splits (isolable), so that each write answers as
+// it would alone.
+type damagedPlayer struct{ err error }
+
+func (d *damagedPlayer) Error() string { return d.err.Error() }
+func (d *damagedPlayer) Unwrap() error { return d.err }
 
 // attempt is one run of a batch: the plans, in the order of the writes,
 // and the token its COMMIT sets in its committer's mark, or the error that
@@ -229,6 +240,10 @@ func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *att
 	for i, r := range reqs {
 		p := players[of[i]]
 		if p.err != nil {
+			if p.writes > 1 {
+				a.err = &damagedPlayer{p.err}
+				return a
+			}
 			a.plans[i] = coffer.Plan{Err: p.err}
 			continue
 		}
@@ -284,6 +299,7 @@ func (s *Store) batchPlayers(reqs []*request) (players []*batchPlayer, of []int)
 		}
 		of[i] = j
 		p := players[j]
+		p.writes++
 		if cs := r.currencies(); cs == nil {
 			p.all = true
 		} else {
