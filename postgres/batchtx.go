@@ -175,15 +175,16 @@ type batchPlayer struct {
 	err error
 }
 
-// damagedPlayer is the damaged state (a lot that does not add up, a trx
-// that does not decode) of a player with several writes in the batch.
-// Alone, each write loads only what it reads, and the damaged row may be
-// another's: the batch splits (isolable), so that each write answers as
-// it would alone.
-type damagedPlayer struct{ err error }
+// writesFailure is an attempt's error that comes from some of its
+// writes, not from the batch: a plan that panicked (request.planOn), or
+// the damaged state (a lot that does not add up, a trx that does not
+// decode) of a player with several writes in the batch, which, alone,
+// each load only what they read. isolable splits the batch on it, so
+// that each write answers as it would alone.
+type writesFailure struct{ err error }
 
-func (d *damagedPlayer) Error() string { return d.err.Error() }
-func (d *damagedPlayer) Unwrap() error { return d.err }
+func (f *writesFailure) Error() string { return f.err.Error() }
+func (f *writesFailure) Unwrap() error { return f.err }
 
 // attempt is one run of a batch: the plans, in the order of the writes,
 // and the token its COMMIT sets in its committer's mark, or the error that
@@ -241,24 +242,20 @@ func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *att
 		p := players[of[i]]
 		if p.err != nil {
 			if p.writes > 1 {
-				a.err = &damagedPlayer{p.err}
+				a.err = &writesFailure{p.err}
 				return a
 			}
 			a.plans[i] = coffer.Plan{Err: p.err}
 			continue
 		}
 		plan, err := r.planOn(p.player)
-		if err != nil {
-			// A plan that panicked after the batch's ids failed fails
-			// for want of ids: the whole batch's error.
-			a.err = cmp.Or(t.idErr, err)
+		// Ids that failed fail the batch, before a plan's own failure
+		// (one may come from the other).
+		if err := cmp.Or(t.idErr, err); err != nil {
+			a.err = err
 			return a
 		}
 		a.plans[i] = plan
-	}
-	if t.idErr != nil {
-		a.err = t.idErr
-		return a
 	}
 	if !slices.ContainsFunc(a.plans, coffer.Plan.Writes) {
 		return a // nothing to write: end rolls back
@@ -538,8 +535,8 @@ func (l *loading) exchanges(rows pgx.Rows) error {
 
 // idsOf hands out the ids the lock drew for p, then, if its plans need
 // more, fetches them (one more round trip). A failure is kept in t.idErr,
-// which fails the batch once planning is done, and yields id 0, which is
-// never written.
+// which fails the batch after the plan that asked, and yields id 0, which
+// is never written.
 func (t *batchTx) idsOf(p *batchPlayer) func() int64 {
 	return func() int64 {
 		if len(p.ids) == 0 && t.idErr == nil {

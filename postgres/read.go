@@ -175,7 +175,7 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 			return coffer.FinlogPage{}, s.fail(shardID, err)
 		}
 		switch {
-		case !hit:
+		case !hit: // looked at, not listed
 		case len(page.Items) < q.Limit:
 			page.Items, lastPos = append(page.Items, st.Trx), st.pos
 		default:
@@ -223,12 +223,13 @@ func finlogRange(q coffer.FinlogQuery) (startAt time.Time, startPos int64, endAt
 	return startAt, startPos, endAt, nil
 }
 
-// A cursor is the (created_at, pos) of the last trx of a page, with the
-// namespace and player whose finlog it pages: "ns:player:micros:pos". A
-// cursor of another player's finlog would read as some position in this
-// one and skip its trx before it, silently; it is refused, as are the
-// cursors of earlier versions ("micros:pos", and before that
-// "micros.trx_id", which paged by trx id), rather than misread.
+// A cursor is the (created_at, pos) where a page ended (its last trx, or
+// the last its scan looked at: finlogSQL), with the namespace and player
+// whose finlog it pages: "ns:player:micros:pos". A cursor of another
+// player's finlog would read as some position in this one and skip its
+// trx before it, silently; it is refused, as are the cursors of earlier
+// versions ("micros:pos", and before that "micros.trx_id", which paged
+// by trx id), rather than misread.
 func encodeCursor(ns coffer.Namespace, player coffer.PlayerID, t time.Time, pos int64) string {
 	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%d:%d:%d:%d", ns, player, t.UnixMicro(), pos))
 }

@@ -169,12 +169,10 @@ func retryable(err error) bool {
 // isolable tells whether a batch's failure may come from some of its
 // writes only, so that running its players (or one player's writes)
 // apart gives the others their answers: a player locked elsewhere past
-// LockTimeout, a value the database refuses, a plan that panicked, or a
-// player's damaged row that some of its writes only read.
+// LockTimeout, a value the database refuses, a writesFailure.
 func isolable(err error) bool {
-	var panicked *planPanic
-	var damaged *damagedPlayer
-	if errors.As(err, &panicked) || errors.As(err, &damaged) {
+	var own *writesFailure
+	if errors.As(err, &own) {
 		return true
 	}
 	var pg *pgconn.PgError

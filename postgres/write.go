@@ -40,14 +40,16 @@ type request struct {
 }
 
 // planOn asks the player's plan for the write. A panic in the plan (a
-// bug) becomes an error that splits the batch (isolable): the writes
+// bug) becomes an error that splits the batch (writesFailure), its stack
+// in the error for the log (a client is told internal only): the writes
 // around it are planned again without it, and the one that panics, alone,
 // is answered internal. The player may be half changed by then; the
 // attempt is dropped, and its parts load their state again.
 func (r *request) planOn(p *coffer.Player) (plan coffer.Plan, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = &coffer.Error{Code: coffer.CodeInternal, Message: "planning the write failed", Err: &planPanic{v, debug.Stack()}}
+			err = &writesFailure{&coffer.Error{Code: coffer.CodeInternal, Message: "planning the write failed",
+				Err: fmt.Errorf("panic: %v\n%s", v, debug.Stack())}}
 		}
 	}()
 	switch r.kind {
@@ -66,15 +68,6 @@ func (r *request) planOn(p *coffer.Player) (plan coffer.Plan, err error) {
 	}
 	return p.ExpireLots(), nil
 }
-
-// planPanic is a panic in a plan, with its stack for the log (a client
-// is told internal only).
-type planPanic struct {
-	value any
-	stack []byte
-}
-
-func (p *planPanic) Error() string { return fmt.Sprintf("panic: %v\n%s", p.value, p.stack) }
 
 // currencies are those whose lots the plan reads; nil means all of the
 // player's (a hold's commit or rollback returns to lots of any currency,
