@@ -32,8 +32,11 @@ func (b *heldBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// release gives back the bytes held.
+// release gives back the bytes held. A call without a body (a read)
+// holds none, and leaves the budget's shared counter alone.
 func (b *heldBody) release() {
-	b.budget.Give(b.held)
-	b.held = 0
+	if b.held > 0 {
+		b.budget.Give(b.held)
+		b.held = 0
+	}
 }
