@@ -271,8 +271,11 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return resp.StatusCode, err
 	}
 	if len(raw) > AnswerBytesMax {
-		return resp.StatusCode, fmt.Errorf("coffer: %s %s: HTTP %d: the answer is larger than %d bytes, the most this client reads; "+
-			"the call may have been applied: read its trx back by key", method, path, resp.StatusCode, AnswerBytesMax)
+		err := fmt.Errorf("coffer: %s %s: HTTP %d: the answer is larger than %d bytes, the most this client reads", method, path, resp.StatusCode, AnswerBytesMax)
+		if method != http.MethodGet {
+			err = fmt.Errorf("%w; the call may have been applied: read its trx back by key", err)
+		}
+		return resp.StatusCode, err
 	}
 	if resp.StatusCode >= 300 {
 		var p problem

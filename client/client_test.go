@@ -73,7 +73,8 @@ func TestEmptyKeyIsRefusedUnsent(t *testing.T) {
 }
 
 // TestAnswerOverTheBoundIsAnError: an answer larger than AnswerBytesMax is
-// an error that says so, not a cut answer read as malformed JSON.
+// an error that says so, not a cut answer read as malformed JSON; a
+// write's says it may have been applied.
 func TestAnswerOverTheBoundIsAnError(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"id": 1, "reason": "`))
@@ -82,7 +83,11 @@ func TestAnswerOverTheBoundIsAnError(t *testing.T) {
 	}))
 	defer srv.Close()
 	_, err := New(srv.URL, "k", nil).Trx(context.Background(), 1, 1, "k")
-	if err == nil || !strings.Contains(err.Error(), "larger than") {
-		t.Fatalf("%v", err)
+	if err == nil || !strings.Contains(err.Error(), "larger than") || strings.Contains(err.Error(), "applied") {
+		t.Fatalf("a read's answer over the bound: %v", err)
+	}
+	_, err = New(srv.URL, "k", nil).BatchChange(context.Background(), 1, []BatchChange{{PlayerID: 1, IdempotencyKey: "k"}})
+	if err == nil || !strings.Contains(err.Error(), "may have been applied") {
+		t.Fatalf("a write's answer over the bound: %v", err)
 	}
 }
