@@ -24,7 +24,8 @@ func BatchReads(id coffer.ShardID) (settings string, reads map[string]string) {
 // BatchWrite is the batch's write statement on shard id with every table.
 func BatchWrite(id coffer.ShardID) string { return writeSQL(id, 1<<len(writeBranches)-1) }
 
-// Lots are a player's lots holding something, as a batch loads them.
+// Lots are a player's lots holding something, as a batch loads them
+// (loading.lots).
 func (s *Store) Lots(ctx context.Context, id coffer.ShardID, ns coffer.Namespace, player coffer.PlayerID) ([]*coffer.BookLot, error) {
 	pool, err := s.pool(id)
 	if err != nil {
@@ -35,17 +36,11 @@ func (s *Store) Lots(ctx context.Context, id coffer.ShardID, ns coffer.Namespace
 		return nil, err
 	}
 	defer rows.Close()
-	var lots []*coffer.BookLot
-	for rows.Next() {
-		var ns int32
-		var player int64
-		l, err := scanLot(rows, &ns, &player)
-		if err != nil {
-			return nil, err
-		}
-		lots = append(lots, l)
+	p := &batchPlayer{key: playerKey{ns, player}}
+	if err := (&loading{s: s, byKey: map[playerKey]*batchPlayer{p.key: p}}).lots(rows); err != nil {
+		return nil, err
 	}
-	return lots, rows.Err()
+	return p.state.Lots, nil
 }
 
 // SetMark is the statement that raises a committer's mark.
