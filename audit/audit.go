@@ -102,6 +102,12 @@ var checks = []check{
 	// makes, or makes it revenue (cause change): it creates none.
 	{"exchange makes value", `SELECT ns, player_id, trx_id, fiat, sum(value) FROM op_N
 		WHERE cause = 'exchange' AND value IS NOT NULL GROUP BY 1, 2, 3, 4 HAVING sum(value) <> 0`},
+	// A lot records whether an exchange made it (coffer.BookLot.Exchanged,
+	// V0023): a paid lot its trx's grant of cause exchange created. What
+	// it owes a refund follows the mark (ADR 0015).
+	{"lot's exchange mark differs from its grant", `SELECT l.ns, l.player_id, l.lot_id, l.trx_id, l.paid, l.exchanged FROM lot_N l
+		WHERE l.exchanged <> (l.paid AND EXISTS (SELECT 1 FROM op_N g WHERE g.trx_id = l.trx_id AND g.ns = l.ns AND g.player_id = l.player_id
+			AND g.lot_id = l.lot_id AND g.kind = 'grant' AND g.cause = 'exchange'))`},
 	// The bounds of coffer.BalanceMax and coffer.LotsMax, per player and
 	// currency; sums in numeric, which never overflows.
 	{"balance above its bound", `SELECT ns, player_id, currency, sum(amount), sum(reserved) FROM lot_N

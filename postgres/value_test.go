@@ -144,6 +144,8 @@ func TestAuditFindsValueDamage(t *testing.T) {
 		{"op value differs from its lot's fiat", "UPDATE op_%d SET fiat = 'EUR' WHERE fiat IS NOT NULL AND kind = 'consume'"},
 		{"purchase value differs from its price", "UPDATE op_%d SET value = value - 1 WHERE purchase IS NOT NULL"},
 		{"exchange makes value", "UPDATE op_%d SET value = value + 1 WHERE cause = 'exchange' AND kind = 'grant' AND value IS NOT NULL"},
+		{"lot's exchange mark differs from its grant", "UPDATE lot_%d SET exchanged = false WHERE exchanged"},
+		{"lot's exchange mark differs from its grant", "UPDATE lot_%d SET exchanged = true WHERE paid AND currency = 1"},
 	} {
 		t.Run(c.check, func(t *testing.T) {
 			e := newEnv(t)
