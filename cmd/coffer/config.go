@@ -103,6 +103,10 @@ type TimeoutsConfig struct {
 	// ReadHeader bounds the reading of a request's headers (gRPC: a new
 	// connection's handshake), so a client that trickles them is cut off.
 	ReadHeader time.Duration `yaml:"read_header"`
+	// Read bounds the reading of a whole HTTP request, its body too. A
+	// call holds its slot in limits.requests_in_flight_max while its body
+	// arrives, so a client that trickles bodies holds slots this long.
+	Read time.Duration `yaml:"read"`
 	// Write bounds the sending of an answer once it is ready, so a client
 	// that stops reading is cut off.
 	Write time.Duration `yaml:"write"`
@@ -176,7 +180,7 @@ func DefaultConfig() *Config {
 		Listen: ListenConfig{HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:9090", Ops: "127.0.0.1:8081"},
 		Limits: LimitsConfig{BodyBytesMax: 64 << 10, BatchBodyBytesMax: 4 << 20, HeaderBytesMax: 16 << 10, RequestsInFlightMax: 1024,
 			RequestBytesInFlightMax: 8 << 20, ReportsInFlightMax: 2, GRPCStreamsMax: 128},
-		Timeouts: TimeoutsConfig{Request: 5 * time.Second, ReadHeader: 5 * time.Second, Write: 10 * time.Second,
+		Timeouts: TimeoutsConfig{Request: 5 * time.Second, ReadHeader: 5 * time.Second, Read: 30 * time.Second, Write: 10 * time.Second,
 			Idle: 2 * time.Minute, Shutdown: 20 * time.Second},
 		Batches: BatchesConfig{Committers: 2, SizeMax: 100, QueueMax: 1024},
 		Holds:   HoldsConfig{TTLDefault: 10 * time.Minute, TTLMax: 24 * time.Hour},
@@ -282,6 +286,8 @@ func (c *Config) service() (*coffer.Catalog, *coffer.Clients, error) {
 		return nil, nil, fmt.Errorf("limits: requests_in_flight_max, reports_in_flight_max and grpc_streams_max must be > 0")
 	case c.Timeouts.Request <= 0 || c.Timeouts.ReadHeader <= 0 || c.Timeouts.Write <= 0 || c.Timeouts.Idle <= 0 || c.Timeouts.Shutdown <= 0:
 		return nil, nil, fmt.Errorf("timeouts: request, read_header, write, idle and shutdown must be > 0")
+	case c.Timeouts.Read < c.Timeouts.ReadHeader:
+		return nil, nil, fmt.Errorf("timeouts.read: must be at least timeouts.read_header, since it bounds the headers too")
 	case c.Timeouts.Lock < 0 || c.Timeouts.Lock > c.Timeouts.Request:
 		return nil, nil, fmt.Errorf("timeouts.lock: must be at most timeouts.request (0: a quarter of it)")
 	case c.Batches.Committers <= 0 || c.Batches.SizeMax <= 0 || c.Batches.QueueMax <= 0:

@@ -23,6 +23,7 @@ func TestServiceConfigErrors(t *testing.T) {
 		"bad log level":     {func(c *Config) { c.Log.Level = "loud" }, "log.level"},
 		"ttl default > max": {func(c *Config) { c.Holds.TTLDefault = 2 * c.Holds.TTLMax }, "hold ttl"},
 		"no clients":        {func(c *Config) { c.Clients = nil }, "clients"},
+		"read under header": {func(c *Config) { c.Timeouts.Read = c.Timeouts.ReadHeader / 2 }, "timeouts.read"},
 		"lock past request": {func(c *Config) { c.Timeouts.Lock = 2 * c.Timeouts.Request }, "timeouts.lock"},
 		"no committers":     {func(c *Config) { c.Batches.Committers = 0 }, "batches"},
 		"bad refund policy": {func(c *Config) { c.Currencies[0].RefundPolicy = "clawback" }, "currencies[0].refund_policy"},

@@ -108,12 +108,14 @@ func TestOverloadIsShedAtOnce(t *testing.T) {
 	wantStatus(t, <-first, 200, "")
 }
 
-// TestHTTPConnectionBounds: a client that trickles its headers, sends
-// headers over the limit, or stops reading its answers is cut off; a call
-// that takes longer than the write timeout still gets its answer.
+// TestHTTPConnectionBounds: a client that trickles its headers or its
+// body, sends headers over the limit, or stops reading its answers is cut
+// off; a call that takes longer than the write timeout still gets its
+// answer.
 func TestHTTPConnectionBounds(t *testing.T) {
 	s := startService(t, twoServers(t), func(c *Config) {
 		c.Timeouts.ReadHeader = 300 * time.Millisecond
+		c.Timeouts.Read = 600 * time.Millisecond
 		c.Timeouts.Write = 300 * time.Millisecond
 		c.Limits.HeaderBytesMax = 4096
 	})
@@ -123,6 +125,13 @@ func TestHTTPConnectionBounds(t *testing.T) {
 	_, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: coffer\r\n")
 	must(t, err)
 	wantClosed(t, conn, "a client that stops in the middle of its headers")
+
+	conn = dial(t, addr)
+	_, err = fmt.Fprintf(conn, "POST /v1/namespaces/1/players/9/transactions HTTP/1.1\r\nHost: coffer\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Length: 100\r\n\r\n{\"idem", devKey)
+	must(t, err)
+	wantClosed(t, conn, "a client that stops in the middle of its body")
+	waitFor(t, func() bool { return strings.Contains(s.metrics(), "coffer_requests_in_flight 0") })
 
 	req, _ := http.NewRequest("GET", s.base+"/healthz", nil)
 	req.Header.Set("X-Pad", strings.Repeat("x", 16<<10))

@@ -147,7 +147,7 @@ func (m *Main) listen(store *postgres.Store, clients *coffer.Clients) error {
 		// (probes, /openapi.json); a call sets its own deadline when its
 		// answer is ready, however long the call took.
 		m.httpServer = &http.Server{Handler: h.Handler(), ReadHeaderTimeout: cfg.Timeouts.ReadHeader,
-			ReadTimeout: 30 * time.Second, WriteTimeout: cfg.Timeouts.Write, IdleTimeout: cfg.Timeouts.Idle,
+			ReadTimeout: cfg.Timeouts.Read, WriteTimeout: cfg.Timeouts.Write, IdleTimeout: cfg.Timeouts.Idle,
 			MaxHeaderBytes: cfg.Limits.HeaderBytesMax, ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
 		m.HTTPAddr = ln.Addr().String()
 		go func() { _ = m.httpServer.Serve(ln) }()
