@@ -66,8 +66,11 @@ func newQueries(id coffer.ShardID) *queries {
 		finlogDesc: n(finlogSQL(true)),
 		// Not DISTINCT: that reads every due lot before the first row;
 		// the sweeper skips a player it has seen instead.
+		// Neither lists the candidates whose writes failed in the last
+		// pass ($3 …), which the sweeper tries again anyway (sweep).
 		expiredPlayers: n(`SELECT ns, player_id FROM lot_N
-			WHERE expires_at <= now() AND expires_at > $2 AND amount > 0 LIMIT $1`),
+			WHERE expires_at <= now() AND expires_at > $2 AND amount > 0
+				AND (ns, player_id) NOT IN (SELECT unnest($3::int[]), unnest($4::bigint[])) LIMIT $1`),
 		// The lot sweeper's window: read, set the first time, moved on
 		// from what was read ($2) to the database's now less $1 µs.
 		sweptTo:    n(`SELECT swept_to FROM expiry_sweep_N`),
@@ -75,7 +78,10 @@ func newQueries(id coffer.ShardID) *queries {
 		sweptNext: n(`UPDATE expiry_sweep_N SET swept_to = GREATEST(swept_to, now() - $1 * interval '1 microsecond')
 			WHERE swept_to = $2`),
 		pending: n(`SELECT ns, player_id, emitter, idempotency_key FROM trx_N
-			WHERE status = 'pending' AND hold_expires_at <= now() ORDER BY hold_expires_at LIMIT $1`),
+			WHERE status = 'pending' AND hold_expires_at <= now()
+				AND (ns, player_id, emitter, idempotency_key) NOT IN
+					(SELECT unnest($2::int[]), unnest($3::bigint[]), unnest($4::int[]), unnest($5::text[]))
+			ORDER BY hold_expires_at LIMIT $1`),
 		revenue: n(revenueSQL),
 	}
 }

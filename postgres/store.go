@@ -75,6 +75,9 @@ type Store struct {
 	// session is what a batch's connection runs with
 	// (batchTx.setSession), built once.
 	session sessionSettings
+	// holdSweeps and lotSweeps are what the sweepers remember of their
+	// last pass (sweep).
+	holdSweeps, lotSweeps failedSweeps
 }
 
 // sessionSettings are a batch connection's lock_timeout and

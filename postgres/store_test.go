@@ -821,6 +821,59 @@ func TestLotSweeperWindowFailuresFailTheirShardOnly(t *testing.T) {
 	exec(`DROP TRIGGER window_broken ON expiry_sweep_N`)
 }
 
+// TestSweepersTryFailingCandidatesApart: a player whose sweep fails at
+// every pass (a damaged lot) does not starve the others of its shard,
+// though it is the oldest due and fills the listing's limit: the next
+// pass tries it apart and lists the rest. Its lots keep the lot
+// sweeper's window until, repaired, a pass records them.
+func TestSweepersTryFailingCandidatesApart(t *testing.T) {
+	e := newEnv(t)
+	damaged, other := coffer.PlayerID(70), coffer.PlayerID(71)
+	for e.router.Map().ShardOf(other) != e.router.Map().ShardOf(damaged) {
+		other++
+	}
+	id := e.router.Map().ShardOf(damaged)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := e.router.Shard(id).Exec(ctx, strings.ReplaceAll(sql, "_N", fmt.Sprintf("_%d", id)), args...)
+		must(t, err)
+	}
+	later := time.Now().Add(time.Hour)
+	for i, p := range []coffer.PlayerID{damaged, other} {
+		e.mustChange(p, "a", coffer.OpRequest{Currency: "gold", Amount: 5, ExpiresAt: &later}, free("silver", 5), free("gold", 5))
+		_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "h"), Hold: true, Ops: []coffer.OpRequest{free("gold", -1)}})
+		must(t, err)
+		exec(`UPDATE lot_N SET expires_at = now() - $2 * interval '1 hour' WHERE player_id = $1 AND expires_at IS NOT NULL`, p, 2-i)
+		exec(`UPDATE trx_N SET hold_expires_at = now() - $2 * interval '1 hour' WHERE player_id = $1 AND status = 'pending'`, p, 2-i)
+	}
+	exec(`UPDATE lot_N SET reserved = -1 WHERE player_id = $1 AND currency = 2`, damaged)
+	e.forgetLotSweeps()
+	windows := func() int {
+		var n int
+		must(t, e.router.Shard(id).QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM expiry_sweep_%d`, id)).Scan(&n))
+		return n
+	}
+	pass := func(name string, sweep func(context.Context, int) (int, error), want int, failing bool) {
+		t.Helper()
+		if n, err := sweep(ctx, 1); n != want || (err != nil) != failing {
+			t.Fatalf("%s (limit 1): %d done, error %v; want %d, failing %v", name, n, err, want, failing)
+		}
+	}
+	pass("lot sweep", e.store.SweepExpiredLots, 0, true)
+	pass("lot sweep", e.store.SweepExpiredLots, 1, true)
+	if len(e.expiries(other)) != 1 || windows() != 0 {
+		t.Fatalf("the other player's expiries %+v, %d windows; want it recorded, the window kept", e.expiries(other), windows())
+	}
+	pass("hold sweep", e.store.SweepHolds, 0, true)
+	pass("hold sweep", e.store.SweepHolds, 1, true)
+	exec(`UPDATE lot_N SET reserved = 0 WHERE player_id = $1 AND currency = 2`, damaged)
+	pass("lot sweep, repaired", e.store.SweepExpiredLots, 1, false)
+	pass("hold sweep, repaired", e.store.SweepHolds, 1, false)
+	if len(e.expiries(damaged)) == 0 || windows() != 1 {
+		t.Fatalf("the repaired player's expiries %+v, %d windows", e.expiries(damaged), windows())
+	}
+}
+
 // TestBalanceAtEqualsFinlogReplay checks, at every trx's time, that the
 // balance in the past equals a replay of the finlog up to it.
 func TestBalanceAtEqualsFinlogReplay(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -18,15 +20,20 @@ import (
 // player's lock, so a hold another sweeper (or a client) finished first is
 // left alone.
 func (s *Store) SweepHolds(ctx context.Context, limit int) (int, error) {
-	return s.sweep(ctx, limit,
-		func(_ context.Context, _ *pgxpool.Pool, id coffer.ShardID) (string, []any, error) {
-			return s.q(id).pending, []any{limit}, nil
+	return s.sweep(ctx, limit, &s.holdSweeps,
+		func(_ context.Context, _ *pgxpool.Pool, id coffer.ShardID, failed []coffer.Scope) (string, []any, error) {
+			ns, players, emitters, keys := []int32{}, []int64{}, []int32{}, []string{}
+			for _, sc := range failed {
+				ns, players = append(ns, int32(sc.Namespace)), append(players, int64(sc.PlayerID))
+				emitters, keys = append(emitters, int32(sc.Emitter)), append(keys, sc.IdempotencyKey)
+			}
+			return s.q(id).pending, []any{limit, ns, players, emitters, keys}, nil
 		},
 		func(r pgx.CollectableRow) (coffer.Scope, error) {
 			var sc coffer.Scope
 			return sc, r.Scan(&sc.Namespace, &sc.PlayerID, &sc.Emitter, &sc.IdempotencyKey)
 		},
-		func(due []coffer.Scope) (int, error) { return s.sweepWrites(ctx, writeExpireHold, due) }, nil)
+		func(due []coffer.Scope) (int, []coffer.Scope, error) { return s.sweepWrites(ctx, writeExpireHold, due) }, nil)
 }
 
 // sweepOverlap is how far before a complete pass's start the lot sweeper's
@@ -46,24 +53,29 @@ const sweepOverlap = 10 * time.Minute
 // (less sweepOverlap), which the shard's expiry_sweep_N keeps: a lot
 // that expired before then had its expiry recorded, and the write that
 // gives such a lot an amount again (a hold's rollback or commit) records
-// its expiry itself.
+// its expiry itself. A player whose write fails keeps the window where it
+// is until a pass records it (sweep tries it again at every pass).
 func (s *Store) SweepExpiredLots(ctx context.Context, limit int) (int, error) {
 	seen := map[coffer.Scope]bool{}            // a player is listed once per due lot
 	windows := map[coffer.ShardID]*time.Time{} // the window each shard was listed from (nil: none)
-	return s.sweep(ctx, limit,
-		func(ctx context.Context, pool *pgxpool.Pool, id coffer.ShardID) (string, []any, error) {
+	return s.sweep(ctx, limit, &s.lotSweeps,
+		func(ctx context.Context, pool *pgxpool.Pool, id coffer.ShardID, failed []coffer.Scope) (string, []any, error) {
 			var since *time.Time
 			if err := pool.QueryRow(ctx, s.q(id).sweptTo).Scan(&since); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return "", nil, err
 			}
 			windows[id] = since
-			return s.q(id).expiredPlayers, []any{limit, cmp.Or(since, &time.Time{})}, nil
+			ns, players := []int32{}, []int64{}
+			for _, sc := range failed {
+				ns, players = append(ns, int32(sc.Namespace)), append(players, int64(sc.PlayerID))
+			}
+			return s.q(id).expiredPlayers, []any{limit, cmp.Or(since, &time.Time{}), ns, players}, nil
 		},
 		func(r pgx.CollectableRow) (coffer.Scope, error) {
 			var sc coffer.Scope
 			return sc, r.Scan(&sc.Namespace, &sc.PlayerID)
 		},
-		func(due []coffer.Scope) (int, error) {
+		func(due []coffer.Scope) (int, []coffer.Scope, error) {
 			var players []coffer.Scope
 			for _, sc := range due {
 				if !seen[sc] {
@@ -121,15 +133,46 @@ func (s *Store) SweepMarks(ctx context.Context, limit int) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// sweep runs one pass: on every shard it lists at most limit candidates
-// with the statement list gives and acts on them. A failing shard or
+// failedSweeps are, per shard, the candidates whose writes failed in a
+// sweeper's last pass: the next pass tries them first, and lists the
+// others without them. Listed with the rest, candidates that fail every
+// time (the rows of a damaged player, which the audit reports) would
+// come first pass after pass (the oldest due), and as many as limit of
+// them would starve every other candidate of their shard. It is safe for
+// concurrent use.
+type failedSweeps struct {
+	mu     sync.Mutex
+	shards map[coffer.ShardID][]coffer.Scope
+}
+
+func (f *failedSweeps) of(id coffer.ShardID) []coffer.Scope {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.shards[id]
+}
+
+// set keeps shard id's failed candidates, at most limit of them: those
+// beyond it are listed again with the others.
+func (f *failedSweeps) set(id coffer.ShardID, failed []coffer.Scope, limit int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.shards == nil {
+		f.shards = map[coffer.ShardID][]coffer.Scope{}
+	}
+	f.shards[id] = failed[:min(len(failed), limit)]
+}
+
+// sweep runs one pass: on every shard it tries again the candidates that
+// failed in the last pass (failed), lists at most limit others with the
+// statement list gives, and acts on them all. A failing shard or
 // candidate does not stop the pass; the errors are joined. complete, if
 // set, hears of each shard whose candidates were all listed (fewer than
 // limit) and acted on without an error, with the time its listing began;
 // its error is joined too. It returns how many candidates act reported
 // done.
-func (s *Store) sweep(ctx context.Context, limit int, list func(context.Context, *pgxpool.Pool, coffer.ShardID) (string, []any, error),
-	scan pgx.RowToFunc[coffer.Scope], act func([]coffer.Scope) (int, error),
+func (s *Store) sweep(ctx context.Context, limit int, failed *failedSweeps,
+	list func(context.Context, *pgxpool.Pool, coffer.ShardID, []coffer.Scope) (string, []any, error),
+	scan pgx.RowToFunc[coffer.Scope], act func([]coffer.Scope) (int, []coffer.Scope, error),
 	complete func(context.Context, *pgxpool.Pool, coffer.ShardID, time.Time) error) (int, error) {
 	n := 0
 	var errs []error
@@ -142,8 +185,9 @@ func (s *Store) sweep(ctx context.Context, limit int, list func(context.Context,
 		}
 		started := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		retry := failed.of(id)
 		var due []coffer.Scope
-		sql, args, err := list(cctx, pool, id)
+		sql, args, err := list(cctx, pool, id, retry)
 		if err == nil {
 			var rows pgx.Rows
 			if rows, err = pool.Query(cctx, sql, args...); err == nil {
@@ -155,7 +199,8 @@ func (s *Store) sweep(ctx context.Context, limit int, list func(context.Context,
 			errs = append(errs, s.fail(id, err))
 			continue
 		}
-		done, err := act(due)
+		done, failedNow, err := act(append(slices.Clip(retry), due...))
+		failed.set(id, failedNow, limit)
 		n += done
 		if err != nil {
 			errs = append(errs, err)
@@ -176,27 +221,31 @@ func (s *Store) sweep(ctx context.Context, limit int, list func(context.Context,
 // same order), and returns how many wrote: a hold rolled back as expired,
 // a player's expiries recorded. A write that finds nothing to do (a hold
 // finished meanwhile, expiries another instance recorded) is not counted.
-func (s *Store) sweepWrites(ctx context.Context, kind writeKind, due []coffer.Scope) (int, error) {
+// It returns too the candidates whose writes failed (all of them, if the
+// job failed as a whole).
+func (s *Store) sweepWrites(ctx context.Context, kind writeKind, due []coffer.Scope) (int, []coffer.Scope, error) {
 	if len(due) == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
 	reqs := make([]*request, len(due))
 	for i, sc := range due {
 		reqs[i] = &request{kind: kind, scope: sc}
 	}
 	if err := s.write(ctx, reqs); err != nil {
-		return 0, err
+		return 0, due, err
 	}
 	n := 0
+	var failed []coffer.Scope
 	var errs []error
 	for _, r := range reqs {
 		trx, replayed, err := r.answer()
 		switch {
 		case err != nil:
+			failed = append(failed, r.scope)
 			errs = append(errs, fmt.Errorf("player %d/%d: %w", r.scope.Namespace, r.scope.PlayerID, err))
 		case kind == writeExpireLots && r.plan.Writes(), kind == writeExpireHold && !replayed && trx.Status == coffer.StatusExpired:
 			n++
 		}
 	}
-	return n, errors.Join(errs...)
+	return n, failed, errors.Join(errs...)
 }
