@@ -84,7 +84,8 @@ type RevenueLine struct {
 	Expired Amount `json:"expired"`
 	// Refunded is paid currency taken back by refunds and chargebacks
 	// in the period; RefundShortfall what they could not take back
-	// (already spent), which stays recognised, less what holds rolled
+	// (spent, which stays recognised; expired, which stays breakage;
+	// reserved by pending holds or exchanged away), less what holds rolled
 	// back in the period gave back to earlier refunds (coins the holds
 	// reserved when their orders were refunded).
 	Refunded        Amount `json:"refunded"`

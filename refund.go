@@ -86,8 +86,9 @@ type RefundBalance struct {
 	Currency CurrencyID `json:"currency"`
 	Amount   Amount     `json:"amount"`
 	// Value is what Amount of the order cost, in minor units of the
-	// order's fiat: for a shortfall, revenue recognised that the refund
-	// could not take back (the revenue report's refund_shortfall_value).
+	// order's fiat: for a shortfall, what the coins the refund could not
+	// take back cost (spent, expired, reserved or exchanged away; the
+	// revenue report's refund_shortfall_value).
 	Value Amount `json:"value,omitempty"`
 }
 
