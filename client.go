@@ -66,10 +66,12 @@ func (c *Client) Allow(ns Namespace, p Permission) error {
 	return Errorf(CodePermissionDenied, "client %s may not use namespace %d", c.Name, ns)
 }
 
-// AllowOps checks that the client has the ops permission, for calls that
-// address the instance rather than a namespace. Errors: permission_denied.
-func (c *Client) AllowOps() error {
-	if p := PermOps; !c.has(p) {
+// AllowPermission checks that the client has permission p, whatever the
+// namespace: for calls that address the instance rather than a namespace
+// (PermOps), and for a request refused before its namespace could be read.
+// Errors: permission_denied.
+func (c *Client) AllowPermission(p Permission) error {
+	if !c.has(p) {
 		return Errorf(CodePermissionDenied, "client %s lacks the %s permission", c.Name, p)
 	}
 	return nil

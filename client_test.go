@@ -25,7 +25,7 @@ func TestClientsAuthenticateAndAllow(t *testing.T) {
 	}
 	c, _ := cs.Authenticate("new")
 	if c.Allow(2, PermWrite) != nil || ErrorCode(c.Allow(3, PermRead)) != CodePermissionDenied ||
-		ErrorCode(c.Allow(1, PermAdmin)) != CodePermissionDenied || ErrorCode(c.AllowOps()) != CodePermissionDenied {
+		ErrorCode(c.Allow(1, PermAdmin)) != CodePermissionDenied || ErrorCode(c.AllowPermission(PermOps)) != CodePermissionDenied {
 		t.Fatal("permissions of game are wrong")
 	}
 	s, _ := cs.Authenticate("s")
@@ -47,10 +47,10 @@ func TestOpsIsNotAdmin(t *testing.T) {
 	}
 	support, _ := cs.Authenticate("s")
 	monitor, _ := cs.Authenticate("m")
-	if ErrorCode(support.AllowOps()) != CodePermissionDenied {
+	if ErrorCode(support.AllowPermission(PermOps)) != CodePermissionDenied {
 		t.Error("an admin of namespace 1 passes for ops")
 	}
-	if monitor.AllowOps() != nil || ErrorCode(monitor.Allow(1, PermRead)) != CodePermissionDenied {
+	if monitor.AllowPermission(PermOps) != nil || ErrorCode(monitor.Allow(1, PermRead)) != CodePermissionDenied {
 		t.Error("ops: wrong permissions")
 	}
 	if _, err := NewClients([]Client{{Name: "x", Emitter: 1, KeyHashes: []KeyHash{HashKey("x")}, Permissions: []Permission{PermOps, PermRead}}}); err == nil {

@@ -203,14 +203,11 @@ func authorize(c *coffer.Client, rpc string, req any) error {
 		// with no permission is refused, never let through.
 		return coffer.Errorf(coffer.CodeNotFound, "no rpc %s", rpc)
 	}
-	if perm == coffer.PermOps {
-		return c.AllowOps()
-	}
 	r, ok := req.(namespaced)
-	if !ok {
-		// A request that did not decode (nil): its refusal says why,
-		// and no namespace can be read from it.
-		return nil
+	if perm == coffer.PermOps || !ok {
+		// An ops call addresses no namespace; from a request that did not
+		// decode (nil) none can be read, and its refusal comes after this.
+		return c.AllowPermission(perm)
 	}
 	if r.GetNamespace() <= 0 {
 		return coffer.Errorf(coffer.CodeInvalid, "namespace must be > 0")

@@ -154,7 +154,7 @@ func (s *Server) authorize(r *http.Request, rt api.Route) (*coffer.Client, error
 		return nil, err
 	}
 	if !rt.Namespaced {
-		return c, c.AllowOps()
+		return c, c.AllowPermission(coffer.PermOps)
 	}
 	ns, err := pathNamespace(r)
 	if err != nil {

@@ -231,7 +231,9 @@ func TestGRPCBatch(t *testing.T) {
 // TestGRPCBatchLimits: a BatchChange is bounded by
 // limits.batch_body_bytes_max, not by the single calls' body_bytes_max
 // (64 KiB): a batch past 64 KiB is served, one past the batch's limit is
-// payload_too_large.
+// payload_too_large; to a client that may not write, permission_denied,
+// though its namespace could not be read, as HTTP refuses it before
+// reading the body.
 func TestGRPCBatchLimits(t *testing.T) {
 	s := startService(t, twoServers(t), nil)
 	w, dev := s.grpc, grpcCtx(devKey)
@@ -250,6 +252,8 @@ func TestGRPCBatchLimits(t *testing.T) {
 	big := &cofferv1.BatchChangeRequest{Namespace: 1, Changes: []*cofferv1.BatchChange{{PlayerId: 703, Reason: strings.Repeat("x", 5<<20)}}}
 	_, err = w.BatchChange(dev, big)
 	wantGRPC(t, err, codes.ResourceExhausted, coffer.CodePayloadTooLarge)
+	_, err = w.BatchChange(grpcCtx(readerKey), big)
+	wantGRPC(t, err, codes.PermissionDenied, coffer.CodePermissionDenied)
 }
 
 // TestGRPCBatchUnknownFieldFailsItsChangeAlone: a change with a field the
