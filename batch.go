@@ -48,6 +48,17 @@ func ValidateBatchSize(n int) error {
 	return nil
 }
 
+// ValidateChangeSize checks the size of one change of a batch, as its
+// transport encodes it (n bytes), against bytesMax, the most a single
+// call's body may have: a change that would be payload_too_large alone
+// is so in a batch, alone. Errors are payload_too_large.
+func ValidateChangeSize(n, bytesMax int) error {
+	if n > bytesMax {
+		return Errorf(CodePayloadTooLarge, "the change is larger than %d bytes, the most a single call's body may have", bytesMax)
+	}
+	return nil
+}
+
 // Request is the ChangeRequest of a change body in scope sc (whose key is
 // replaced by the body's). Errors (invalid_argument) are those of the
 // fields read here; Catalog.ValidateChange checks the rest.

@@ -7,6 +7,7 @@ import (
 	"github.com/cofferhq/coffer"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // BatchChange implements the rpc of the same name: many changes for many
@@ -20,8 +21,10 @@ func (s *Server) BatchChange(ctx context.Context, req *cofferv1.BatchChangeReque
 	reqs := make([]coffer.ChangeRequest, len(req.Changes))
 	errs := make([]error, len(req.Changes))
 	for i, c := range req.Changes {
-		if err := unknownFieldError(c); err != nil {
-			errs[i] = err
+		if errs[i] = coffer.ValidateChangeSize(proto.Size(c), s.MessageBytesMax); errs[i] != nil {
+			continue
+		}
+		if errs[i] = unknownFieldError(c); errs[i] != nil {
 			continue
 		}
 		reqs[i], errs[i] = changeRequest(&cofferv1.ChangeRequest{Namespace: req.Namespace, PlayerId: c.PlayerId,

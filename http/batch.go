@@ -45,6 +45,9 @@ func (s *Server) batchChange(r *http.Request, c *coffer.Client) (int, any, error
 	errs := make([]error, len(body.Changes))
 	for i, raw := range body.Changes {
 		var change coffer.BatchChangeBody
+		if errs[i] = coffer.ValidateChangeSize(len(raw), int(s.BodyBytesMax)); errs[i] != nil {
+			continue
+		}
 		if errs[i] = decodeJSON(bytes.NewReader(raw), &change, true); errs[i] == nil {
 			reqs[i], errs[i] = change.Request(ns, c.Emitter)
 		}

@@ -157,6 +157,13 @@ func TestHTTPBatchEnvelope(t *testing.T) {
 			t.Fatalf("change %d of 1000: %+v", i, r)
 		}
 	}
+	// One change over that limit is payload_too_large, as alone, and
+	// the other applies.
+	padded := `{"player_id": 602, "idempotency_key": "k",` + strings.Repeat(" ", 70<<10) + `"ops": [{"currency": "gold", "amount": 5}]}`
+	if r := s.batch(devKey, `{"changes": [`+padded+`, `+one+`]}`).Results; r[0].Status != 413 || r[0].Error.Code != coffer.CodePayloadTooLarge ||
+		r[1].Status != 201 {
+		t.Fatalf("a change of 70 KiB: %+v", r)
+	}
 }
 
 // TestGRPCBatch: the same semantics over gRPC, each failure a status with
@@ -248,6 +255,16 @@ func TestGRPCBatchLimits(t *testing.T) {
 		if r.Error != nil {
 			t.Fatalf("change %d of a batch past 64 KiB: %v", i, r)
 		}
+	}
+	// One change over the single calls' limit is payload_too_large, as
+	// alone, and the other applies.
+	resp, err = w.BatchChange(dev, &cofferv1.BatchChangeRequest{Namespace: 1, Changes: []*cofferv1.BatchChange{
+		{PlayerId: 704, IdempotencyKey: "k", Reason: strings.Repeat("r", 70<<10), Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 1}}},
+		{PlayerId: 704, IdempotencyKey: "l", Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 1}}}}})
+	must(t, err)
+	wantGRPC(t, status.ErrorProto(resp.Results[0].Error), codes.ResourceExhausted, coffer.CodePayloadTooLarge)
+	if resp.Results[1].Trx == nil {
+		t.Fatalf("the change beside one of 70 KiB: %v", resp.Results[1])
 	}
 	big := &cofferv1.BatchChangeRequest{Namespace: 1, Changes: []*cofferv1.BatchChange{{PlayerId: 703, Reason: strings.Repeat("x", 5<<20)}}}
 	_, err = w.BatchChange(dev, big)
