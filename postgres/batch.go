@@ -13,22 +13,26 @@ import (
 // them. The batch is one call: the store's Timeout bounds all of it, and a
 // change still waiting at the end answers shard_unavailable, as a single
 // call would. A change that credits a purchase claims its order first,
-// in request order (claimPurchases). Cost: two round trips and one commit
-// per database (more when a batch is split), and a round trip per change
-// that claims.
+// in request order (claimPurchases), within half the Timeout: a claim's
+// database that stalls fails the changes that claim after it
+// (shard_unavailable), and the others keep time for their writes. Cost:
+// two round trips and one commit per database (more when a batch is
+// split), and a round trip per change that claims.
 func (s *Store) BatchChange(ctx context.Context, reqs []coffer.ChangeRequest) ([]coffer.ChangeResult, error) {
 	if err := coffer.ValidateBatchSize(len(reqs)); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
+	claims, cancelClaims := context.WithTimeout(ctx, s.opts.Timeout/2)
+	defer cancelClaims()
 	out := make([]coffer.ChangeResult, len(reqs))
 	byDatabase := map[int][]*request{}
 	at := map[*request]int{}
 	for i, req := range reqs {
 		v, err := s.catalog.ValidateChange(req)
 		if err == nil {
-			err = s.claimPurchases(ctx, v)
+			err = s.claimPurchases(claims, v)
 		}
 		if err != nil {
 			out[i].Err = err

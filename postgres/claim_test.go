@@ -272,6 +272,31 @@ func TestClaimWaitsForAClaimInFlight(t *testing.T) {
 	wantCode(t, <-done, coffer.CodePurchaseAlreadyCredited)
 }
 
+// TestBatchClaimThatStallsFailsItsChangeOnly: in a batch, a change whose
+// order's claim waits (on a claim in flight that never ends) fails
+// shard_unavailable after half the batch's time, and the change beside
+// it, which claims nothing, is applied, as it would be alone.
+func TestBatchClaimThatStallsFailsItsChangeOnly(t *testing.T) {
+	e := newEnv(t)
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 2 * time.Second})
+	defer store.Close()
+	at := e.router.Map().ShardOfPurchase(coffer.PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o-stall"})
+	tx, err := e.router.Shard(at).Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO purchase_claim_%d VALUES (1, 'steam', 'o-stall', 91, 7, 'first', now())`, at))
+	must(t, err)
+	got, err := store.BatchChange(ctx, []coffer.ChangeRequest{
+		{Scope: scope(92, "buy"), Ops: []coffer.OpRequest{paid("gold", 1, "o-stall")}},
+		{Scope: scope(93, "gift"), Ops: []coffer.OpRequest{free("gold", 2)}},
+	})
+	must(t, err)
+	wantCode(t, got[0].Err, coffer.CodeUnavailable)
+	if got[1].Err != nil || got[1].Trx.Balances[0].Total != 2 {
+		t.Fatalf("the change that claims nothing: %+v", got[1])
+	}
+}
+
 // TestClaimCreditedClaimsOlderCredits: orders credited without claims (as
 // before V0011) get their claims for the trx that credited them, once; an
 // order credited twice keeps its first claim, is counted contested and
