@@ -44,6 +44,10 @@ type Options struct {
 // instances migrating at start) on one database.
 const advisoryLockKey = 0x636f66666572 // "coffer"
 
+// lockRetry is how often a run waiting for another's migration lock tries
+// it again.
+const lockRetry = 500 * time.Millisecond
+
 // session is the engine's connection to one database and what it found
 // there.
 type session struct {
@@ -52,6 +56,9 @@ type session struct {
 	state state
 	// pending are the migrations to apply, in order.
 	pending []Migration
+	// busy: another run held the migration lock (Status only, which does
+	// not wait for it).
+	busy bool
 }
 
 // state is what the state tables of a database hold.
@@ -85,7 +92,7 @@ func (e *Engine) Apply(ctx context.Context, opts Options) error {
 	if err := e.Env.Validate(); err != nil {
 		return err
 	}
-	sessions, err := e.open(ctx)
+	sessions, err := e.open(ctx, true)
 	defer closeAll(sessions)
 	if err != nil {
 		return err
@@ -109,9 +116,10 @@ func closeAll(sessions []*session) {
 	}
 }
 
-// open connects to every database, takes its migration lock and reads its
-// state.
-func (e *Engine) open(ctx context.Context) ([]*session, error) {
+// open connects to every database, takes its migration lock (or, unless
+// wait, goes on without it when another run holds it: session.busy) and
+// reads its state.
+func (e *Engine) open(ctx context.Context, wait bool) ([]*session, error) {
 	timeout := e.ConnectTimeout
 	if timeout == 0 {
 		timeout = 10 * time.Second
@@ -126,7 +134,7 @@ func (e *Engine) open(ctx context.Context) ([]*session, error) {
 		}
 		s := &session{db: db, conn: conn}
 		sessions = append(sessions, s)
-		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", advisoryLockKey); err != nil {
+		if err := e.lock(ctx, s, wait); err != nil {
 			return sessions, fmt.Errorf("%s: take migration lock: %w", db.Label(), err)
 		}
 		if s.state, err = e.readState(ctx, conn); err != nil {
@@ -134,6 +142,34 @@ func (e *Engine) open(ctx context.Context) ([]*session, error) {
 		}
 	}
 	return sessions, nil
+}
+
+// lock takes s's migration lock, trying again every lockRetry while another
+// run holds it if wait, else marking s busy. It never waits inside a
+// statement: a session blocked in pg_advisory_lock holds a snapshot, which
+// a CREATE INDEX CONCURRENTLY of the run holding the lock waits for, and
+// PostgreSQL would end one of the two as a deadlock.
+func (e *Engine) lock(ctx context.Context, s *session, wait bool) error {
+	for said := false; ; said = true {
+		var locked bool
+		if err := s.conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", advisoryLockKey).Scan(&locked); err != nil {
+			return err
+		}
+		switch {
+		case locked:
+			return nil
+		case !wait:
+			s.busy = true
+			return nil
+		case !said:
+			e.progress("%s: waiting for another coffer migrate to finish", s.db.Label())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(lockRetry):
+		}
+	}
 }
 
 func (e *Engine) schema() string {

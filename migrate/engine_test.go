@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/internal/pgtest"
@@ -390,5 +391,68 @@ func TestFailedNotrxMigrationKeepsEarlierStatements(t *testing.T) {
 	}
 	if n := c.count(t, 0, "SELECT max(version) FROM _sdbmigrate_migrations"); n != 0 {
 		t.Errorf("failed NOTRX migration recorded as applied (version %d)", n)
+	}
+}
+
+// Two instances starting together both migrate: the second waits for the
+// first, then finds nothing left to do. A run waiting inside
+// pg_advisory_lock would hold a snapshot the first run's CREATE INDEX
+// CONCURRENTLY waits for, and PostgreSQL would end one as a deadlock.
+func TestConcurrentAppliesBothSucceed(t *testing.T) {
+	c := newCluster(t, 8)
+	files := map[string]string{
+		"V0000__TRX_PLAIN__t.sql":         "CREATE TABLE t (id int);",
+		"V0001__NOTRX_PLAIN__slow.sql":    "SELECT pg_sleep(1.5);",
+		"V0002__NOTRX_SHARD__index.sql":   "CREATE TABLE item_<shard_id> (id bigint);\nCREATE INDEX CONCURRENTLY item_<shard_id>_id ON item_<shard_id> (id);",
+		"V0003__NOTRX_PLAIN__t_index.sql": "CREATE INDEX CONCURRENTLY t_id ON t (id);",
+	}
+	errs := make(chan error, 2)
+	outs := make([]*bytes.Buffer, 2)
+	for i := range outs {
+		e, out := c.engine(t, files, nil)
+		outs[i] = out
+		go func() { errs <- e.Apply(context.Background(), all) }()
+	}
+	for range outs {
+		if err := <-errs; err != nil {
+			t.Errorf("apply: %v", err)
+		}
+	}
+	waited := 0
+	for _, out := range outs {
+		if strings.Contains(out.String(), "waiting for another coffer migrate to finish") {
+			waited++
+		}
+	}
+	if waited == 0 {
+		t.Errorf("neither run waited for the other:\n%s\n%s", outs[0], outs[1])
+	}
+	for i := 0; i < 2; i++ {
+		if n := c.count(t, i, "SELECT count(*) FROM _sdbmigrate_migrations"); n != 4 {
+			t.Errorf("db %d: %d migrations recorded, want 4", i, n)
+		}
+	}
+}
+
+// Status answers at once while another run holds the migration lock, and
+// says so.
+func TestStatusDoesNotWaitForARunningMigrate(t *testing.T) {
+	c := newCluster(t, 8)
+	e, _ := c.engine(t, basic, regionEnv)
+	holder := c.dbs[0].Conn(t)
+	if _, err := holder.Exec(context.Background(), "SELECT pg_advisory_lock($1)", advisoryLockKey); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := e.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st[0].Busy || st[1].Busy {
+		t.Errorf("busy = %v, %v; want true, false", st[0].Busy, st[1].Busy)
+	}
+	if !strings.Contains(st[0].String(), "another coffer migrate is running here") {
+		t.Errorf("status does not say a migrate is running:\n%s", st[0])
 	}
 }

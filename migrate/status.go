@@ -22,6 +22,9 @@ type DatabaseStatus struct {
 	Pending []string
 	// Problem is why Apply would refuse this database; empty if none.
 	Problem string
+	// Busy: another coffer migrate was running there, so what Status read
+	// may be about to change.
+	Busy bool
 }
 
 // String is the status as one line.
@@ -33,20 +36,23 @@ func (d DatabaseStatus) String() string {
 	if d.Problem != "" {
 		s += "\n    refused: " + d.Problem
 	}
+	if d.Busy {
+		s += "\n    another coffer migrate is running here: this may be about to change"
+	}
 	return s
 }
 
 // Status reports the version, pending migrations and problems of every
 // database without changing anything.
 func (e *Engine) Status(ctx context.Context) ([]DatabaseStatus, error) {
-	sessions, err := e.open(ctx)
+	sessions, err := e.open(ctx, false)
 	defer closeAll(sessions)
 	if err != nil {
 		return nil, err
 	}
 	var out []DatabaseStatus
 	for _, s := range sessions {
-		ds := DatabaseStatus{Label: s.db.Label(), Shards: s.db.Shards, Version: s.state.version(), Applied: len(s.state.applied)}
+		ds := DatabaseStatus{Label: s.db.Label(), Shards: s.db.Shards, Version: s.state.version(), Applied: len(s.state.applied), Busy: s.busy}
 		if err := e.plan(s, Options{TargetVersion: -1}); err != nil {
 			ds.Problem = err.Error()
 		}
