@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
@@ -167,8 +168,17 @@ func TestAuditCommand(t *testing.T) {
 
 // TestMigrateClaimsOrdersCreditedBefore: an order credited without a
 // claim (as before V0011) is a violation until `coffer migrate` claims it
-// for its trx; then the audit is clean.
+// for its trx; then the audit is clean. A run pinned to a version past
+// the newest (a deploy pipeline's -t) upgrades in full and claims too.
 func TestMigrateClaimsOrdersCreditedBefore(t *testing.T) {
+	for _, pin := range [][]string{nil, {"-t", "9999"}} {
+		t.Run(strings.Join(append([]string{"migrate"}, pin...), " "), func(t *testing.T) {
+			testMigrateClaims(t, pin)
+		})
+	}
+}
+
+func testMigrateClaims(t *testing.T, pin []string) {
 	cfg := dbConfig(t, "")
 	if code, out, errOut := run(t, "migrate", "-c", cfg); code != 0 {
 		t.Fatalf("migrate: %s%s", out, errOut)
@@ -189,11 +199,30 @@ func TestMigrateClaimsOrdersCreditedBefore(t *testing.T) {
 	if code != 1 || !strings.Contains(out, `VIOLATION shard 0: purchase without its claim: ns 1 store "steam" order "before-claims" credited by trx 2 of player 1: no claim`) {
 		t.Fatalf("audit before the claims: code %d\n%s", code, out)
 	}
-	if code, out, errOut := run(t, "migrate", "-c", cfg); code != 0 || !strings.Contains(out, "claimed 1 store orders credited before claims existed") {
+	if code, out, errOut := run(t, append([]string{"migrate", "-c", cfg}, pin...)...); code != 0 || !strings.Contains(out, "claimed 1 store orders credited before claims existed") {
 		t.Fatalf("migrate again: code %d\n%s%s", code, out, errOut)
 	}
 	if code, out, _ := run(t, "audit", "-c", cfg); code != 0 {
 		t.Fatalf("audit after the claims: code %d\n%s", code, out)
+	}
+}
+
+// TestMigrateStateSchemaIsForOwnMigrations: coffer serve reads the state
+// of coffer's own schema in public, so a run of that schema with its state
+// elsewhere would leave serve refusing every database; it is refused
+// before any change.
+func TestMigrateStateSchemaIsForOwnMigrations(t *testing.T) {
+	cfg := dbConfig(t, "")
+	code, _, errOut := run(t, "migrate", "-c", cfg, "--migrate-state-schema", "ops")
+	if code != 1 || !strings.Contains(errOut, "--migrate-state-schema is for your own migrations (-d DIR)") {
+		t.Fatalf("code %d: %s", code, errOut)
+	}
+	raw, _ := os.ReadFile(cfg)
+	name := strings.TrimSuffix(strings.Fields(strings.SplitN(string(raw), "name: ", 2)[1])[0], ",")
+	db := pgtest.DB{Server: pgtest.Server(t, 0), Name: name}
+	var n int
+	if err := db.Conn(t).QueryRow(context.Background(), "SELECT count(*) FROM pg_namespace WHERE nspname = 'ops'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("schema ops: %d (%v), want none", n, err)
 	}
 }
 

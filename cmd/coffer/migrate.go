@@ -83,6 +83,9 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	if f.config == "" {
 		return fail(fmt.Errorf("-c CONFIG is required"))
 	}
+	if f.stateSchema != "" && f.dir == "" {
+		return fail(fmt.Errorf("--migrate-state-schema is for your own migrations (-d DIR): coffer's own schema keeps its state in public, where coffer serve reads it"))
+	}
 	engine, cfg, err := newEngine(f)
 	if err != nil {
 		return fail(err)
@@ -109,12 +112,19 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	if err := engine.Apply(ctx, migrate.Options{DryRun: f.dryRun, TargetVersion: f.target, ForceUpdateEnv: f.forceUpdateEnv}); err != nil {
 		return fail(err)
 	}
-	if f.dir == "" && !f.dryRun && f.target < 0 {
+	if f.dir == "" && !f.dryRun && appliesAll(engine.Migrations, f.target) {
 		if err := claimCredited(ctx, engine.Map, cfg.Pool, stdout); err != nil {
 			return fail(err)
 		}
 	}
 	return 0
+}
+
+// appliesAll: a run to target applies every one of ms (a target of -1
+// is none given). A pipeline that pins the newest version, or one past
+// it, upgrades in full as a run without a target does.
+func appliesAll(ms []migrate.Migration, target int64) bool {
+	return target < 0 || len(ms) == 0 || target >= ms[len(ms)-1].Version
 }
 
 // claimCredited claims the store orders credited before claims existed
