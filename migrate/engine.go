@@ -162,7 +162,7 @@ func (e *Engine) lock(ctx context.Context, s *session, wait bool) error {
 			s.busy = true
 			return nil
 		case !said:
-			e.progress("%s: waiting for another coffer migrate to finish", s.db.Label())
+			e.progress("%s: waiting for another coffer migrate to finish%s", s.db.Label(), lockHolder(ctx, s.conn))
 		}
 		select {
 		case <-ctx.Done():
@@ -170,6 +170,21 @@ func (e *Engine) lock(ctx context.Context, s *session, wait bool) error {
 		case <-time.After(lockRetry):
 		}
 	}
+}
+
+// lockHolder names the backend holding the migration lock, for the
+// operator to find the run in pg_stat_activity; empty if it cannot tell.
+// A bigint advisory key is held as classid (high half), objid (low half)
+// and objsubid 1.
+func lockHolder(ctx context.Context, conn *pgx.Conn) string {
+	var pid int
+	err := conn.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+		AND classid = ($1::bigint >> 32)::oid AND objid = ($1::bigint & 4294967295)::oid
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, advisoryLockKey).Scan(&pid)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf(" (backend pid %d holds the lock)", pid)
 }
 
 func (e *Engine) schema() string {
@@ -240,7 +255,9 @@ func (e *Engine) plan(s *session, opts Options) error {
 		if st.shardCount != e.Map.ShardCount() {
 			return fmt.Errorf("shard_count is %d in the database but %d in the config; shard_count never changes after the first deploy", st.shardCount, e.Map.ShardCount())
 		}
-		if !slices.Equal(st.shardIDs, s.db.Shards) {
+		// sdbmigrate records the ids in the order the config lists its
+		// ranges; the config's shards are sorted (shard.NewMap).
+		if !slices.Equal(slices.Sorted(slices.Values(st.shardIDs)), s.db.Shards) {
 			return fmt.Errorf("the database holds shards %s but the config places shards %s on it; fix the databases section of the config", shardList(st.shardIDs), shardList(s.db.Shards))
 		}
 	}

@@ -158,7 +158,9 @@ func TestStateTablesInSdbmigrateFormat(t *testing.T) {
 func TestContinuesAnSdbmigrateDatabase(t *testing.T) {
 	c := newCluster(t, 8)
 	for i, d := range c.dbs {
-		ids := []string{"[0, 1, 2, 3]", "[4, 5, 6, 7]"}[i]
+		// As sdbmigrate records them: in the order of the config's
+		// ranges, which need not be ascending.
+		ids := []string{"[0, 1, 2, 3]", "[6, 7, 4, 5]"}[i]
 		d.Exec(t, `CREATE TABLE _sdbmigrate_migrations (version BIGINT NOT NULL PRIMARY KEY, migration_name TEXT NOT NULL, applied TIMESTAMP WITHOUT TIME ZONE DEFAULT NOW());
 			CREATE TABLE _sdbmigrate_sharding_state (id INTEGER NOT NULL PRIMARY KEY, shard_count INTEGER NOT NULL, shard_ids JSON NOT NULL, created TIMESTAMP WITHOUT TIME ZONE DEFAULT NOW(), updated TIMESTAMP WITHOUT TIME ZONE DEFAULT NOW());
 			CREATE TABLE _sdbmigrate_env (key varchar(128) PRIMARY KEY, value TEXT NOT NULL, type varchar(128) NOT NULL DEFAULT 'str', created TIMESTAMP WITHOUT TIME ZONE DEFAULT NOW(), updated TIMESTAMP WITHOUT TIME ZONE DEFAULT NOW());
@@ -420,7 +422,7 @@ func TestConcurrentAppliesBothSucceed(t *testing.T) {
 	}
 	waited := 0
 	for _, out := range outs {
-		if strings.Contains(out.String(), "waiting for another coffer migrate to finish") {
+		if strings.Contains(out.String(), "waiting for another coffer migrate to finish (backend pid ") {
 			waited++
 		}
 	}
@@ -454,5 +456,23 @@ func TestStatusDoesNotWaitForARunningMigrate(t *testing.T) {
 	}
 	if !strings.Contains(st[0].String(), "another coffer migrate is running here") {
 		t.Errorf("status does not say a migrate is running:\n%s", st[0])
+	}
+}
+
+// TestEnvRejects: keys the engine cannot substitute, or substitutes
+// itself, and values not of their type are refused before any change. A
+// key named shard_id would replace <shard_id> with one value, so a SHARD
+// migration would run the same SQL on every shard.
+func TestEnvRejects(t *testing.T) {
+	cases := map[string]Env{
+		`key "shard_id" is reserved`:  {"shard_id": {Type: "int", Value: "1"}},
+		`key "db_schema" is reserved`: {"db_schema": {Type: "str", Value: "x"}},
+		"cannot be used as <key>":     {"a<b": {Type: "str", Value: "x"}},
+		"is not an int":               {"n": {Type: "int", Value: "x"}},
+	}
+	for want, env := range cases {
+		if err := env.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate = %v, want %q", err, want)
+		}
 	}
 }

@@ -71,6 +71,9 @@ func (e Env) Validate() error {
 		if strings.ContainsAny(k, "<>") || k == "" {
 			return fmt.Errorf("env: key %q cannot be used as <key> in SQL", k)
 		}
+		if k == "shard_id" || k == "db_schema" {
+			return fmt.Errorf("env: key %q is reserved: <%s> is replaced by the migration engine itself; rename the key", k, k)
+		}
 	}
 	return nil
 }
