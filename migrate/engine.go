@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,6 +126,10 @@ func (e *Engine) open(ctx context.Context, wait bool) ([]*session, error) {
 		timeout = 10 * time.Second
 	}
 	var sessions []*session
+	// run names this run's sessions (application_name), so that a
+	// session finding the lock held by one of them knows the config
+	// lists its database twice.
+	run := fmt.Sprintf("coffer migrate %016x", rand.Uint64())
 	for _, db := range e.Map.Databases() {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		conn, err := pgx.Connect(cctx, db.Config.ConnString(int(timeout/time.Second)))
@@ -134,7 +139,10 @@ func (e *Engine) open(ctx context.Context, wait bool) ([]*session, error) {
 		}
 		s := &session{db: db, conn: conn}
 		sessions = append(sessions, s)
-		if err := e.lock(ctx, s, wait); err != nil {
+		if _, err := conn.Exec(ctx, "SELECT set_config('application_name', $1, false)", run); err != nil {
+			return sessions, fmt.Errorf("%s: %w", db.Label(), err)
+		}
+		if err := e.lock(ctx, s, run, wait); err != nil {
 			return sessions, fmt.Errorf("%s: take migration lock: %w", db.Label(), err)
 		}
 		if s.state, err = e.readState(ctx, conn); err != nil {
@@ -148,21 +156,29 @@ func (e *Engine) open(ctx context.Context, wait bool) ([]*session, error) {
 // run holds it if wait, else marking s busy. It never waits inside a
 // statement: a session blocked in pg_advisory_lock holds a snapshot, which
 // a CREATE INDEX CONCURRENTLY of the run holding the lock waits for, and
-// PostgreSQL would end one of the two as a deadlock.
-func (e *Engine) lock(ctx context.Context, s *session, wait bool) error {
+// PostgreSQL would end one of the two as a deadlock. A lock held by this
+// run itself (run, its sessions' name) is an error: waiting would be
+// forever.
+func (e *Engine) lock(ctx context.Context, s *session, run string, wait bool) error {
 	for said := false; ; said = true {
 		var locked bool
 		if err := s.conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", advisoryLockKey).Scan(&locked); err != nil {
 			return err
 		}
-		switch {
-		case locked:
+		if locked {
 			return nil
+		}
+		pid, holder := lockHolder(ctx, s.conn)
+		switch {
+		case holder == run:
+			return errors.New("the config lists this database twice (another entry of databases names the same database, spelt otherwise)")
 		case !wait:
 			s.busy = true
 			return nil
+		case !said && pid > 0:
+			e.progress("%s: waiting for another coffer migrate to finish (backend pid %d holds the lock)", s.db.Label(), pid)
 		case !said:
-			e.progress("%s: waiting for another coffer migrate to finish%s", s.db.Label(), lockHolder(ctx, s.conn))
+			e.progress("%s: waiting for another coffer migrate to finish", s.db.Label())
 		}
 		select {
 		case <-ctx.Done():
@@ -172,19 +188,20 @@ func (e *Engine) lock(ctx context.Context, s *session, wait bool) error {
 	}
 }
 
-// lockHolder names the backend holding the migration lock, for the
-// operator to find the run in pg_stat_activity; empty if it cannot tell.
-// A bigint advisory key is held as classid (high half), objid (low half)
-// and objsubid 1.
-func lockHolder(ctx context.Context, conn *pgx.Conn) string {
-	var pid int
-	err := conn.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
-		AND classid = ($1::bigint >> 32)::oid AND objid = ($1::bigint & 4294967295)::oid
-		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, advisoryLockKey).Scan(&pid)
+// lockHolder is the backend holding the migration lock and its
+// application_name (a coffer migrate run's name), for the operator to find
+// it in pg_stat_activity; zero and empty if it cannot tell (the lock was
+// just let go). A bigint advisory key is held as classid (high half),
+// objid (low half) and objsubid 1.
+func lockHolder(ctx context.Context, conn *pgx.Conn) (pid int, name string) {
+	err := conn.QueryRow(ctx, `SELECT l.pid, COALESCE(a.application_name, '') FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		AND l.classid = ($1::bigint >> 32)::oid AND l.objid = ($1::bigint & 4294967295)::oid
+		AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`, advisoryLockKey).Scan(&pid, &name)
 	if err != nil {
-		return ""
+		return 0, ""
 	}
-	return fmt.Sprintf(" (backend pid %d holds the lock)", pid)
+	return pid, name
 }
 
 func (e *Engine) schema() string {

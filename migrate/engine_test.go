@@ -476,3 +476,24 @@ func TestEnvRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestDatabaseListedTwiceIsRefused: two entries of the config that name
+// the same database, spelt otherwise (127.0.0.1, then localhost), would
+// have the run wait for its own migration lock forever; it is refused,
+// before any change.
+func TestDatabaseListedTwiceIsRefused(t *testing.T) {
+	c := newCluster(t, 8)
+	twice := c.cfg.Databases[0]
+	twice.Host = "localhost"
+	c.cfg.Databases[1] = twice
+	e, _ := c.engine(t, basic, regionEnv)
+	tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := e.Apply(tctx, all)
+	if err == nil || !strings.Contains(err.Error(), "the config lists this database twice") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := c.tables(t, 0, "item_%"); n != 0 {
+		t.Errorf("%d shard tables made before the refusal", n)
+	}
+}
