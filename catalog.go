@@ -1,8 +1,11 @@
 package coffer
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"math/big"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -121,8 +124,73 @@ func (c *Catalog) AddRate(ns Namespace, from, to string, r Rate) error {
 	case r.Num <= 0 || r.Den <= 0:
 		return fmt.Errorf("exchange %s→%s: rate must be positive integers", from, to)
 	}
-	c.rates[rateKey{ns, a.ID, b.ID}] = r
+	k := rateKey{ns, a.ID, b.ID}
+	if _, ok := c.rates[k]; ok {
+		return fmt.Errorf("exchange %s→%s: listed twice in namespace %d", from, to, ns)
+	}
+	c.rates[k] = r
 	return nil
+}
+
+// CheckRates refuses rates under which a loop of exchanges in a namespace
+// gives back more of a currency than it took (gold→silver at 1:100 with
+// silver→gold at 1:1): a player exchanging round and round would create
+// currency. A loop that gives back exactly what it took is allowed (with
+// rounding down it gives back at most that). The configuration calls it
+// once every rate is added.
+func (c *Catalog) CheckRates() error {
+	keys := slices.SortedFunc(maps.Keys(c.rates), func(a, b rateKey) int {
+		return cmp.Or(cmp.Compare(a.ns, b.ns), cmp.Compare(a.from, b.from), cmp.Compare(a.to, b.to))
+	})
+	one := big.NewRat(1, 1)
+	for start := 0; start < len(keys); {
+		end := start
+		for end < len(keys) && keys[end].ns == keys[start].ns {
+			end++
+		}
+		ns := keys[start:end]
+		backFrom := map[CurrencyID]map[CurrencyID]*big.Rat{}
+		for _, k := range ns {
+			if backFrom[k.to] == nil {
+				backFrom[k.to] = c.bestProducts(ns, k.to)
+			}
+			back, ok := backFrom[k.to][k.from]
+			if !ok {
+				continue
+			}
+			r := c.rates[k]
+			if new(big.Rat).Mul(back, big.NewRat(r.Num, r.Den)).Cmp(one) > 0 {
+				from, to := c.CurrencyOf(k.from).Code, c.CurrencyOf(k.to).Code
+				return fmt.Errorf("exchange %s→%s in namespace %d: exchanging the %s back to %s (through the namespace's exchanges) gives more %s than it took; the rates would let players create currency",
+					from, to, k.ns, to, from, from)
+			}
+		}
+		start = end
+	}
+	return nil
+}
+
+// bestProducts is, for each currency reached from one by the exchanges
+// keys (of one namespace), the largest product of rates along a chain of
+// at most as many exchanges as there are currencies. A loop that gains
+// through the rate a→b is such a chain from b back to a, times that
+// rate; where no loop gains, a longer chain would not gain either.
+func (c *Catalog) bestProducts(keys []rateKey, from CurrencyID) map[CurrencyID]*big.Rat {
+	best := map[CurrencyID]*big.Rat{from: big.NewRat(1, 1)}
+	for range c.sorted {
+		for _, k := range keys {
+			at, ok := best[k.from]
+			if !ok {
+				continue
+			}
+			r := c.rates[k]
+			p := new(big.Rat).Mul(at, big.NewRat(r.Num, r.Den))
+			if cur, ok := best[k.to]; !ok || p.Cmp(cur) > 0 {
+				best[k.to] = p
+			}
+		}
+	}
+	return best
 }
 
 // Named is the currency a query names by code (a read's, the finlog's,

@@ -1,6 +1,7 @@
 package coffer
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -22,6 +23,58 @@ func TestParseRate(t *testing.T) {
 		if r, ok := ParseRate(in); ok {
 			t.Errorf("ParseRate(%q) = %+v, accepted", in, r)
 		}
+	}
+}
+
+// TestCheckRatesRefusesLoopsThatCreateCurrency: rates under which
+// exchanging round a loop gives back more than it took are refused, in
+// two steps or more; a loop that gives back exactly what it took, and
+// rates that loop only across namespaces, are allowed. A pair listed
+// twice is refused as it is added.
+func TestCheckRatesRefusesLoopsThatCreateCurrency(t *testing.T) {
+	type rate struct {
+		ns       Namespace
+		from, to string
+		rate     string
+	}
+	for _, c := range []struct {
+		name  string
+		rates []rate
+		want  string // "" for allowed
+	}{
+		{"back at 1:1", []rate{{1, "gold", "silver", "1:100"}, {1, "silver", "gold", "1:1"}}, "exchange gold→silver in namespace 1: exchanging the silver back to gold (through the namespace's exchanges) gives more gold than it took"},
+		{"back exactly", []rate{{1, "gold", "silver", "1:100"}, {1, "silver", "gold", "100:1"}}, ""},
+		{"back at a loss", []rate{{1, "gold", "silver", "1:100"}, {1, "silver", "gold", "101:1"}}, ""},
+		{"three steps", []rate{{1, "gold", "silver", "1:100"}, {1, "silver", "credits", "10:1"}, {1, "credits", "gold", "1:1"}}, "would let players create currency"},
+		{"three steps at a loss", []rate{{1, "gold", "silver", "1:100"}, {1, "silver", "credits", "10:1"}, {1, "credits", "gold", "10:1"}}, ""},
+		{"a gaining loop beside a losing one", []rate{{1, "gold", "silver", "1:3"}, {1, "silver", "gold", "4:1"}, {1, "silver", "credits", "1:2"}, {1, "credits", "silver", "1:1"}}, "would let players create currency"},
+		{"loop across namespaces", []rate{{1, "gold", "silver", "1:100"}, {2, "silver", "gold", "1:1"}}, ""},
+		{"every currency round at 1:1", []rate{{1, "gold", "silver", "1:1"}, {1, "silver", "credits", "1:1"}, {1, "credits", "gold", "1:1"}}, ""},
+	} {
+		cat, err := NewCatalog([]Currency{{ID: 1, Code: "gold"}, {ID: 2, Code: "silver"}, {ID: 3, Code: "credits"}}, time.Minute, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range c.rates {
+			rt, _ := ParseRate(r.rate)
+			if err := cat.AddRate(r.ns, r.from, r.to, rt); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+		}
+		err = cat.CheckRates()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	cat, _ := NewCatalog([]Currency{{ID: 1, Code: "gold"}, {ID: 2, Code: "silver"}}, time.Minute, time.Hour)
+	if err := cat.AddRate(1, "gold", "silver", Rate{Num: 2, Den: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.AddRate(1, "gold", "silver", Rate{Num: 3, Den: 1}); err == nil || !strings.Contains(err.Error(), "listed twice") {
+		t.Errorf("a pair listed twice: %v", err)
 	}
 }
 

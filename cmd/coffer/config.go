@@ -329,6 +329,9 @@ func (c *Config) service() (*coffer.Catalog, *coffer.Clients, error) {
 			}
 		}
 	}
+	if err := catalog.CheckRates(); err != nil {
+		return nil, nil, fmt.Errorf("namespaces: %w", err)
+	}
 	clients, err := c.clients(namespaces)
 	return catalog, clients, err
 }

@@ -26,6 +26,12 @@ func TestServiceConfigErrors(t *testing.T) {
 		"read under header": {func(c *Config) { c.Timeouts.Read = c.Timeouts.ReadHeader / 2 }, "timeouts.read"},
 		"lock past request": {func(c *Config) { c.Timeouts.Lock = 2 * c.Timeouts.Request }, "timeouts.lock"},
 		"no committers":     {func(c *Config) { c.Batches.Committers = 0 }, "batches"},
+		"pair twice": {func(c *Config) {
+			c.Namespaces[0].Exchanges = append(c.Namespaces[0].Exchanges, ExchangeConfig{From: "gold", To: "silver", Rate: "1:50"})
+		}, "namespaces[0].exchanges[2]: exchange gold→silver: listed twice"},
+		"minting loop": {func(c *Config) {
+			c.Namespaces[1].Exchanges = append(c.Namespaces[1].Exchanges, ExchangeConfig{From: "credits", To: "gold", Rate: "1:1"})
+		}, "would let players create currency"},
 		"bad refund policy": {func(c *Config) { c.Currencies[0].RefundPolicy = "clawback" }, "currencies[0].refund_policy"},
 	} {
 		cfg := devConfig("127.0.0.1:0", "", "k")
