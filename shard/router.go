@@ -39,6 +39,21 @@ func DefaultPoolConfig() PoolConfig {
 	}
 }
 
+// Validate refuses settings the pools cannot run with: pgx would fail on
+// a pool of no connection, and panic on a health check period of zero
+// (its ticker) after the command had started its work.
+func (p PoolConfig) Validate() error {
+	switch {
+	case p.ConnsMax < 1:
+		return fmt.Errorf("pool.conns_max: must be at least 1")
+	case p.ConnsMin < 0 || p.ConnsMin > p.ConnsMax:
+		return fmt.Errorf("pool.conns_min: must be between 0 and pool.conns_max (%d)", p.ConnsMax)
+	case p.ConnectTimeout <= 0 || p.ConnLifetimeMax <= 0 || p.ConnIdleMax <= 0 || p.HealthCheckPeriod <= 0:
+		return fmt.Errorf("pool: connect_timeout, conn_lifetime_max, conn_idle_max and health_check_period must be > 0")
+	}
+	return nil
+}
+
 // DownCooldown is how long a database stays marked down after a
 // connection failure: its requests fail at once (shard_unavailable) instead
 // of each waiting for a connect timeout. The first request after it tries

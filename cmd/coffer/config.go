@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -211,6 +212,9 @@ func loadConfig(path string) (*Config, *shard.Map, error) {
 	if err := cfg.Env.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("config %s: %w", path, err)
 	}
+	if err := cfg.Pool.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("config %s: %w", path, err)
+	}
 	m, err := shard.NewMap(cfg.Config)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config %s: %w", path, err)
@@ -222,21 +226,30 @@ var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
 // expandEnv replaces ${NAME} with the environment variable NAME, so that
 // secrets (database passwords, say) need not be in the file. An unset
-// variable is an error, not an empty password.
+// variable is an error, not an empty password. In "${NAME}", the quoted
+// form the docs show, YAML reads escapes (\t, \x41): the value is
+// escaped there, so that it reads back as set.
 func expandEnv(raw []byte) ([]byte, error) {
 	var missing []string
-	out := envRef.ReplaceAllFunc(raw, func(ref []byte) []byte {
-		name := string(ref[2 : len(ref)-1])
+	var out []byte
+	last := 0
+	for _, m := range envRef.FindAllSubmatchIndex(raw, -1) {
+		name := string(raw[m[2]:m[3]])
 		v, ok := os.LookupEnv(name)
 		if !ok {
 			missing = append(missing, name)
 		}
-		return []byte(v)
-	})
+		if m[0] > 0 && raw[m[0]-1] == '"' && m[1] < len(raw) && raw[m[1]] == '"' {
+			q := strconv.Quote(v)
+			v = q[1 : len(q)-1]
+		}
+		out = append(append(out, raw[last:m[0]]...), v...)
+		last = m[1]
+	}
 	if missing != nil {
 		return nil, fmt.Errorf("environment variable(s) %s not set", strings.Join(missing, ", "))
 	}
-	return out, nil
+	return append(out, raw[last:]...), nil
 }
 
 var notFound = regexp.MustCompile(`field (\S+) not found in type \S+`)

@@ -80,8 +80,27 @@ func TestConfigFileEnvAndUnknownKeys(t *testing.T) {
 	if err != nil || cfg.Databases[0].Password != "s3cret" || cfg.Listen.HTTP != "127.0.0.1:8080" {
 		t.Fatalf("%+v %v", cfg, err)
 	}
+	t.Setenv("COFFER_TEST_PW", `a\tb"c\x41`)
+	if cfg, _, err = loadConfig(path); err != nil || cfg.Databases[0].Password != `a\tb"c\x41` {
+		t.Fatalf("a password with a backslash and a quote: %q, %v", cfg.Databases[0].Password, err)
+	}
 	path = writeFile(t, dir, "b.yaml", base+"listen: {http: ':1', grcp: ':2'}\n")
 	if _, _, err := loadConfig(path); err == nil || !strings.Contains(err.Error(), "unknown key grcp") {
 		t.Fatalf("misspelt key: %v", err)
+	}
+	for pool, want := range map[string]string{
+		"{conns_max: 0}":               "pool.conns_max",
+		"{conns_min: 20}":              "pool.conns_min",
+		"{health_check_period: 0s}":    "health_check_period must be > 0",
+		"{conn_idle_max: 0s}":          "conn_idle_max",
+		"{connect_timeout: -1s}":       "connect_timeout",
+		"{conn_lifetime_max: 0s}":      "conn_lifetime_max",
+		"{conns_max: 4, conns_min: 4}": "",
+	} {
+		path = writeFile(t, dir, "c.yaml", base+"pool: "+pool+"\n")
+		_, _, err := loadConfig(path)
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("pool: %s: %v, want %q", pool, err, want)
+		}
 	}
 }

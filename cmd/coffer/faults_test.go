@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/internal/pgtest"
+	"github.com/cofferhq/coffer/shard"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -286,4 +288,31 @@ func TestOperationsListener(t *testing.T) {
 	if _, err := http.Get(url); err == nil {
 		t.Fatal("the operations listener still serves after shutdown")
 	}
+}
+
+// TestDatabaseDownAtStartIsLogged: a database that cannot be reached from
+// the first check (here a wrong password) is logged at start with why,
+// as a database going down later is; otherwise its players' calls fail
+// with shard_unavailable and nothing says why.
+func TestDatabaseDownAtStartIsLogged(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	cfg := *s.main.Config
+	cfg.Databases = slices.Clone(cfg.Databases)
+	cfg.Databases[1].Password = "not-the-password"
+	cfg.Listen = ListenConfig{HTTP: "127.0.0.1:0", GRPC: "127.0.0.1:0"}
+	m, err := shard.NewMap(cfg.Config)
+	must(t, err)
+	logs := &lockedBuffer{}
+	main := &Main{Config: &cfg, Map: m, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
+	must(t, main.Start(ctx))
+	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	defer func() { must(t, main.Shutdown(sctx)) }()
+	name := m.Databases()[1].Name()
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"msg":"database state","database":"`+name+`","up":false`) && strings.Contains(line, "password authentication failed") {
+			return
+		}
+	}
+	t.Fatalf("no warning names %s and why it is down:\n%s", name, logs.String())
 }

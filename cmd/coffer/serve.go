@@ -276,7 +276,10 @@ func (m *Main) check(ctx context.Context, i int) error {
 	was := m.health[i]
 	m.health[i] = h
 	m.mu.Unlock()
-	if was.up != h.up {
+	// A database down at start is logged too: a wrong password or name
+	// keeps it down from the first check, and the log is where an
+	// operator finds why its players get shard_unavailable.
+	if was.up != h.up || (was.checkedAt.IsZero() && !h.up) {
 		m.Logger.Warn("database state", "database", db.Name(), "up", h.up, "error", h.err)
 	}
 	m.metrics.SetDatabaseUp(db.Name(), h.up)
