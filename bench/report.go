@@ -37,7 +37,7 @@ func (r *Report) writeHeader(w io.Writer) {
 		fmt.Fprintf(w, "PostgreSQL: %s\n", strings.Join(set, " "))
 	}
 	if r.Committers > 0 {
-		fmt.Fprintf(w, "coffer serve: batches.committers=%d\n", r.Committers)
+		fmt.Fprintf(w, "coffer serve: batches.committers=%d batches.readers=%d\n", r.Committers, r.Readers)
 	}
 	if r.Interrupted {
 		fmt.Fprintln(w, "interrupted: this covers the runs until the interrupt")

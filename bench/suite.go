@@ -159,7 +159,10 @@ type Report struct {
 	// Committers is a --self coffer serve's batches.committers: the
 	// batches of writes in flight per database, which set how many writes
 	// a batch gathers.
-	Committers    int              `json:"committers,omitempty"`
+	Committers int `json:"committers,omitempty"`
+	// Readers is its batches.readers: the batches of balance reads in
+	// flight per database.
+	Readers       int              `json:"readers,omitempty"`
 	Rounds        []Round          `json:"rounds"`
 	RatioMedian   float64          `json:"ratio_median,omitempty"`
 	TPS           float64          `json:"tps"`

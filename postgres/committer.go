@@ -9,7 +9,8 @@ import (
 )
 
 // committer gathers the calls bound for one database into batches: each of
-// Committers goroutines takes one job (blocking), adds the jobs queued
+// its goroutines (Committers for writes, Readers for reads) takes one job
+// (blocking), adds the jobs queued
 // behind it while the batch stays within BatchSizeMax, without waiting
 // for more, runs the batch and answers its jobs. There is no timer: an
 // idle database runs each call at once, a busy one runs the calls that
@@ -22,7 +23,9 @@ type committer[R any] struct {
 	// database is db's name, as metrics and messages give it, once:
 	// building it costs a few allocations, and a batch tells it twice.
 	database, kind string
-	queue          chan *job[R]
+	// goroutines is how many batches run at once.
+	goroutines int
+	queue      chan *job[R]
 	// runner makes, for each goroutine, what runs one of its batches and
 	// answers every item of it; fail answers the items of a job that
 	// cannot run (the store is closed).
@@ -47,8 +50,8 @@ type job[R any] struct {
 	done  chan struct{}
 }
 
-func newCommitter[R any](s *Store, db int, kind string, runner func() func(int, []R), fail func([]R, error)) *committer[R] {
-	return &committer[R]{s: s, db: db, database: s.router.Map().Databases()[db].Name(), kind: kind, queue: make(chan *job[R], s.opts.QueueMax),
+func newCommitter[R any](s *Store, db int, kind string, goroutines int, runner func() func(int, []R), fail func([]R, error)) *committer[R] {
+	return &committer[R]{s: s, db: db, database: s.router.Map().Databases()[db].Name(), kind: kind, goroutines: goroutines, queue: make(chan *job[R], s.opts.QueueMax),
 		runner: runner, fail: fail, stop: make(chan struct{})}
 }
 
@@ -78,7 +81,7 @@ func (c *committer[R]) enqueue(j *job[R]) error {
 		return coffer.Errorf(coffer.CodeUnavailable, "the store is closed")
 	}
 	c.start.Do(func() {
-		for range c.s.opts.Committers {
+		for range c.goroutines {
 			c.wg.Go(c.loop)
 		}
 	})

@@ -731,6 +731,76 @@ func TestBalanceReadsAreGathered(t *testing.T) {
 	t.Logf("%d round trips for %d reads", trips, reads)
 }
 
+// heldReads is an Observer that holds the first batch of reads (before
+// its reads are answered) until release is closed.
+type heldReads struct {
+	observed
+	held             atomic.Bool
+	entered, release chan struct{}
+}
+
+func (o *heldReads) Batch(database, kind string, items int, took time.Duration) {
+	o.observed.Batch(database, kind, items, took)
+	if kind == "reads" && o.held.CompareAndSwap(false, true) {
+		close(o.entered)
+		<-o.release
+	}
+}
+
+// TestReadsOneBatchAtATime: with Readers 1 (the default), a database runs
+// one batch of reads at a time, and the reads that queue behind it go
+// together in the next. With a second reader they would run at once, in
+// batches of their own.
+func TestReadsOneBatchAtATime(t *testing.T) {
+	e := newEnv(t)
+	o := &heldReads{entered: make(chan struct{}), release: make(chan struct{})}
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 20 * time.Second, Observer: o})
+	defer store.Close()
+	release := sync.OnceFunc(func() { close(o.release) })
+	defer release() // before Close, which waits for the held batch
+	ps := e.playersOn(0, 1, 5)
+	read := func(p coffer.PlayerID, errs chan<- error) {
+		_, err := store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: p})
+		errs <- err
+	}
+	first, rest := make(chan error, 1), make(chan error, 4)
+	go read(ps[0], first)
+	<-o.entered
+	for _, p := range ps[1:] {
+		go read(p, rest)
+	}
+	queued := func() (n int) {
+		store.Queues(func(database, kind string, jobs int) {
+			if kind == "reads" {
+				n += jobs
+			}
+		})
+		return n
+	}
+	for deadline := time.Now().Add(10 * time.Second); queued() < 4; {
+		select {
+		case err := <-rest:
+			t.Fatalf("a read ran beside the held batch (err %v)", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reads queued, want 4", queued())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	release()
+	must(t, <-first)
+	for range 4 {
+		must(t, <-rest)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	db := e.router.Map().Databases()[0].Name()
+	if w := []string{db + " reads 1", db + " reads 4"}; !slices.Equal(o.batches, w) {
+		t.Fatalf("batches %q, want %q", o.batches, w)
+	}
+}
+
 // TestHoldBegunAndFinishedInOneBatch: a hold's begin and its commit in one
 // batch (queued behind a batch that waits for a player locked elsewhere)
 // write the hold once, committed, with the begin's and the commit's ops.

@@ -30,15 +30,15 @@ import (
 // benchFlags are the flags of `coffer bench`.
 type benchFlags struct {
 	bench.Options
-	self                       bool
-	target, apiKey, configPath string
-	baseline                   string
-	jsonPath, reportDir        string
-	decay                      int64
-	keep, stockPostgres        bool
-	pgSet                      map[string]string
-	pprof                      string
-	shards, committers         int
+	self                        bool
+	target, apiKey, configPath  string
+	baseline                    string
+	jsonPath, reportDir         string
+	decay                       int64
+	keep, stockPostgres         bool
+	pgSet                       map[string]string
+	pprof                       string
+	shards, committers, readers int
 }
 
 // tunedPostgres are the settings docs/operations.md recommends for a ledger
@@ -94,7 +94,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	})
 	fs.BoolVar(&f.Statements, "statements", false, "list what each side asks of PostgreSQL, from pg_stat_statements (--self loads it; a --target's servers must)")
 	fs.IntVar(&f.shards, "shards", 16, "with --self: shard tables over its two databases (shard_count), even")
-	fs.IntVar(&f.committers, "committers", DefaultConfig().Batches.Committers, "with --self: batches in flight per database and kind (batches.committers)")
+	fs.IntVar(&f.committers, "committers", DefaultConfig().Batches.Committers, "with --self: batches of writes in flight per database (batches.committers)")
+	fs.IntVar(&f.readers, "readers", DefaultConfig().Batches.Readers, "with --self: batches of balance reads in flight per database (batches.readers)")
 	fs.StringVar(&f.pprof, "pprof", "", "with --self: coffer serve serves /debug/pprof/ (and /metrics) on this address, for profiling")
 	fs.StringVar(&f.target, "target", "", "a running coffer: http://host:port (http) or host:port (grpc)")
 	fs.StringVar(&f.apiKey, "api-key", "", "with --target: the API key (needs write and read on namespaces 1–10)")
@@ -125,7 +126,7 @@ func (f *benchFlags) check(given map[string]bool) error {
 	// The --self stack's config, with its committers: a bench of a stack
 	// whose batches crowd its pool would measure the warning, not coffer.
 	stack := benchConfig("")
-	stack.Batches.Committers = f.committers
+	stack.Batches.Committers, stack.Batches.Readers = f.committers, f.readers
 	switch {
 	case f.self == (f.target != ""):
 		return errors.New("give --self or --target")
@@ -149,10 +150,10 @@ func (f *benchFlags) check(given map[string]bool) error {
 		return errors.New("--pg-set needs --self")
 	case given["shards"] && !f.self:
 		return errors.New("--shards needs --self")
-	case given["committers"] && !f.self:
-		return errors.New("--committers needs --self")
-	case f.committers < 1 || stack.poolCrowded():
-		return fmt.Errorf("--committers: at least 1, and its batches (2 connections per committer) below pool.conns_max (%d)", stack.Pool.ConnsMax)
+	case (given["committers"] || given["readers"]) && !f.self:
+		return errors.New("--committers and --readers need --self")
+	case f.committers < 1 || f.readers < 1 || stack.poolCrowded():
+		return fmt.Errorf("--committers, --readers: at least 1 each, and together below pool.conns_max (%d)", stack.Pool.ConnsMax)
 	case f.shards > 1024:
 		return errors.New("--shards: at most 1024")
 	case f.Statements && f.target != "" && f.configPath == "":
@@ -348,7 +349,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 	key := newAPIKey()
 	cfg := benchConfig(key)
 	cfg.ShardCount = f.shards
-	cfg.Batches.Committers = f.committers
+	cfg.Batches.Committers, cfg.Batches.Readers = f.committers, f.readers
 	cfg.Listen.Ops = f.pprof
 	settings := map[string]string{}
 	if !f.stockPostgres {
@@ -396,7 +397,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	rep.Audited, rep.AuditViolations = true, len(ar.Violations)
-	rep.PostgresSettings, rep.Committers = settings, cfg.Batches.Committers
+	rep.PostgresSettings, rep.Committers, rep.Readers = settings, cfg.Batches.Committers, cfg.Batches.Readers
 	return rep, nil
 }
 

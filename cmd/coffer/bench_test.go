@@ -23,7 +23,7 @@ func TestBenchSelf(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath, reportDir := filepath.Join(dir, "bench.json"), filepath.Join(dir, "report")
 	cmd := exec.Command(bin, "bench", "--self", "--workload", "write", "--clients", "4", "--duration", "2s",
-		"--rounds", "2", "--baseline", "sql", "--progress", "1s", "--warmup", "1s", "--scale", "0.01", "--statements", "--committers", "1", "--json", jsonPath, "--report", reportDir)
+		"--rounds", "2", "--baseline", "sql", "--progress", "1s", "--warmup", "1s", "--scale", "0.01", "--statements", "--committers", "1", "--readers", "2", "--json", jsonPath, "--report", reportDir)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("coffer bench: %v\n%s", err, out)
@@ -53,8 +53,8 @@ func TestBenchSelf(t *testing.T) {
 		rep.PostgresSettings["pg_stat_statements.track"] != "all" ||
 		!strings.Contains(string(out), "PostgreSQL: checkpoint_timeout=30min max_wal_size=16GB pg_stat_statements.track=all shared_buffers="):
 		t.Fatalf("PostgreSQL settings: %v\n%s", rep.PostgresSettings, out)
-	case rep.Committers != 1 || !strings.Contains(string(out), "coffer serve: batches.committers=1\n"):
-		t.Fatalf("committers: %d\n%s", rep.Committers, out)
+	case rep.Committers != 1 || rep.Readers != 2 || !strings.Contains(string(out), "coffer serve: batches.committers=1 batches.readers=2\n"):
+		t.Fatalf("committers %d, readers %d\n%s", rep.Committers, rep.Readers, out)
 	case rep.WALBytesPerOp <= 0 || rep.Baseline == nil || rep.Baseline.WALBytesPerOp <= 0 || rep.RSSPeakBytes <= 0 || rep.Coffer.CofferCPUPer1000Op <= 0:
 		t.Fatalf("costs: %s", raw)
 	case rep.Coffer.TransactionsPerOp <= 0 || rep.Coffer.TransactionsPerOp > 1.01 || rep.Baseline.TransactionsPerOp < 0.99 || rep.Baseline.TransactionsPerOp > 1.01:
@@ -216,8 +216,11 @@ func TestBenchFlags(t *testing.T) {
 		{"--self", "--shards", "0"},
 		{"--target", "http://x", "--api-key", "k", "--shards", "16"},
 		{"--self", "--committers", "0"},
-		{"--self", "--committers", "8"},
+		{"--self", "--committers", "15"},
+		{"--self", "--readers", "0"},
+		{"--self", "--committers", "8", "--readers", "8"},
 		{"--target", "http://x", "--api-key", "k", "--committers", "2"},
+		{"--target", "http://x", "--api-key", "k", "--readers", "2"},
 	} {
 		if code, _, _ := run(t, append([]string{"bench"}, args...)...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)

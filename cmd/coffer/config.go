@@ -80,11 +80,14 @@ type LimitsConfig struct {
 // for one database are gathered into batches, each one transaction
 // (docs/architecture.md).
 type BatchesConfig struct {
-	// Committers is the batches of writes, and of reads, in flight per
-	// database, each on a connection of its pool while it runs: keep
-	// 2 × Committers below pool.conns_max, so that other calls (finlog,
-	// a trx, a balance in the past) find one.
+	// Committers is the batches of writes in flight per database, each on
+	// a connection of its pool while it runs: keep Committers + Readers
+	// below pool.conns_max, so that other calls (finlog, a trx, a balance
+	// in the past) find one.
 	Committers int `yaml:"committers"`
+	// Readers is the batches of balance reads in flight per database,
+	// each on a connection of its pool while it runs.
+	Readers int `yaml:"readers"`
 	// SizeMax bounds the writes or reads of a batch (a batch call's
 	// changes for one database go into one batch, whatever their number).
 	SizeMax int `yaml:"size_max"`
@@ -183,7 +186,7 @@ func DefaultConfig() *Config {
 			RequestBytesInFlightMax: 8 << 20, ReportsInFlightMax: 2, GRPCStreamsMax: 128},
 		Timeouts: TimeoutsConfig{Request: 5 * time.Second, ReadHeader: 5 * time.Second, Read: 30 * time.Second, Write: 10 * time.Second,
 			Idle: 2 * time.Minute, Shutdown: 20 * time.Second},
-		Batches: BatchesConfig{Committers: 2, SizeMax: 100, QueueMax: 1024},
+		Batches: BatchesConfig{Committers: 2, Readers: 1, SizeMax: 100, QueueMax: 1024},
 		Holds:   HoldsConfig{TTLDefault: 10 * time.Minute, TTLMax: 24 * time.Hour},
 		Sweep:   SweepConfig{Interval: 5 * time.Second, BatchMax: 1000},
 		Log:     LogConfig{Level: "info"},
@@ -267,17 +270,21 @@ func yamlMessage(err error) string {
 func (c *Config) warnings() []string {
 	var out []string
 	if c.poolCrowded() {
-		out = append(out, fmt.Sprintf("pool.conns_max (%d) leaves no connection beside the batches (2 × batches.committers, %d): other calls wait for them",
-			c.Pool.ConnsMax, 2*c.Batches.Committers))
+		out = append(out, fmt.Sprintf("pool.conns_max (%d) leaves no connection beside the batches (batches.committers + batches.readers, %d): other calls wait for them",
+			c.Pool.ConnsMax, c.batchConns()))
 	}
 	return out
 }
 
 // poolCrowded tells whether the batches may hold every connection of a
-// database's pool: each committer's batch of writes and of reads holds one
-// while it runs. Such a pool serves (the batches end quickly), but the
-// finlog, a trx and the sweepers wait behind them.
-func (c *Config) poolCrowded() bool { return 2*c.Batches.Committers >= int(c.Pool.ConnsMax) }
+// database's pool: each batch of writes or of reads holds one while it
+// runs. Such a pool serves (the batches end quickly), but the finlog, a
+// trx and the sweepers wait behind them.
+func (c *Config) poolCrowded() bool { return c.batchConns() >= int(c.Pool.ConnsMax) }
+
+// batchConns is the connections of a database's pool its batches may
+// hold at once.
+func (c *Config) batchConns() int { return c.Batches.Committers + c.Batches.Readers }
 
 // service checks the service part of the config and builds the catalog
 // and the clients from it. Errors name the key at fault.
@@ -303,8 +310,8 @@ func (c *Config) service() (*coffer.Catalog, *coffer.Clients, error) {
 		return nil, nil, fmt.Errorf("timeouts.read: must be at least timeouts.read_header, since it bounds the headers too")
 	case c.Timeouts.Lock < 0 || c.Timeouts.Lock > c.Timeouts.Request:
 		return nil, nil, fmt.Errorf("timeouts.lock: must be at most timeouts.request (0: a quarter of it)")
-	case c.Batches.Committers <= 0 || c.Batches.SizeMax <= 0 || c.Batches.QueueMax <= 0:
-		return nil, nil, fmt.Errorf("batches: committers, size_max and queue_max must be > 0")
+	case c.Batches.Committers <= 0 || c.Batches.Readers <= 0 || c.Batches.SizeMax <= 0 || c.Batches.QueueMax <= 0:
+		return nil, nil, fmt.Errorf("batches: committers, readers, size_max and queue_max must be > 0")
 	case c.Sweep.Interval <= 0 || c.Sweep.BatchMax <= 0:
 		return nil, nil, fmt.Errorf("sweep: interval and batch_max must be > 0")
 	case len(c.Currencies) == 0 || len(c.Namespaces) == 0 || len(c.Clients) == 0:

@@ -26,6 +26,7 @@ func TestServiceConfigErrors(t *testing.T) {
 		"read under header": {func(c *Config) { c.Timeouts.Read = c.Timeouts.ReadHeader / 2 }, "timeouts.read"},
 		"lock past request": {func(c *Config) { c.Timeouts.Lock = 2 * c.Timeouts.Request }, "timeouts.lock"},
 		"no committers":     {func(c *Config) { c.Batches.Committers = 0 }, "batches"},
+		"no readers":        {func(c *Config) { c.Batches.Readers = 0 }, "batches"},
 		"pair twice": {func(c *Config) {
 			c.Namespaces[0].Exchanges = append(c.Namespaces[0].Exchanges, ExchangeConfig{From: "gold", To: "silver", Rate: "1:50"})
 		}, "namespaces[0].exchanges[2]: exchange gold→silver: listed twice"},
@@ -53,16 +54,20 @@ func TestConfigWarnings(t *testing.T) {
 		t.Fatalf("dev config: %q", w)
 	}
 	cfg.Pool.ConnsMax = 4
-	if w := cfg.warnings(); len(w) != 1 || !strings.Contains(w[0], "pool.conns_max (4)") {
-		t.Fatalf("4 connections for 2 committers: %q", w)
+	if w := cfg.warnings(); len(w) != 0 {
+		t.Fatalf("4 connections for 2 committers and a reader: %q", w)
+	}
+	cfg.Pool.ConnsMax = 3
+	if w := cfg.warnings(); len(w) != 1 || !strings.Contains(w[0], "pool.conns_max (3)") || !strings.Contains(w[0], "batches.readers, 3") {
+		t.Fatalf("3 connections for 2 committers and a reader: %q", w)
 	}
 }
 
 // TestServeLogsConfigWarnings: coffer serve logs each warning of its
 // config at start, and serves.
 func TestServeLogsConfigWarnings(t *testing.T) {
-	s := startService(t, twoServers(t), func(c *Config) { c.Pool.ConnsMax = 4 })
-	if !strings.Contains(s.logs.String(), `"level":"WARN","msg":"pool.conns_max (4)`) {
+	s := startService(t, twoServers(t), func(c *Config) { c.Pool.ConnsMax = 3 })
+	if !strings.Contains(s.logs.String(), `"level":"WARN","msg":"pool.conns_max (3)`) {
 		t.Fatalf("no warning of the crowded pool at start:\n%s", s.logs.String())
 	}
 	wantStatus(t, s.call("GET", "/v1/namespaces/1/players/1/balances", devKey, ""), 200, "")

@@ -104,7 +104,7 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	b := m.Config.Batches
 	store := postgres.New(m.router, catalog, postgres.Options{Timeout: m.Config.Timeouts.Request, LockTimeout: m.Config.Timeouts.Lock,
-		ReportsMax: m.Config.Limits.ReportsInFlightMax, BatchSizeMax: b.SizeMax, Committers: b.Committers, QueueMax: b.QueueMax,
+		ReportsMax: m.Config.Limits.ReportsInFlightMax, BatchSizeMax: b.SizeMax, Committers: b.Committers, Readers: b.Readers, QueueMax: b.QueueMax,
 		Observer: m.metrics})
 	m.metrics.WatchQueues(store.Queues)
 	m.store = store
