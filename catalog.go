@@ -108,7 +108,7 @@ func NewCatalog(currencies []Currency, holdTTLDefault, holdTTLMax time.Duration)
 	}
 	sort.Slice(c.sorted, func(i, j int) bool { return c.sorted[i].ID < c.sorted[j].ID })
 	if holdTTLDefault <= 0 || holdTTLMax < holdTTLDefault {
-		return nil, fmt.Errorf("hold ttl: default must be > 0 and ≤ max")
+		return nil, fmt.Errorf("holds: ttl_default must be > 0 and at most ttl_max")
 	}
 	return c, nil
 }
@@ -137,60 +137,71 @@ func (c *Catalog) AddRate(ns Namespace, from, to string, r Rate) error {
 // silver→gold at 1:1): a player exchanging round and round would create
 // currency. A loop that gives back exactly what it took is allowed (with
 // rounding down it gives back at most that). The configuration calls it
-// once every rate is added.
+// once every rate is added; the error names the loop.
 func (c *Catalog) CheckRates() error {
 	keys := slices.SortedFunc(maps.Keys(c.rates), func(a, b rateKey) int {
 		return cmp.Or(cmp.Compare(a.ns, b.ns), cmp.Compare(a.from, b.from), cmp.Compare(a.to, b.to))
 	})
-	one := big.NewRat(1, 1)
 	for start := 0; start < len(keys); {
 		end := start
 		for end < len(keys) && keys[end].ns == keys[start].ns {
 			end++
 		}
-		ns := keys[start:end]
-		backFrom := map[CurrencyID]map[CurrencyID]*big.Rat{}
-		for _, k := range ns {
-			if backFrom[k.to] == nil {
-				backFrom[k.to] = c.bestProducts(ns, k.to)
+		if loop := c.gainingLoop(keys[start:end]); loop != nil {
+			gain := big.NewRat(1, 1)
+			codes := []string{c.CurrencyOf(loop[0]).Code}
+			for i := 1; i < len(loop); i++ {
+				r := c.rates[rateKey{keys[start].ns, loop[i-1], loop[i]}]
+				gain.Mul(gain, big.NewRat(r.Num, r.Den))
+				codes = append(codes, c.CurrencyOf(loop[i]).Code)
 			}
-			back, ok := backFrom[k.to][k.from]
-			if !ok {
-				continue
-			}
-			r := c.rates[k]
-			if new(big.Rat).Mul(back, big.NewRat(r.Num, r.Den)).Cmp(one) > 0 {
-				from, to := c.CurrencyOf(k.from).Code, c.CurrencyOf(k.to).Code
-				return fmt.Errorf("exchange %s→%s in namespace %d: exchanging the %s back to %s (through the namespace's exchanges) gives more %s than it took; the rates would let players create currency",
-					from, to, k.ns, to, from, from)
-			}
+			return fmt.Errorf("exchanges %s in namespace %d give back %s times what they took: the rates would let players create currency",
+				strings.Join(codes, "→"), keys[start].ns, gain.FloatString(3))
 		}
 		start = end
 	}
 	return nil
 }
 
-// bestProducts is, for each currency reached from one by the exchanges
-// keys (of one namespace), the largest product of rates along a chain of
-// at most as many exchanges as there are currencies. A loop that gains
-// through the rate a→b is such a chain from b back to a, times that
-// rate; where no loop gains, a longer chain would not gain either.
-func (c *Catalog) bestProducts(keys []rateKey, from CurrencyID) map[CurrencyID]*big.Rat {
-	best := map[CurrencyID]*big.Rat{from: big.NewRat(1, 1)}
-	for range c.sorted {
+// gainingLoop is a loop of the exchanges keys (of one namespace) whose
+// rates multiply past 1, as the currencies along it (the first again at
+// the end, the smallest id first), or nil if none. It is Bellman-Ford's
+// search for a negative cycle, on products: every currency starts at 1;
+// a round improves each currency that an exchange reaches with a larger
+// product. Without a gaining loop no round improves anything once every
+// chain (at most one exchange per currency) is counted; a round that
+// still improves one after that many is fed by a loop, which walking back
+// that many steps from the improved currency lands on.
+func (c *Catalog) gainingLoop(keys []rateKey) []CurrencyID {
+	best := map[CurrencyID]*big.Rat{}
+	for _, k := range keys {
+		best[k.from], best[k.to] = big.NewRat(1, 1), big.NewRat(1, 1)
+	}
+	prev := map[CurrencyID]CurrencyID{}
+	var improved CurrencyID
+	for range len(best) + 1 {
+		improved = 0
 		for _, k := range keys {
-			at, ok := best[k.from]
-			if !ok {
-				continue
-			}
 			r := c.rates[k]
-			p := new(big.Rat).Mul(at, big.NewRat(r.Num, r.Den))
-			if cur, ok := best[k.to]; !ok || p.Cmp(cur) > 0 {
-				best[k.to] = p
+			if p := new(big.Rat).Mul(best[k.from], big.NewRat(r.Num, r.Den)); p.Cmp(best[k.to]) > 0 {
+				best[k.to], prev[k.to], improved = p, k.from, k.to
 			}
 		}
+		if improved == 0 {
+			return nil
+		}
 	}
-	return best
+	on := improved
+	for range len(best) {
+		on = prev[on]
+	}
+	loop := []CurrencyID{on}
+	for cur := prev[on]; cur != on; cur = prev[cur] {
+		loop = append(loop, cur)
+	}
+	slices.Reverse(loop)
+	low := slices.Index(loop, slices.Min(loop))
+	return slices.Concat(loop[low:], loop[:low], loop[low:low+1])
 }
 
 // Named is the currency a query names by code (a read's, the finlog's,

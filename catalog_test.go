@@ -42,12 +42,13 @@ func TestCheckRatesRefusesLoopsThatCreateCurrency(t *testing.T) {
 		rates []rate
 		want  string // "" for allowed
 	}{
-		{"back at 1:1", []rate{{1, "gold", "silver", "1:100"}, {1, "silver", "gold", "1:1"}}, "exchange gold→silver in namespace 1: exchanging the silver back to gold (through the namespace's exchanges) gives more gold than it took"},
+		{"back at 1:1", []rate{{1, "gold", "silver", "1:100"}, {1, "silver", "gold", "1:1"}}, "exchanges gold→silver→gold in namespace 1 give back 100.000 times what they took: the rates would let players create currency"},
 		{"back exactly", []rate{{1, "gold", "silver", "1:100"}, {1, "silver", "gold", "100:1"}}, ""},
 		{"back at a loss", []rate{{1, "gold", "silver", "1:100"}, {1, "silver", "gold", "101:1"}}, ""},
-		{"three steps", []rate{{1, "gold", "silver", "1:100"}, {1, "silver", "credits", "10:1"}, {1, "credits", "gold", "1:1"}}, "would let players create currency"},
+		{"three steps", []rate{{1, "gold", "silver", "1:100"}, {1, "silver", "credits", "10:1"}, {1, "credits", "gold", "1:1"}}, "exchanges gold→silver→credits→gold in namespace 1 give back 10.000 times"},
 		{"three steps at a loss", []rate{{1, "gold", "silver", "1:100"}, {1, "silver", "credits", "10:1"}, {1, "credits", "gold", "10:1"}}, ""},
-		{"a gaining loop beside a losing one", []rate{{1, "gold", "silver", "1:3"}, {1, "silver", "gold", "4:1"}, {1, "silver", "credits", "1:2"}, {1, "credits", "silver", "1:1"}}, "would let players create currency"},
+		{"a gaining loop beside a losing one", []rate{{1, "gold", "silver", "1:3"}, {1, "silver", "gold", "4:1"}, {1, "silver", "credits", "1:2"}, {1, "credits", "silver", "1:1"}}, "exchanges silver→credits→silver in namespace 1 give back 2.000 times"},
+		{"a chain into a gaining loop", []rate{{1, "gold", "credits", "1:1"}, {1, "credits", "silver", "1:3"}, {1, "silver", "credits", "1:1"}}, "exchanges silver→credits→silver in namespace 1 give back 3.000 times"},
 		{"loop across namespaces", []rate{{1, "gold", "silver", "1:100"}, {2, "silver", "gold", "1:1"}}, ""},
 		{"every currency round at 1:1", []rate{{1, "gold", "silver", "1:1"}, {1, "silver", "credits", "1:1"}, {1, "credits", "gold", "1:1"}}, ""},
 	} {

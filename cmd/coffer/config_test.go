@@ -21,7 +21,7 @@ func TestServiceConfigErrors(t *testing.T) {
 		"bad key hash":      {func(c *Config) { c.Clients[0].KeySHA256 = []string{"secret"} }, "clients[0].key_sha256"},
 		"bad permission":    {func(c *Config) { c.Clients[0].Permissions = []string{"all"} }, "clients[0].permissions"},
 		"bad log level":     {func(c *Config) { c.Log.Level = "loud" }, "log.level"},
-		"ttl default > max": {func(c *Config) { c.Holds.TTLDefault = 2 * c.Holds.TTLMax }, "hold ttl"},
+		"ttl default > max": {func(c *Config) { c.Holds.TTLDefault = 2 * c.Holds.TTLMax }, "holds: ttl_default"},
 		"no clients":        {func(c *Config) { c.Clients = nil }, "clients"},
 		"read under header": {func(c *Config) { c.Timeouts.Read = c.Timeouts.ReadHeader / 2 }, "timeouts.read"},
 		"lock past request": {func(c *Config) { c.Timeouts.Lock = 2 * c.Timeouts.Request }, "timeouts.lock"},
