@@ -112,19 +112,36 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	if err := engine.Apply(ctx, migrate.Options{DryRun: f.dryRun, TargetVersion: f.target, ForceUpdateEnv: f.forceUpdateEnv}); err != nil {
 		return fail(err)
 	}
-	if f.dir == "" && !f.dryRun && appliesAll(engine.Migrations, f.target) {
-		if err := claimCredited(ctx, engine.Map, cfg.Pool, stdout); err != nil {
+	if f.dir == "" && !f.dryRun {
+		full, err := fullyMigrated(ctx, engine)
+		if err != nil {
 			return fail(err)
+		}
+		if full {
+			if err := claimCredited(ctx, engine.Map, cfg.Pool, stdout); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	return 0
 }
 
-// appliesAll: a run to target applies every one of ms (a target of -1
-// is none given). A pipeline that pins the newest version, or one past
-// it, upgrades in full as a run without a target does.
-func appliesAll(ms []migrate.Migration, target int64) bool {
-	return target < 0 || len(ms) == 0 || target >= ms[len(ms)-1].Version
+// fullyMigrated tells whether every database now holds coffer's whole
+// schema, which the claims need. It asks the databases, not -t: a
+// pipeline that pins a version, old or new, on an up-to-date fleet must
+// claim as a run without it does. A database another run is migrating is
+// left to that run, which claims at its end.
+func fullyMigrated(ctx context.Context, e *migrate.Engine) (bool, error) {
+	statuses, err := e.Status(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, s := range statuses {
+		if len(s.Pending) > 0 || s.Problem != "" || s.Busy {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // claimCredited claims the store orders credited before claims existed

@@ -276,10 +276,12 @@ func (m *Main) check(ctx context.Context, i int) error {
 	was := m.health[i]
 	m.health[i] = h
 	m.mu.Unlock()
-	// A database down at start is logged too: a wrong password or name
-	// keeps it down from the first check, and the log is where an
-	// operator finds why its players get shard_unavailable.
-	if was.up != h.up || (was.checkedAt.IsZero() && !h.up) {
+	// A database down at the first check is logged too (a wrong password
+	// or name keeps it down): the log is where an operator finds why its
+	// players get shard_unavailable. An incompatible schema was logged
+	// above, and stops the start.
+	downAtStart := was.checkedAt.IsZero() && !h.up && (err == nil || errors.Is(err, migrate.ErrUnreachable))
+	if was.up != h.up || downAtStart {
 		m.Logger.Warn("database state", "database", db.Name(), "up", h.up, "error", h.err)
 	}
 	m.metrics.SetDatabaseUp(db.Name(), h.up)
