@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -60,5 +62,37 @@ func TestRandomPasswordKeptAndAdopted(t *testing.T) {
 		if err := s.Stop(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestInterruptedInitdbLeavesNoDataDir: a first start interrupted while
+// initdb runs (Ctrl-C in coffer dev) leaves no half-made data directory,
+// which the next start would take for a made one and fail to run: the
+// next start makes it again and runs.
+func TestInterruptedInitdbLeavesNoDataDir(t *testing.T) {
+	dir := t.TempDir()
+	t.Cleanup(func() { _ = RemoveAll(dir) })
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Interrupt once initdb has written PG_VERSION, the mark of a made
+	// data directory, well before it is done.
+	go func() {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(dir, "data", "PG_VERSION")); err == nil {
+				break
+			}
+		}
+		cancel()
+	}()
+	if s, err := Start(cctx, Options{Dir: dir}); err == nil {
+		_ = s.Stop()
+		t.Fatal("started though interrupted")
+	}
+	s, err := Start(context.Background(), Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("the start after the interrupted one: %v", err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
 	}
 }

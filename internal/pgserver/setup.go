@@ -179,6 +179,10 @@ func reachable(dir string, uid uint32) bool {
 	}
 }
 
+// initdbStopWait bounds how long an interrupted initdb may take to remove
+// what it made.
+const initdbStopWait = 30 * time.Second
+
 func (s *Server) initdb(ctx context.Context) error {
 	if _, err := os.Stat(filepath.Join(s.dataDir, "PG_VERSION")); err == nil {
 		return nil
@@ -201,6 +205,12 @@ func (s *Server) initdb(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(s.binDir, "initdb"), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	cmd.Dir = "/"
+	// Interrupted, initdb removes what it made, unless killed: a half-made
+	// data directory has PG_VERSION, and the next start would take it for
+	// a made one. So the context's end asks it to stop, and kills it only
+	// if it has not after initdbStopWait.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = initdbStopWait
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("pgserver: initdb %s: %w: %s", s.dataDir, err, strings.TrimSpace(string(out)))
