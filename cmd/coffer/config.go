@@ -212,6 +212,9 @@ func loadConfig(path string) (*Config, *shard.Map, error) {
 		}
 		return nil, nil, fmt.Errorf("config %s: %s", path, yamlMessage(err))
 	}
+	if err := dec.Decode(&yaml.Node{}); !errors.Is(err, io.EOF) {
+		return nil, nil, fmt.Errorf("config %s: more than one YAML document (a line ---): coffer reads one; join them", path)
+	}
 	if err := cfg.Env.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("config %s: %w", path, err)
 	}

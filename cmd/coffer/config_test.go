@@ -89,6 +89,13 @@ func TestConfigFileEnvAndUnknownKeys(t *testing.T) {
 	if cfg, _, err = loadConfig(path); err != nil || cfg.Databases[0].Password != `a\tb"c\x41` {
 		t.Fatalf("a password with a backslash and a quote: %q, %v", cfg.Databases[0].Password, err)
 	}
+	if _, _, err := loadConfig(writeFile(t, dir, "lead.yaml", "---\n"+base)); err != nil {
+		t.Fatalf("a document that starts with ---: %v", err)
+	}
+	path = writeFile(t, dir, "two.yaml", base+"---\nlisten: {http: ':1'}\n")
+	if _, _, err := loadConfig(path); err == nil || !strings.Contains(err.Error(), "more than one YAML document") {
+		t.Fatalf("a second document: %v", err)
+	}
 	path = writeFile(t, dir, "b.yaml", base+"listen: {http: ':1', grcp: ':2'}\n")
 	if _, _, err := loadConfig(path); err == nil || !strings.Contains(err.Error(), "unknown key grcp") {
 		t.Fatalf("misspelt key: %v", err)
