@@ -126,22 +126,24 @@ func (e *Engine) open(ctx context.Context, wait bool) ([]*session, error) {
 		timeout = 10 * time.Second
 	}
 	var sessions []*session
-	// run names this run's sessions (application_name), so that a
-	// session finding the lock held by one of them knows the config
-	// lists its database twice.
+	// run names this run's sessions (application_name, sent as they
+	// connect), so that a session finding the lock held by one of them
+	// knows the config lists its database twice.
 	run := fmt.Sprintf("coffer migrate %016x", rand.Uint64())
 	for _, db := range e.Map.Databases() {
+		cfg, err := pgx.ParseConfig(db.Config.ConnString(int(timeout / time.Second)))
+		if err != nil {
+			return sessions, fmt.Errorf("%s: %w", db.Label(), err)
+		}
+		cfg.RuntimeParams["application_name"] = run
 		cctx, cancel := context.WithTimeout(ctx, timeout)
-		conn, err := pgx.Connect(cctx, db.Config.ConnString(int(timeout/time.Second)))
+		conn, err := pgx.ConnectConfig(cctx, cfg)
 		cancel()
 		if err != nil {
 			return sessions, fmt.Errorf("%s: cannot connect: %w; check host, port, user, password and that the database exists", db.Label(), err)
 		}
 		s := &session{db: db, conn: conn}
 		sessions = append(sessions, s)
-		if _, err := conn.Exec(ctx, "SELECT set_config('application_name', $1, false)", run); err != nil {
-			return sessions, fmt.Errorf("%s: %w", db.Label(), err)
-		}
 		if err := e.lock(ctx, s, run, wait); err != nil {
 			return sessions, fmt.Errorf("%s: take migration lock: %w", db.Label(), err)
 		}
@@ -160,7 +162,7 @@ func (e *Engine) open(ctx context.Context, wait bool) ([]*session, error) {
 // run itself (run, its sessions' name) is an error: waiting would be
 // forever.
 func (e *Engine) lock(ctx context.Context, s *session, run string, wait bool) error {
-	for said := false; ; said = true {
+	for try := 0; ; try++ {
 		var locked bool
 		if err := s.conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", advisoryLockKey).Scan(&locked); err != nil {
 			return err
@@ -168,17 +170,21 @@ func (e *Engine) lock(ctx context.Context, s *session, run string, wait bool) er
 		if locked {
 			return nil
 		}
-		pid, holder := lockHolder(ctx, s.conn)
-		switch {
-		case holder == run:
-			return errors.New("the config lists this database twice (another entry of databases names the same database, spelt otherwise)")
-		case !wait:
-			s.busy = true
-			return nil
-		case !said && pid > 0:
-			e.progress("%s: waiting for another coffer migrate to finish (backend pid %d holds the lock)", s.db.Label(), pid)
-		case !said:
-			e.progress("%s: waiting for another coffer migrate to finish", s.db.Label())
+		// Who holds it is asked once: a session of this run holds its lock
+		// until the run ends, so a later try would find the same.
+		if try == 0 {
+			pid, holder := lockHolder(ctx, s.conn)
+			switch {
+			case holder == run:
+				return errors.New("the config lists this database twice (another entry of databases names the same database, spelt otherwise)")
+			case !wait:
+				s.busy = true
+				return nil
+			case pid > 0:
+				e.progress("%s: waiting for another coffer migrate to finish (backend pid %d holds the lock)", s.db.Label(), pid)
+			default:
+				e.progress("%s: waiting for another coffer migrate to finish", s.db.Label())
+			}
 		}
 		select {
 		case <-ctx.Done():
