@@ -74,6 +74,18 @@ databases:
 	return writeFile(t, t.TempDir(), "coffer.yaml", body)
 }
 
+// configDBs are the databases a dbConfig file lists, in its order.
+func configDBs(t *testing.T, cfg string) []pgtest.DB {
+	t.Helper()
+	raw, err := os.ReadFile(cfg)
+	must(t, err)
+	var dbs []pgtest.DB
+	for _, part := range strings.Split(string(raw), "name: ")[1:] {
+		dbs = append(dbs, pgtest.DB{Server: pgtest.Server(t, 0), Name: strings.TrimSuffix(strings.Fields(part)[0], ",")})
+	}
+	return dbs
+}
+
 func TestMigrateEmbeddedSchemaAndShardDatabase(t *testing.T) {
 	cfg := dbConfig(t, "")
 	code, out, errOut := run(t, "migrate", "-c", cfg)
@@ -155,10 +167,7 @@ func TestAuditCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "4 shards checked, 0 violations") {
 		t.Fatalf("clean audit: code %d\n%s", code, out)
 	}
-	raw, _ := os.ReadFile(cfg)
-	name := strings.Fields(strings.SplitN(string(raw), "name: ", 2)[1])[0]
-	name = strings.TrimSuffix(name, ",")
-	db := pgtest.DB{Server: pgtest.Server(t, 0), Name: name}
+	db := configDBs(t, cfg)[0]
 	db.Exec(t, "INSERT INTO lot_0 VALUES (1, 1, 1, 1, false, 10, NULL, 0, now(), 1)")
 	code, out, _ = run(t, "audit", "-c", cfg, "--json")
 	if code != 1 || !strings.Contains(out, `"check": "lot differs from its ops"`) {
@@ -184,9 +193,7 @@ func testMigrateClaims(t *testing.T, pin []string) {
 	if code, out, errOut := run(t, "migrate", "-c", cfg); code != 0 {
 		t.Fatalf("migrate: %s%s", out, errOut)
 	}
-	raw, _ := os.ReadFile(cfg)
-	name := strings.TrimSuffix(strings.Fields(strings.SplitN(string(raw), "name: ", 2)[1])[0], ",")
-	db := pgtest.DB{Server: pgtest.Server(t, 0), Name: name}
+	db := configDBs(t, cfg)[0]
 	const at = "'2024-01-01T00:00:00Z'"
 	db.Exec(t, "INSERT INTO balance_0 VALUES (1, 1, 1, "+at+", 2)")
 	db.Exec(t, "INSERT INTO lot_0 VALUES (1, 1, 1, 1, true, 10, NULL, 0, "+at+", 2)")
@@ -218,9 +225,7 @@ func TestMigrateStateSchemaIsForOwnMigrations(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "--migrate-state-schema is for your own migrations (-d DIR)") {
 		t.Fatalf("code %d: %s", code, errOut)
 	}
-	raw, _ := os.ReadFile(cfg)
-	name := strings.TrimSuffix(strings.Fields(strings.SplitN(string(raw), "name: ", 2)[1])[0], ",")
-	db := pgtest.DB{Server: pgtest.Server(t, 0), Name: name}
+	db := configDBs(t, cfg)[0]
 	var n int
 	if err := db.Conn(t).QueryRow(context.Background(), "SELECT count(*) FROM pg_namespace WHERE nspname = 'ops'").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("schema ops: %d (%v), want none", n, err)
@@ -236,11 +241,7 @@ func TestAuditGoesOnPastAWrappedBalance(t *testing.T) {
 	if code, out, errOut := run(t, "migrate", "-c", cfg); code != 0 {
 		t.Fatalf("migrate: %s%s", out, errOut)
 	}
-	raw, _ := os.ReadFile(cfg)
-	var dbs []pgtest.DB // shards 0–1, then 2–3
-	for _, part := range strings.Split(string(raw), "name: ")[1:] {
-		dbs = append(dbs, pgtest.DB{Server: pgtest.Server(t, 0), Name: strings.TrimSuffix(strings.Fields(part)[0], ",")})
-	}
+	dbs := configDBs(t, cfg) // shards 0–1, then 2–3
 	db := dbs[0]
 	db.Exec(t, `INSERT INTO lot_0 VALUES (1, 1, 1, 1, false, 9223372036854775807, NULL, 0, now(), 1),
 		(1, 1, 2, 1, false, 10, NULL, 0, now(), 1)`)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -302,9 +301,7 @@ func TestDatabaseDownAtStartIsLogged(t *testing.T) {
 	cfg.Listen = ListenConfig{HTTP: "127.0.0.1:0", GRPC: "127.0.0.1:0"}
 	m, err := shard.NewMap(cfg.Config)
 	must(t, err)
-	logs := &lockedBuffer{}
-	main := &Main{Config: &cfg, Map: m, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
-	must(t, main.Start(ctx))
+	main, logs := startMain(t, &cfg, m)
 	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	defer func() { must(t, main.Shutdown(sctx)) }()

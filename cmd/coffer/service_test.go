@@ -85,6 +85,18 @@ func keyHash(key string) string {
 	return hex.EncodeToString(h[:])
 }
 
+// startMain starts coffer serve's Main on cfg and m, its JSON log in the
+// buffer it returns; the caller shuts it down.
+func startMain(t *testing.T, cfg *Config, m *shard.Map) (*Main, *lockedBuffer) {
+	t.Helper()
+	logs := &lockedBuffer{}
+	main := &Main{Config: cfg, Map: m, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
+	if err := main.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return main, logs
+}
+
 // startService migrates one database on each server and starts coffer on
 // them; tweak may change the config first.
 func startService(t *testing.T, servers []*pgserver.Server, tweak func(*Config)) *service {
@@ -115,11 +127,7 @@ func startService(t *testing.T, servers []*pgserver.Server, tweak func(*Config))
 	if err := (&migrate.Engine{Map: m, Env: migrate.SchemaEnv, Migrations: ms}).Apply(ctx, migrate.Options{TargetVersion: -1}); err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
-	main := &Main{Config: cfg, Map: m, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
-	if err := main.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	main, logs := startMain(t, cfg, m)
 	conn, err := grpc.NewClient(main.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
