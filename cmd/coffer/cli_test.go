@@ -215,6 +215,28 @@ func testMigrateClaims(t *testing.T, pin []string) {
 	}
 }
 
+// TestMigrateShortOfTheSchemaLeavesClaims: a run that stops short of
+// coffer's whole schema (-t 10, before the claims' tables) claims nothing
+// and fails nothing; the run that completes the schema claims the orders
+// credited meanwhile.
+func TestMigrateShortOfTheSchemaLeavesClaims(t *testing.T) {
+	cfg := dbConfig(t, "")
+	if code, out, errOut := run(t, "migrate", "-c", cfg, "-t", "10"); code != 0 {
+		t.Fatalf("migrate -t 10: %s%s", out, errOut)
+	}
+	db := configDBs(t, cfg)[0]
+	db.Exec(t, `INSERT INTO trx_0 (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, version, pos)
+		VALUES (1, 1, now(), 2, 7, 'buy', '', 'change', 'committed', '', 1, 1)`)
+	db.Exec(t, `INSERT INTO op_0 (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, purchase, pos)
+		VALUES (2, 0, 1, 1, 1, 1, 'grant', 'change', 10, true, 10, 10, now(), '{"store": "steam", "order_id": "o", "price": 99, "fiat": "USD"}', 2)`)
+	if code, out, errOut := run(t, "migrate", "-c", cfg, "-t", "10"); code != 0 || strings.Contains(out, "claimed") {
+		t.Fatalf("migrate -t 10 again: code %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := run(t, "migrate", "-c", cfg); code != 0 || !strings.Contains(out, "claimed 1 store orders credited before claims existed") {
+		t.Fatalf("migrate: code %d\n%s%s", code, out, errOut)
+	}
+}
+
 // TestMigrateStateSchemaIsForOwnMigrations: coffer serve reads the state
 // of coffer's own schema in public, so a run of that schema with its state
 // elsewhere would leave serve refusing every database; it is refused
