@@ -130,10 +130,8 @@ func TestBatchTimeoutBoundsTheWholeBatch(t *testing.T) {
 	e := newEnv(t)
 	e.mustChange(19, "a", free("gold", 5))
 	id := e.router.Map().ShardOf(19)
-	tx, err := e.router.Shard(id).Begin(ctx)
-	must(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = 19 FOR UPDATE`, id))
+	tx := begin(t, e.router.Shard(id))
+	_, err := tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = 19 FOR UPDATE`, id))
 	must(t, err)
 	const timeout = 300 * time.Millisecond
 	o := &observed{}
@@ -293,7 +291,7 @@ func TestDamagedLotFailsOnlyTheWritesThatReadIt(t *testing.T) {
 	e.damaged = true
 	e.exec(p, `UPDATE lot_N l SET reserved = -1 FROM trx_N t
 		WHERE t.player_id = $1 AND t.idempotency_key = 'silver' AND l.player_id = t.player_id AND l.trx_id = t.trx_id`, int64(p))
-	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second})
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: 20 * time.Second})
 	defer store.Close()
 	var commitErr, changeErr error
 	tx, errs := e.queuedBehind(store, blocker,

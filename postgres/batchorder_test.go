@@ -15,7 +15,7 @@ import (
 // batch, and returns both runs' answers.
 func (e *env) batchAndAlone(blocker, batched, alone coffer.PlayerID, calls ...func(s *postgres.Store, p coffer.PlayerID) (coffer.Trx, error)) (inBatch, oneByOne []coffer.Trx) {
 	e.t.Helper()
-	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second})
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: 20 * time.Second})
 	defer store.Close()
 	inBatch, oneByOne = make([]coffer.Trx, len(calls)), make([]coffer.Trx, len(calls))
 	for i, call := range calls {

@@ -251,10 +251,8 @@ func TestClaimWaitsForAClaimInFlight(t *testing.T) {
 	e := newEnv(t)
 	at := e.router.Map().ShardOfPurchase(coffer.PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o-flight"})
 	db := e.router.Shard(at)
-	tx, err := db.Begin(ctx)
-	must(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO purchase_claim_%d VALUES (1, 'steam', 'o-flight', 91, 7, 'first', now())`, at))
+	tx := begin(t, db)
+	_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO purchase_claim_%d VALUES (1, 'steam', 'o-flight', 91, 7, 'first', now())`, at))
 	must(t, err)
 	done := make(chan error)
 	go func() {
@@ -281,10 +279,8 @@ func TestBatchClaimThatStallsFailsItsChangeOnly(t *testing.T) {
 	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 2 * time.Second})
 	defer store.Close()
 	at := e.router.Map().ShardOfPurchase(coffer.PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o-stall"})
-	tx, err := e.router.Shard(at).Begin(ctx)
-	must(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO purchase_claim_%d VALUES (1, 'steam', 'o-stall', 91, 7, 'first', now())`, at))
+	tx := begin(t, e.router.Shard(at))
+	_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO purchase_claim_%d VALUES (1, 'steam', 'o-stall', 91, 7, 'first', now())`, at))
 	must(t, err)
 	got, err := store.BatchChange(ctx, []coffer.ChangeRequest{
 		{Scope: scope(92, "buy"), Ops: []coffer.OpRequest{paid("gold", 1, "o-stall")}},
@@ -367,9 +363,7 @@ func TestClaimCreditedTakesClaimsInTheRequestsOrder(t *testing.T) {
 	// committed.
 	claim := fmt.Sprintf(`INSERT INTO purchase_claim_%d (ns, store, order_id, player_id, emitter, idempotency_key, created_at)
 		VALUES (1, 'steam', $1, $2, 7, $3, now()) ON CONFLICT DO NOTHING`, at)
-	tx, err := claims.Begin(ctx)
-	must(t, err)
-	defer tx.Rollback(ctx)
+	tx := begin(t, claims)
 	_, err = tx.Exec(ctx, claim, "a-0", p, "first")
 	must(t, err)
 	done := make(chan error, 1)
