@@ -120,6 +120,8 @@ func TestHTTPConnectionBounds(t *testing.T) {
 		c.Timeouts.Read = 600 * time.Millisecond
 		c.Timeouts.Write = 300 * time.Millisecond
 		c.Limits.HeaderBytesMax = 4096
+		// The slow call's lock wait is ended by the test's rollback, not a clock.
+		c.Timeouts.Request, c.Timeouts.Lock = 30*time.Second, 30*time.Second
 	})
 	addr := s.main.HTTPAddr
 
@@ -205,6 +207,8 @@ func TestIdleConnectionsClosed(t *testing.T) {
 	s := startService(t, twoServers(t), func(c *Config) {
 		c.Timeouts.Idle = 300 * time.Millisecond
 		c.Limits.GRPCStreamsMax = 1
+		// The calls' lock waits are ended by the test's rollback, not a clock.
+		c.Timeouts.Request, c.Timeouts.Lock = 30*time.Second, 30*time.Second
 	})
 	conn := dial(t, s.main.HTTPAddr)
 	_, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: coffer\r\n\r\n")
