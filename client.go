@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
-	"strings"
 )
 
 // Permission is what a client may do in its namespaces, or, for ops, on
@@ -130,23 +129,6 @@ func NewClients(list []Client) (*Clients, error) {
 		cs.list = append(cs.list, &c)
 	}
 	return cs, nil
-}
-
-// APIKey reads the API key from the values of a request's Authorization
-// header (gRPC: its authorization metadata): one value, the scheme Bearer
-// in any case (RFC 9110 §11.1), spaces, the key. A bare key, another
-// scheme, or two values are refused rather than guessed at. Errors:
-// unauthenticated.
-func APIKey(authorization []string) (string, error) {
-	if len(authorization) != 1 {
-		return "", Errorf(CodeUnauthenticated, "an API key is required, in one header: Authorization: Bearer KEY")
-	}
-	scheme, key, _ := strings.Cut(authorization[0], " ")
-	key = strings.TrimSpace(key)
-	if !strings.EqualFold(scheme, "Bearer") || key == "" {
-		return "", Errorf(CodeUnauthenticated, "an API key is required: Authorization: Bearer KEY")
-	}
-	return key, nil
 }
 
 // Authenticate finds the client of an API key. Every configured hash is

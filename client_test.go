@@ -89,28 +89,3 @@ func TestNewClientsRejects(t *testing.T) {
 		t.Errorf("ParseKeyHash: %v", err)
 	}
 }
-
-// TestAPIKey: the scheme is Bearer in any case, and required.
-func TestAPIKey(t *testing.T) {
-	for _, c := range []struct {
-		header []string
-		key    string
-	}{
-		{[]string{"Bearer k1"}, "k1"},
-		{[]string{"bearer k1"}, "k1"},
-		{[]string{"BEARER   k1 "}, "k1"},
-		{[]string{"k1"}, ""},
-		{[]string{"Basic k1"}, ""},
-		{[]string{"Bearerk1"}, ""},
-		{[]string{"Bearer "}, ""},
-		{[]string{"Bearer"}, ""},
-		{[]string{""}, ""},
-		{nil, ""},
-		{[]string{"Bearer k1", "Bearer k2"}, ""},
-	} {
-		key, err := APIKey(c.header)
-		if key != c.key || (c.key == "") != (ErrorCode(err) == CodeUnauthenticated) {
-			t.Errorf("%q: %q %v", c.header, key, err)
-		}
-	}
-}

@@ -41,15 +41,6 @@ type RefundRequest struct {
 	Reason         string
 }
 
-// RefundBody is the JSON body of a refund over HTTP.
-type RefundBody struct {
-	IdempotencyKey string     `json:"idempotency_key"`
-	Store          string     `json:"store"`
-	OrderID        string     `json:"order_id"`
-	Kind           RefundKind `json:"kind"`
-	Reason         string     `json:"reason,omitempty"`
-}
-
 // ValidRefund is a RefundRequest checked, with the order it names and the
 // hash of its payload.
 type ValidRefund struct {

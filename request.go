@@ -40,38 +40,6 @@ type ChangeRequest struct {
 	HoldTTL time.Duration
 }
 
-// ChangeBody is the JSON body of a change over HTTP: a ChangeRequest less
-// what the path (namespace, player) and the API key (emitter) give. The
-// server decodes it and the Go client sends it.
-type ChangeBody struct {
-	IdempotencyKey string          `json:"idempotency_key"`
-	Ops            []OpRequest     `json:"ops"`
-	Reason         string          `json:"reason,omitempty"`
-	Meta           json.RawMessage `json:"meta,omitempty"`
-	Hold           bool            `json:"hold,omitempty"`
-	HoldTTLSeconds int64           `json:"hold_ttl_seconds,omitempty"`
-}
-
-// ExchangeBody is the JSON body of an exchange over HTTP.
-type ExchangeBody struct {
-	IdempotencyKey string          `json:"idempotency_key"`
-	From           string          `json:"from"`
-	To             string          `json:"to"`
-	Amount         Amount          `json:"amount"`
-	Reason         string          `json:"reason,omitempty"`
-	Meta           json.RawMessage `json:"meta,omitempty"`
-}
-
-// HoldTTL reads a hold_ttl_seconds field; 0 means the default. Values that
-// would overflow a time.Duration are invalid_argument; the catalog checks
-// the configured bounds.
-func HoldTTL(seconds int64) (time.Duration, error) {
-	if seconds < 0 || seconds > 1<<32 {
-		return 0, Errorf(CodeInvalid, "hold_ttl_seconds: out of range")
-	}
-	return time.Duration(seconds) * time.Second, nil
-}
-
 // ExchangeRequest consumes Amount of From and grants To at the configured
 // rate.
 type ExchangeRequest struct {

@@ -1,6 +1,7 @@
 // Package api holds coffer's API contract: api/coffer/v1/wallet.proto, the
-// Go code generated from it (package cofferv1) and the OpenAPI document of
-// its HTTP/JSON routes.
+// Go code generated from it (package cofferv1), the OpenAPI document of
+// its HTTP/JSON routes, and what both transports read alike off the wire:
+// the JSON bodies, the API key, a request id, a batch's changes.
 package api
 
 import _ "embed"

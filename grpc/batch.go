@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/api"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -21,7 +22,7 @@ func (s *Server) BatchChange(ctx context.Context, req *cofferv1.BatchChangeReque
 	reqs := make([]coffer.ChangeRequest, len(req.Changes))
 	errs := make([]error, len(req.Changes))
 	for i, c := range req.Changes {
-		if errs[i] = coffer.ValidateChangeSize(proto.Size(c), s.MessageBytesMax); errs[i] != nil {
+		if errs[i] = api.ValidateChangeSize(proto.Size(c), s.MessageBytesMax); errs[i] != nil {
 			continue
 		}
 		if errs[i] = unknownFieldError(c); errs[i] != nil {
@@ -31,7 +32,7 @@ func (s *Server) BatchChange(ctx context.Context, req *cofferv1.BatchChangeReque
 			IdempotencyKey: c.IdempotencyKey, Ops: c.Ops, Reason: c.Reason, Meta: c.Meta, Hold: c.Hold, HoldTtlSeconds: c.HoldTtlSeconds},
 			scope(ctx, req.Namespace, c.PlayerId, c.IdempotencyKey))
 	}
-	results, err := coffer.BatchDecoded(ctx, s.Ledger, reqs, errs)
+	results, err := api.BatchDecoded(ctx, s.Ledger, reqs, errs)
 	if err != nil {
 		return nil, err
 	}
@@ -56,9 +57,9 @@ func (s *Server) BatchChange(ctx context.Context, req *cofferv1.BatchChangeReque
 }
 
 // logBatchFailures logs, as an error, the changes of a batch that failed
-// on the server's side (coffer.BatchFailures): one line per batch.
+// on the server's side (api.BatchFailures): one line per batch.
 func (s *Server) logBatchFailures(ctx context.Context, id string, results []coffer.ChangeResult) {
-	if attrs := coffer.BatchFailures(results); attrs != nil {
+	if attrs := api.BatchFailures(results); attrs != nil {
 		s.Logger.LogAttrs(ctx, slog.LevelError, "batch changes failed",
 			append(attrs, slog.String("request_id", id), slog.String("transport", "grpc"))...)
 	}

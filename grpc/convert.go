@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/api"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -63,7 +64,7 @@ func changeRequest(req *cofferv1.ChangeRequest, sc coffer.Scope) (coffer.ChangeR
 	if err != nil {
 		return coffer.ChangeRequest{}, err
 	}
-	ttl, err := coffer.HoldTTL(req.HoldTtlSeconds)
+	ttl, err := api.HoldTTL(req.HoldTtlSeconds)
 	if err != nil {
 		return coffer.ChangeRequest{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/api"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	cofferhttp "github.com/cofferhq/coffer/http"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -205,7 +206,7 @@ func FuzzGRPCChange(f *testing.F) {
 			}
 			return
 		}
-		body, err := json.Marshal(coffer.ChangeBody{IdempotencyKey: req.IdempotencyKey, Ops: req.Ops, Reason: req.Reason,
+		body, err := json.Marshal(api.ChangeBody{IdempotencyKey: req.IdempotencyKey, Ops: req.Ops, Reason: req.Reason,
 			Meta: req.Meta, Hold: req.Hold, HoldTTLSeconds: int64(req.HoldTTL / time.Second)})
 		if err != nil {
 			t.Fatalf("%v has no HTTP body: %v", req, err)

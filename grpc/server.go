@@ -174,7 +174,7 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 // names goes on in the call's context (clientOf), for intercept to
 // authorize.
 func (s *Server) refuseUnknownKeys(ctx context.Context, info *tap.Info) (context.Context, error) {
-	key, err := coffer.APIKey(info.Header.Get("authorization"))
+	key, err := api.APIKey(info.Header.Get("authorization"))
 	var c *coffer.Client
 	if err == nil {
 		c, err = s.Clients.Authenticate(key)
@@ -295,13 +295,13 @@ func (s *Server) log(ctx context.Context, rpc, id string, c *coffer.Client, err 
 }
 
 // requestID is the caller's x-request-id if it is sane, or a new one
-// (coffer.RequestID).
+// (api.RequestID).
 func requestID(md metadata.MD) string {
 	var given string
 	if v := md.Get("x-request-id"); len(v) > 0 {
 		given = v[0]
 	}
-	return coffer.RequestID(given)
+	return api.RequestID(given)
 }
 
 func clientOf(ctx context.Context) *coffer.Client { return ctx.Value(clientKey{}).(*coffer.Client) }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/api"
 )
 
 // batchResponse is the answer to a batch: one result per change, in
@@ -44,15 +45,15 @@ func (s *Server) batchChange(r *http.Request, c *coffer.Client) (int, any, error
 	reqs := make([]coffer.ChangeRequest, len(body.Changes))
 	errs := make([]error, len(body.Changes))
 	for i, raw := range body.Changes {
-		var change coffer.BatchChangeBody
-		if errs[i] = coffer.ValidateChangeSize(len(raw), int(s.BodyBytesMax)); errs[i] != nil {
+		var change api.BatchChangeBody
+		if errs[i] = api.ValidateChangeSize(len(raw), int(s.BodyBytesMax)); errs[i] != nil {
 			continue
 		}
 		if errs[i] = decodeJSON(bytes.NewReader(raw), &change, true); errs[i] == nil {
 			reqs[i], errs[i] = change.Request(ns, c.Emitter)
 		}
 	}
-	results, err := coffer.BatchDecoded(r.Context(), s.Ledger, reqs, errs)
+	results, err := api.BatchDecoded(r.Context(), s.Ledger, reqs, errs)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -78,9 +79,9 @@ func newBatchResult(res coffer.ChangeResult, requestID string) batchResult {
 }
 
 // logBatchFailures logs, as an error, the changes of a batch that failed
-// on the server's side (coffer.BatchFailures): one line per batch.
+// on the server's side (api.BatchFailures): one line per batch.
 func (s *Server) logBatchFailures(r *http.Request, id string, results []coffer.ChangeResult) {
-	if attrs := coffer.BatchFailures(results); attrs != nil {
+	if attrs := api.BatchFailures(results); attrs != nil {
 		s.Logger.LogAttrs(r.Context(), slog.LevelError, "batch changes failed",
 			append(attrs, slog.String("request_id", id), slog.String("transport", "http"))...)
 	}

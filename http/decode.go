@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/api"
 )
 
 // scope reads the scope of a call on one trx: namespace, player and
@@ -61,22 +62,22 @@ func bodyError(err error, bytesMax int64) error {
 	return err
 }
 
-// DecodeChange reads a change's JSON body (coffer.ChangeBody) strictly
+// DecodeChange reads a change's JSON body (api.ChangeBody) strictly
 // (decodeJSON) into the request the domain validates, in scope sc with
 // the body's key. It is all the HTTP transport makes of a change; the
 // gRPC transport must make the same request of the same payload (its
 // TestTransportsAgree). Errors are invalid_argument, or body's own.
 func DecodeChange(body io.Reader, sc coffer.Scope) (coffer.ChangeRequest, error) {
-	var b coffer.ChangeBody
+	var b api.ChangeBody
 	if err := decodeJSON(body, &b, true); err != nil {
 		return coffer.ChangeRequest{}, err
 	}
 	return b.Request(sc)
 }
 
-// DecodeExchange is DecodeChange for an exchange (coffer.ExchangeBody).
+// DecodeExchange is DecodeChange for an exchange (api.ExchangeBody).
 func DecodeExchange(body io.Reader, sc coffer.Scope) (coffer.ExchangeRequest, error) {
-	var b coffer.ExchangeBody
+	var b api.ExchangeBody
 	if err := decodeJSON(body, &b, true); err != nil {
 		return coffer.ExchangeRequest{}, err
 	}
@@ -84,9 +85,9 @@ func DecodeExchange(body io.Reader, sc coffer.Scope) (coffer.ExchangeRequest, er
 	return coffer.ExchangeRequest{Scope: sc, From: b.From, To: b.To, Amount: b.Amount, Reason: b.Reason, Meta: b.Meta}, nil
 }
 
-// DecodeRefund is DecodeChange for a refund (coffer.RefundBody).
+// DecodeRefund is DecodeChange for a refund (api.RefundBody).
 func DecodeRefund(body io.Reader, sc coffer.Scope) (coffer.RefundRequest, error) {
-	var b coffer.RefundBody
+	var b api.RefundBody
 	if err := decodeJSON(body, &b, true); err != nil {
 		return coffer.RefundRequest{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/api"
 )
 
 func testCatalog(tb testing.TB) *coffer.Catalog {
@@ -37,7 +38,7 @@ func FuzzDecodeChange(f *testing.F) {
 	}
 	cat := testCatalog(f)
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		var body coffer.ChangeBody
+		var body api.ChangeBody
 		err := decodeJSON(bytes.NewReader(raw), &body, true)
 		if err != nil {
 			if coffer.ErrorCode(err) != coffer.CodeInvalid {
@@ -49,7 +50,7 @@ func FuzzDecodeChange(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted body does not encode: %v", err)
 		}
-		var body2 coffer.ChangeBody
+		var body2 api.ChangeBody
 		if err := decodeJSON(bytes.NewReader(again), &body2, true); err != nil {
 			t.Fatalf("re-encoded body rejected: %v\n%s", err, again)
 		}
@@ -75,7 +76,7 @@ func FuzzDecodeExchange(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		var body coffer.ExchangeBody
+		var body api.ExchangeBody
 		if err := decodeJSON(bytes.NewReader(raw), &body, true); err != nil {
 			if coffer.ErrorCode(err) != coffer.CodeInvalid {
 				t.Fatalf("decode error with code %q: %v", coffer.ErrorCode(err), err)
@@ -124,15 +125,15 @@ func TestDecodeStrict(t *testing.T) {
 		{`{"idempotency_key": "k\ud83d\ude00"}`, true, true},
 		{`{"idempotency_key": "k", "meta": {"a": 1}}`, true, true},
 	} {
-		var body coffer.ChangeBody
+		var body api.ChangeBody
 		err := decodeJSON(strings.NewReader(c.body), &body, c.required)
 		if (err == nil) != c.ok || (err != nil && coffer.ErrorCode(err) != coffer.CodeInvalid) {
 			t.Errorf("%q (required %v): %v", c.body, c.required, err)
 		}
 	}
-	var body coffer.ChangeBody
+	var body api.ChangeBody
 	if err := decodeJSON(strings.NewReader(`{"idempotency_key": "k", "hold": true}`), &body, true); err != nil ||
-		!reflect.DeepEqual(body, coffer.ChangeBody{IdempotencyKey: "k", Hold: true}) {
+		!reflect.DeepEqual(body, api.ChangeBody{IdempotencyKey: "k", Hold: true}) {
 		t.Fatalf("%+v %v", body, err)
 	}
 	if err := decodeJSON(strings.NewReader(`{"a": 1}`), &struct{}{}, false); coffer.ErrorCode(err) != coffer.CodeInvalid {
@@ -175,7 +176,7 @@ func TestPathIDsHaveOneSpelling(t *testing.T) {
 func BenchmarkDecodeChange(b *testing.B) {
 	raw := []byte(`{"idempotency_key": "order-7731", "ops": [{"currency": "gold", "amount": 500, "kind": "paid", "purchase": {"store": "steam", "order_id": "7731", "price": 499, "fiat": "USD"}}, {"currency": "credits", "amount": -20}], "reason": "purchase", "meta": {"any": "json", "n": 12}}`)
 	for b.Loop() {
-		var body coffer.ChangeBody
+		var body api.ChangeBody
 		if err := decodeJSON(bytes.NewReader(raw), &body, true); err != nil {
 			b.Fatal(err)
 		}

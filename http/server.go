@@ -145,7 +145,7 @@ func serve(h handler, r *http.Request, c *coffer.Client) (status int, body any, 
 }
 
 func (s *Server) authorize(r *http.Request, rt api.Route) (*coffer.Client, error) {
-	key, err := coffer.APIKey(r.Header.Values("Authorization"))
+	key, err := api.APIKey(r.Header.Values("Authorization"))
 	if err != nil {
 		return nil, err
 	}
@@ -199,9 +199,9 @@ type callInfo struct {
 func callOf(r *http.Request) *callInfo { return r.Context().Value(callKey{}).(*callInfo) }
 
 // requestID takes the caller's X-Request-Id if it is sane, or makes one
-// (coffer.RequestID), and echoes it in the response.
+// (api.RequestID), and echoes it in the response.
 func requestID(w http.ResponseWriter, r *http.Request) string {
-	id := coffer.RequestID(r.Header.Get("X-Request-Id"))
+	id := api.RequestID(r.Header.Get("X-Request-Id"))
 	w.Header().Set("X-Request-Id", id)
 	return id
 }

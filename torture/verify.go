@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
-	"github.com/cofferhq/coffer/client"
+	"github.com/cofferhq/coffer/wallet"
 )
 
 var httpClient = &http.Client{Timeout: 5 * time.Second}
@@ -81,7 +81,7 @@ func (w *Workload) Verify(ctx context.Context) []string {
 	expiring := map[playerKey]map[int64]bool{} // lots of grants with an expiry
 	orders := orderMap{}
 	for _, r := range w.records {
-		t, err := w.retry(ctx, rng, &Record{Key: r.Key}, func(c *client.Client) (coffer.Trx, error) {
+		t, err := w.retry(ctx, rng, &Record{Key: r.Key}, func(c *wallet.Conn) (coffer.Trx, error) {
 			return c.Trx(ctx, r.NS, r.Player, r.Key)
 		})
 		found := err == nil
@@ -201,7 +201,7 @@ type finlog struct {
 // records at most the expiries due before it and those it causes, the
 // sweeper at most one trx per expiring lot, and one grant makes at most
 // OpsMax lots. A longer finlog is wrong whatever its length.
-func (w *Workload) readFinlog(ctx context.Context, c *client.Client, ns coffer.Namespace, p coffer.PlayerID, books int) (finlog, error) {
+func (w *Workload) readFinlog(ctx context.Context, c *wallet.Conn, ns coffer.Namespace, p coffer.PlayerID, books int) (finlog, error) {
 	limit := w.FinlogPage
 	if limit == 0 {
 		limit = coffer.FinlogLimitMax
@@ -287,7 +287,7 @@ func (w *Workload) compareBalances(ctx context.Context, rng *rand.Rand, model ma
 			var b, at coffer.Balances
 			var f finlog
 			pk := playerKey{ns, p}
-			_, err := w.retry(ctx, rng, &Record{}, func(c *client.Client) (coffer.Trx, error) {
+			_, err := w.retry(ctx, rng, &Record{}, func(c *wallet.Conn) (coffer.Trx, error) {
 				var err error
 				if b, err = c.Balances(ctx, coffer.BalanceQuery{Namespace: ns, PlayerID: p}); err != nil {
 					return coffer.Trx{}, err

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
-	"github.com/cofferhq/coffer/client"
+	"github.com/cofferhq/coffer/wallet"
 )
 
 // Instances is the set of coffer instances clients call; the nemesis
@@ -38,11 +38,11 @@ func (in *Instances) Set(i int, url string) {
 }
 
 // Pick is a client of a random instance.
-func (in *Instances) Pick(rng *rand.Rand) *client.Client {
+func (in *Instances) Pick(rng *rand.Rand) *wallet.Conn {
 	in.mu.Lock()
 	url := in.urls[rng.IntN(len(in.urls))]
 	in.mu.Unlock()
-	return client.New(url, in.key, httpClient)
+	return wallet.New(url, in.key, httpClient)
 }
 
 // Outcome is what the client knows of a write.
@@ -146,7 +146,7 @@ func (w *Workload) one(ctx context.Context, rng *rand.Rand, key string) {
 	r := &Record{Key: key, NS: coffer.Namespace(1 + rng.IntN(2)), Player: w.Players[rng.IntN(len(w.Players))]}
 	cur := []string{"gold", "silver", "credits"}[rng.IntN(3)]
 	amount := coffer.Amount(1 + rng.IntN(500))
-	change := client.Change{IdempotencyKey: key}
+	change := wallet.Change{IdempotencyKey: key}
 	if len(w.Collectors) > 0 && rng.IntN(6) == 0 {
 		// Paid gold for two writes in three, free credits for the third,
 		// in one namespace: they reach coffer.LotsMax early in a run, at
@@ -181,8 +181,8 @@ func (w *Workload) one(ctx context.Context, rng *rand.Rand, key string) {
 	default:
 		n := amount/50 + 1
 		r.Kind, r.Deltas = Exchange, map[string]coffer.Amount{"gold": -n, "silver": 100 * n}
-		ex := client.Exchange{IdempotencyKey: key, From: "gold", To: "silver", Amount: n}
-		w.write(ctx, rng, r, func(c *client.Client) (coffer.Trx, error) { return answer(c.Exchange(ctx, r.NS, r.Player, ex)) })
+		ex := wallet.Exchange{IdempotencyKey: key, From: "gold", To: "silver", Amount: n}
+		w.write(ctx, rng, r, func(c *wallet.Conn) (coffer.Trx, error) { return answer(c.Exchange(ctx, r.NS, r.Player, ex)) })
 		return
 	}
 	w.write(ctx, rng, r, w.changer(ctx, r, change))
@@ -205,7 +205,7 @@ func (w *Workload) purchase(ctx context.Context, rng *rand.Rand, r *Record, amou
 	}
 	w.orders = append(w.orders, r)
 	w.mu.Unlock()
-	w.write(ctx, rng, r, w.changer(ctx, r, client.Change{IdempotencyKey: r.Key, Ops: []coffer.OpRequest{{Currency: cur, Amount: amount,
+	w.write(ctx, rng, r, w.changer(ctx, r, wallet.Change{IdempotencyKey: r.Key, Ops: []coffer.OpRequest{{Currency: cur, Amount: amount,
 		Kind: "paid", Purchase: &coffer.Purchase{Store: orderStore, OrderID: r.Order, Price: 2 * int64(amount), Fiat: "EUR"}}}}))
 }
 
@@ -221,13 +221,13 @@ func (w *Workload) refund(ctx context.Context, rng *rand.Rand, r *Record) {
 	of := w.orders[rng.IntN(len(w.orders))]
 	w.mu.Unlock()
 	r.Kind, r.Order, r.NS, r.Player = Refund, of.Order, of.NS, of.Player
-	req := client.Refund{IdempotencyKey: r.Key, Store: orderStore, OrderID: r.Order, Kind: []coffer.RefundKind{coffer.RefundRefund, coffer.RefundChargeback}[rng.IntN(2)]}
-	w.write(ctx, rng, r, func(c *client.Client) (coffer.Trx, error) { return answer(c.Refund(ctx, r.NS, r.Player, req)) })
+	req := wallet.Refund{IdempotencyKey: r.Key, Store: orderStore, OrderID: r.Order, Kind: []coffer.RefundKind{coffer.RefundRefund, coffer.RefundChargeback}[rng.IntN(2)]}
+	w.write(ctx, rng, r, func(c *wallet.Conn) (coffer.Trx, error) { return answer(c.Refund(ctx, r.NS, r.Player, req)) })
 }
 
 // write books r, sends it until the answer is definitive, and ends an
 // acknowledged hold (one that outlives its lot once the lot expired).
-func (w *Workload) write(ctx context.Context, rng *rand.Rand, r *Record, send func(c *client.Client) (coffer.Trx, error)) {
+func (w *Workload) write(ctx context.Context, rng *rand.Rand, r *Record, send func(c *wallet.Conn) (coffer.Trx, error)) {
 	w.mu.Lock()
 	w.records = append(w.records, r)
 	w.mu.Unlock()
@@ -243,8 +243,8 @@ func (w *Workload) write(ctx context.Context, rng *rand.Rand, r *Record, send fu
 }
 
 // changer sends change for r's player.
-func (w *Workload) changer(ctx context.Context, r *Record, change client.Change) func(c *client.Client) (coffer.Trx, error) {
-	return func(c *client.Client) (coffer.Trx, error) { return answer(c.Change(ctx, r.NS, r.Player, change)) }
+func (w *Workload) changer(ctx context.Context, r *Record, change wallet.Change) func(c *wallet.Conn) (coffer.Trx, error) {
+	return func(c *wallet.Conn) (coffer.Trx, error) { return answer(c.Change(ctx, r.NS, r.Player, change)) }
 }
 
 // expiryLeadMin is how long before the end of the workload a lot that
@@ -281,7 +281,7 @@ func (w *Workload) holdOutlivingItsLot(ctx context.Context, rng *rand.Rand, r *R
 		at = time.Now().Add(2 * time.Hour) // too late in the run: a plain hold
 	}
 	grant := &Record{Key: r.Key + "-lot", NS: r.NS, Player: r.Player, Kind: Grant, Deltas: map[string]coffer.Amount{cur: amount}, Expiring: true}
-	w.write(ctx, rng, grant, w.changer(ctx, grant, client.Change{IdempotencyKey: grant.Key,
+	w.write(ctx, rng, grant, w.changer(ctx, grant, wallet.Change{IdempotencyKey: grant.Key,
 		Ops: []coffer.OpRequest{{Currency: cur, Amount: amount, ExpiresAt: &at}}}))
 	if grant.Outcome != Acked {
 		return
@@ -291,15 +291,15 @@ func (w *Workload) holdOutlivingItsLot(ctx context.Context, rng *rand.Rand, r *R
 	if at.Before(w.Until) {
 		r.Outlives = at
 	}
-	w.write(ctx, rng, r, w.changer(ctx, r, client.Change{IdempotencyKey: r.Key, Hold: true,
+	w.write(ctx, rng, r, w.changer(ctx, r, wallet.Change{IdempotencyKey: r.Key, Hold: true,
 		Ops: []coffer.OpRequest{{Currency: cur, Amount: -take}}}))
 }
 
 // collect is a write of a collector: many lots at once (paid grants, or
 // free credits of as many priorities), or a consume or a hold over many of
 // them.
-func (w *Workload) collect(ctx context.Context, rng *rand.Rand, r *Record, cur string) func(c *client.Client) (coffer.Trx, error) {
-	change := client.Change{IdempotencyKey: r.Key}
+func (w *Workload) collect(ctx context.Context, rng *rand.Rand, r *Record, cur string) func(c *wallet.Conn) (coffer.Trx, error) {
+	change := wallet.Change{IdempotencyKey: r.Key}
 	switch p := rng.IntN(10); {
 	case p < 8:
 		r.Kind, r.Deltas = Grant, map[string]coffer.Amount{}
@@ -331,7 +331,7 @@ func (w *Workload) collect(ctx context.Context, rng *rand.Rand, r *Record, cur s
 func (w *Workload) batch(ctx context.Context, rng *rand.Rand, key string) {
 	ns := coffer.Namespace(1 + rng.IntN(2))
 	var recs []*Record
-	var changes []client.BatchChange
+	var changes []wallet.BatchChange
 	for i := range 2 + rng.IntN(7) {
 		r := &Record{Key: fmt.Sprintf("%s-%d", key, i), NS: ns, Player: w.Players[rng.IntN(len(w.Players))], Kind: Grant}
 		cur, amount := []string{"gold", "silver", "credits"}[rng.IntN(3)], coffer.Amount(1+rng.IntN(500))
@@ -340,7 +340,7 @@ func (w *Workload) batch(ctx context.Context, rng *rand.Rand, key string) {
 		}
 		r.Deltas = map[string]coffer.Amount{cur: amount}
 		recs = append(recs, r)
-		changes = append(changes, client.BatchChange{PlayerID: r.Player, IdempotencyKey: r.Key, Ops: []coffer.OpRequest{{Currency: cur, Amount: amount}}})
+		changes = append(changes, wallet.BatchChange{PlayerID: r.Player, IdempotencyKey: r.Key, Ops: []coffer.OpRequest{{Currency: cur, Amount: amount}}})
 	}
 	w.mu.Lock()
 	w.records = append(w.records, recs...)
@@ -349,7 +349,7 @@ func (w *Workload) batch(ctx context.Context, rng *rand.Rand, key string) {
 	for len(recs) > 0 {
 		res, err := w.Instances.Pick(rng).BatchChange(ctx, ns, changes)
 		var again []*Record
-		var resend []client.BatchChange
+		var resend []wallet.BatchChange
 		for i, r := range recs {
 			if err == nil && definitive(res[i].Err) {
 				r.Outcome, r.Code = outcomeOf(res[i].Err), coffer.ErrorCode(res[i].Err)
@@ -382,10 +382,10 @@ func (w *Workload) endHold(ctx context.Context, rng *rand.Rand, r *Record) {
 		return
 	}
 	r.HoldEnd = "commit"
-	end := func(c *client.Client) (coffer.Trx, error) { return answer(c.Commit(ctx, r.NS, r.Player, r.Key)) }
+	end := func(c *wallet.Conn) (coffer.Trx, error) { return answer(c.Commit(ctx, r.NS, r.Player, r.Key)) }
 	if p >= 7 {
 		r.HoldEnd = "rollback"
-		end = func(c *client.Client) (coffer.Trx, error) { return answer(c.Rollback(ctx, r.NS, r.Player, r.Key)) }
+		end = func(c *wallet.Conn) (coffer.Trx, error) { return answer(c.Rollback(ctx, r.NS, r.Player, r.Key)) }
 	}
 	t, err := w.retry(ctx, rng, r, end)
 	switch coffer.ErrorCode(err) {
@@ -399,7 +399,7 @@ func (w *Workload) endHold(ctx context.Context, rng *rand.Rand, r *Record) {
 // retry sends until the answer is definitive or GiveUpAt passes: an
 // unknown outcome is retried with the same key, possibly on the other
 // instance.
-func (w *Workload) retry(ctx context.Context, rng *rand.Rand, r *Record, send func(*client.Client) (coffer.Trx, error)) (coffer.Trx, error) {
+func (w *Workload) retry(ctx context.Context, rng *rand.Rand, r *Record, send func(*wallet.Conn) (coffer.Trx, error)) (coffer.Trx, error) {
 	backoff := 50 * time.Millisecond
 	for {
 		t, err := send(w.Instances.Pick(rng))

@@ -10,7 +10,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
-	"github.com/cofferhq/coffer/client"
+	"github.com/cofferhq/coffer/wallet"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -223,7 +223,7 @@ func TestGRPCBatch(t *testing.T) {
 		wantGRPC(t, err, c.grpc, c.code)
 	}
 
-	results, err := s.dev.BatchChange(ctx, 1, []client.BatchChange{
+	results, err := s.dev.BatchChange(ctx, 1, []wallet.BatchChange{
 		{PlayerID: 701, IdempotencyKey: "g1", Ops: []coffer.OpRequest{{Currency: "gold", Amount: 50}}},
 		{PlayerID: 704, IdempotencyKey: "g7", Ops: []coffer.OpRequest{{Currency: "gold", Amount: 3}}},
 		{PlayerID: 704, IdempotencyKey: "g8", Ops: []coffer.OpRequest{{Currency: "gold", Amount: -4}}},

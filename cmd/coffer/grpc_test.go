@@ -266,7 +266,7 @@ func TestGRPCRefusesAnUnknownKeyBeforeItsMessage(t *testing.T) {
 }
 
 // TestRequestIDOverBothTransports: HTTP and gRPC keep a caller's sane
-// request id and replace any other by the same rule (coffer.RequestID):
+// request id and replace any other by the same rule (api.RequestID):
 // a space would split the id in a log line, on either transport.
 func TestRequestIDOverBothTransports(t *testing.T) {
 	s := startService(t, twoServers(t), nil)

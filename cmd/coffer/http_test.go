@@ -13,9 +13,9 @@ import (
 
 	"github.com/cofferhq/coffer"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
-	"github.com/cofferhq/coffer/client"
 	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/internal/pgtest"
+	"github.com/cofferhq/coffer/wallet"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -27,11 +27,11 @@ func twoServers(t *testing.T) []*pgserver.Server {
 	return []*pgserver.Server{pgtest.Server(t, 0), pgtest.Server(t, 1)}
 }
 
-func grant(key, currency string, amount coffer.Amount) client.Change {
-	return client.Change{IdempotencyKey: key, Ops: []coffer.OpRequest{{Currency: currency, Amount: amount}}}
+func grant(key, currency string, amount coffer.Amount) wallet.Change {
+	return wallet.Change{IdempotencyKey: key, Ops: []coffer.OpRequest{{Currency: currency, Amount: amount}}}
 }
 
-func balanceOf(t *testing.T, c *client.Client, player coffer.PlayerID, currency string) coffer.Balance {
+func balanceOf(t *testing.T, c *wallet.Conn, player coffer.PlayerID, currency string) coffer.Balance {
 	t.Helper()
 	b, err := c.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: player, Currency: currency})
 	must(t, err)
@@ -116,7 +116,7 @@ func TestIdempotencyKeyOfCharacters(t *testing.T) {
 func TestClientRefusesTextJSONCannotCarry(t *testing.T) {
 	s := startService(t, twoServers(t), nil)
 	for _, key := range []string{"k\xff", "k\xfe"} {
-		_, _, err := s.dev.Change(ctx, 1, 44, client.Change{IdempotencyKey: key, Ops: []coffer.OpRequest{{Currency: "gold", Amount: 5}}})
+		_, _, err := s.dev.Change(ctx, 1, 44, wallet.Change{IdempotencyKey: key, Ops: []coffer.OpRequest{{Currency: "gold", Amount: 5}}})
 		if coffer.ErrorCode(err) != coffer.CodeInvalid || !strings.Contains(err.Error(), "nothing was sent") {
 			t.Errorf("key %q: %v", key, err)
 		}
@@ -127,7 +127,7 @@ func TestClientRefusesTextJSONCannotCarry(t *testing.T) {
 		t.Fatalf("the refused keys wrote %d trx", len(page.Items))
 	}
 	meta := `{"note": "` + strings.Repeat("<&>", 1300) + `"}`
-	trx, _, err := s.dev.Change(ctx, 1, 44, client.Change{IdempotencyKey: "k", Ops: []coffer.OpRequest{{Currency: "gold", Amount: 5}}, Meta: json.RawMessage(meta)})
+	trx, _, err := s.dev.Change(ctx, 1, 44, wallet.Change{IdempotencyKey: "k", Ops: []coffer.OpRequest{{Currency: "gold", Amount: 5}}, Meta: json.RawMessage(meta)})
 	must(t, err)
 	if trx.Version != 1 {
 		t.Fatalf("trx %+v", trx)
@@ -176,7 +176,7 @@ func TestHTTPHoldLife(t *testing.T) {
 	const p = 7
 	_, _, err := s.dev.Change(ctx, 1, p, grant("seed", "gold", 100))
 	must(t, err)
-	hold := client.Change{IdempotencyKey: "match-1", Hold: true, Ops: []coffer.OpRequest{
+	hold := wallet.Change{IdempotencyKey: "match-1", Hold: true, Ops: []coffer.OpRequest{
 		{Currency: "gold", Amount: -40}, {Currency: "silver", Amount: 5}}}
 	trx, replay, err := s.dev.Change(ctx, 1, p, hold)
 	must(t, err)
@@ -266,7 +266,7 @@ func TestHTTPHoldLife(t *testing.T) {
 func TestHTTPExchangeAtAndFinlog(t *testing.T) {
 	s := startService(t, twoServers(t), nil)
 	const p = 99
-	paid := client.Change{IdempotencyKey: "buy", Ops: []coffer.OpRequest{{Currency: "gold", Amount: 10, Kind: "paid",
+	paid := wallet.Change{IdempotencyKey: "buy", Ops: []coffer.OpRequest{{Currency: "gold", Amount: 10, Kind: "paid",
 		Purchase: &coffer.Purchase{Store: "steam", OrderID: "o1", Price: 99, Fiat: "EUR"}}}}
 	first, _, err := s.dev.Change(ctx, 1, p, paid)
 	must(t, err)
@@ -277,7 +277,7 @@ func TestHTTPExchangeAtAndFinlog(t *testing.T) {
 		_, _, err := s.dev.Change(ctx, 1, p, grant(k, "gold", 1))
 		must(t, err)
 	}
-	ex, replay, err := s.dev.Exchange(ctx, 1, p, client.Exchange{IdempotencyKey: "ex-1", From: "gold", To: "silver", Amount: 12})
+	ex, replay, err := s.dev.Exchange(ctx, 1, p, wallet.Exchange{IdempotencyKey: "ex-1", From: "gold", To: "silver", Amount: 12})
 	must(t, err)
 	if replay || ex.Kind != coffer.TrxExchange {
 		t.Fatalf("exchange %+v", ex)
@@ -410,7 +410,7 @@ func TestHTTPAuth(t *testing.T) {
 // two trx.
 func TestIdempotencyKeysScopedToClient(t *testing.T) {
 	s := startService(t, twoServers(t), nil)
-	game2 := client.New(s.base, game2Key, nil)
+	game2 := wallet.New(s.base, game2Key, nil)
 	a, _, err := s.dev.Change(ctx, 1, 11, grant("same", "gold", 1))
 	must(t, err)
 	b, replay, err := game2.Change(ctx, 1, 11, grant("same", "gold", 1))
@@ -620,7 +620,7 @@ func TestHTTPRefund(t *testing.T) {
 		t.Fatalf("finlog: %+v", page.Items)
 	}
 	buy("buy-2", "GPA.2")
-	req := client.Refund{IdempotencyKey: "refund-8", Store: "google", OrderID: "GPA.2", Kind: coffer.RefundChargeback}
+	req := wallet.Refund{IdempotencyKey: "refund-8", Store: "google", OrderID: "GPA.2", Kind: coffer.RefundChargeback}
 	got, replay, err := s.dev.Refund(ctx, 1, p, req)
 	if err != nil || replay || got.Refund == nil || got.Refund.Kind != coffer.RefundChargeback || len(got.Refund.Shortfall) != 0 {
 		t.Fatalf("client refund: %+v %v %v", got, replay, err)

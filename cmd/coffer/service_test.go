@@ -16,11 +16,11 @@ import (
 	"github.com/cofferhq/coffer/api"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	"github.com/cofferhq/coffer/audit"
-	"github.com/cofferhq/coffer/client"
 	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/internal/pgtest"
 	"github.com/cofferhq/coffer/migrate"
 	"github.com/cofferhq/coffer/shard"
+	"github.com/cofferhq/coffer/wallet"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
@@ -48,7 +48,7 @@ type service struct {
 	t    *testing.T
 	main *Main
 	base string
-	dev  *client.Client
+	dev  *wallet.Conn
 	grpc cofferv1.WalletClient
 	// conn is grpc's connection, for calls with raw messages (invokeRaw).
 	conn   *grpc.ClientConn
@@ -140,7 +140,7 @@ func startService(t *testing.T, servers []*pgserver.Server, tweak func(*Config))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &service{t: t, main: main, base: "http://" + main.HTTPAddr, dev: client.New("http://"+main.HTTPAddr, devKey, nil),
+	s := &service{t: t, main: main, base: "http://" + main.HTTPAddr, dev: wallet.New("http://"+main.HTTPAddr, devKey, nil),
 		grpc: cofferv1.NewWalletClient(conn), conn: conn, m: m, oa: oa, logs: logs}
 	t.Cleanup(func() {
 		conn.Close()

@@ -20,10 +20,10 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/audit"
-	"github.com/cofferhq/coffer/client"
 	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/shard"
 	"github.com/cofferhq/coffer/torture"
+	"github.com/cofferhq/coffer/wallet"
 )
 
 // tortureRun is one `coffer torture`: three shard databases holding 16
@@ -326,7 +326,7 @@ func (t *tortureRun) ProbeWrite(ctx context.Context, k, i int) error {
 	t.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	_, _, err := client.New(url, t.key, nil).Change(ctx, 1, t.writeProbes[i], client.Change{
+	_, _, err := wallet.New(url, t.key, nil).Change(ctx, 1, t.writeProbes[i], wallet.Change{
 		IdempotencyKey: fmt.Sprintf("probe-%d", t.probeSeq.Add(1)), Reason: "probe",
 		Ops: []coffer.OpRequest{{Currency: "credits", Amount: 1}}})
 	return err
@@ -381,7 +381,7 @@ func (t *tortureRun) WaitDatabase(ctx context.Context, i int) {
 		procs := slices.Clone(t.procs)
 		t.mu.Unlock()
 		for _, p := range procs {
-			c := client.New("http://"+p.httpAddr, t.key, nil)
+			c := wallet.New("http://"+p.httpAddr, t.key, nil)
 			if _, err := c.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: t.probes[i]}); err != nil {
 				return false
 			}

@@ -1,4 +1,4 @@
-package client
+package wallet
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/api"
 )
 
 // TestBadTextLooksAtWhatIsSent: a string that is not UTF-8 is found in an
@@ -32,9 +33,9 @@ func TestBadTextLooksAtWhatIsSent(t *testing.T) {
 		body any
 		bad  bool
 	}{
-		{"a bad key", coffer.ChangeBody{IdempotencyKey: "k\xff"}, true},
-		{"a bad currency in an op", &coffer.ChangeBody{Ops: []coffer.OpRequest{{Currency: "g\xfe", Amount: 1}}}, true},
-		{"an op with an expiry in a zone", &coffer.ChangeBody{IdempotencyKey: "k", Ops: []coffer.OpRequest{{Currency: "gold", Amount: 1, ExpiresAt: &at}}}, false},
+		{"a bad key", api.ChangeBody{IdempotencyKey: "k\xff"}, true},
+		{"a bad currency in an op", &api.ChangeBody{Ops: []coffer.OpRequest{{Currency: "g\xfe", Amount: 1}}}, true},
+		{"an op with an expiry in a zone", &api.ChangeBody{IdempotencyKey: "k", Ops: []coffer.OpRequest{{Currency: "gold", Amount: 1, ExpiresAt: &at}}}, false},
 		{"an unexported field", unsent{Sent: "ok", hidden: "\xff"}, false},
 		{"a value that encodes itself", selfEncoded{Text: "\xff"}, false},
 	} {

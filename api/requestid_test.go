@@ -1,4 +1,4 @@
-package coffer
+package api
 
 import (
 	"strings"

@@ -1,8 +1,9 @@
-// Package client is a small Go client of coffer's HTTP/JSON API. Errors the
-// service answers come back as *coffer.Error with the stable code, so
-// callers branch with coffer.ErrorCode; a transport failure is an ordinary
-// error. Every write may be retried with the same idempotency key.
-package client
+// Package wallet is a small Go client of coffer's HTTP/JSON API, the
+// Wallet service of api/coffer/v1. Errors the service answers come back as
+// *coffer.Error with the stable code, so callers branch with
+// coffer.ErrorCode; a transport failure is an ordinary error. Every write
+// may be retried with the same idempotency key.
+package wallet
 
 import (
 	"bytes"
@@ -19,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/api"
 )
 
 // AnswerBytesMax bounds the answer the client reads, so that a service
@@ -27,28 +29,28 @@ import (
 // naming it, never a cut answer.
 const AnswerBytesMax = 64 << 20
 
-// Client calls one coffer service with one API key. It is safe for
+// Conn calls one coffer service with one API key. It is safe for
 // concurrent use.
-type Client struct {
+type Conn struct {
 	base string
 	key  string
 	http *http.Client
 }
 
-// New returns a client of the service at baseURL (e.g.
+// New returns a Conn to the service at baseURL (e.g.
 // "http://127.0.0.1:8080"). A nil httpClient means one with a 10 s timeout.
-func New(baseURL, apiKey string, httpClient *http.Client) *Client {
+func New(baseURL, apiKey string, httpClient *http.Client) *Conn {
 	if httpClient == nil {
 		httpClient = &http.Client{Timeout: 10 * time.Second}
 	}
-	return &Client{base: baseURL, key: apiKey, http: httpClient}
+	return &Conn{base: baseURL, key: apiKey, http: httpClient}
 }
 
 // Change is a change or the begin of a hold, as sent.
-type Change = coffer.ChangeBody
+type Change = api.ChangeBody
 
 // Exchange is an exchange, as sent.
-type Exchange = coffer.ExchangeBody
+type Exchange = api.ExchangeBody
 
 func playerPath(ns coffer.Namespace, p coffer.PlayerID) string {
 	return fmt.Sprintf("/v1/namespaces/%d/players/%d", ns, p)
@@ -74,7 +76,7 @@ func trxPath(ns coffer.Namespace, p coffer.PlayerID, key, suffix string) (string
 
 // Balances reads a player's balances; q's Namespace and PlayerID address
 // them.
-func (c *Client) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Balances, error) {
+func (c *Conn) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Balances, error) {
 	v := url.Values{}
 	if q.Currency != "" {
 		v.Set("currency", q.Currency)
@@ -92,13 +94,13 @@ func (c *Client) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Ba
 
 // Change applies a change or begins a hold. replay is true when the
 // answer is the original result of an earlier request with the same key.
-func (c *Client) Change(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, req Change) (trx coffer.Trx, replay bool, err error) {
+func (c *Conn) Change(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, req Change) (trx coffer.Trx, replay bool, err error) {
 	status, err := c.do(ctx, "POST", playerPath(ns, p)+"/transactions", nil, req, &trx)
 	return trx, status == http.StatusOK, err
 }
 
 // BatchChange is one change of a batch, as sent.
-type BatchChange = coffer.BatchChangeBody
+type BatchChange = api.BatchChangeBody
 
 // BatchChange applies up to coffer.BatchChangesMax changes, for players of
 // namespace ns, in one call, each atomically on its own. The results come
@@ -109,7 +111,7 @@ type BatchChange = coffer.BatchChangeBody
 // over AnswerBytesMax is an error too: the batch may have been applied,
 // and resending it would get the same answer; read each trx back by its
 // key (Trx), or send fewer changes per call.
-func (c *Client) BatchChange(ctx context.Context, ns coffer.Namespace, changes []BatchChange) ([]coffer.ChangeResult, error) {
+func (c *Conn) BatchChange(ctx context.Context, ns coffer.Namespace, changes []BatchChange) ([]coffer.ChangeResult, error) {
 	var out struct {
 		Results []struct {
 			Trx    *coffer.Trx `json:"trx"`
@@ -118,7 +120,7 @@ func (c *Client) BatchChange(ctx context.Context, ns coffer.Namespace, changes [
 		} `json:"results"`
 	}
 	path := fmt.Sprintf("/v1/namespaces/%d/transactions:batch", ns)
-	if _, err := c.do(ctx, "POST", path, nil, coffer.BatchBody{Changes: changes}, &out); err != nil {
+	if _, err := c.do(ctx, "POST", path, nil, api.BatchBody{Changes: changes}, &out); err != nil {
 		return nil, err
 	}
 	if len(out.Results) != len(changes) {
@@ -139,26 +141,26 @@ func (c *Client) BatchChange(ctx context.Context, ns coffer.Namespace, changes [
 }
 
 // Commit commits a pending hold.
-func (c *Client) Commit(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (trx coffer.Trx, replay bool, err error) {
+func (c *Conn) Commit(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (trx coffer.Trx, replay bool, err error) {
 	status, err := c.onTrx(ctx, "POST", ns, p, key, "/commit", &trx)
 	return trx, status == http.StatusOK, err
 }
 
 // Rollback rolls a pending hold back.
-func (c *Client) Rollback(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (trx coffer.Trx, replay bool, err error) {
+func (c *Conn) Rollback(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (trx coffer.Trx, replay bool, err error) {
 	status, err := c.onTrx(ctx, "POST", ns, p, key, "/rollback", &trx)
 	return trx, status == http.StatusOK, err
 }
 
 // Trx reads one trx of this client by its idempotency key.
-func (c *Client) Trx(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (coffer.Trx, error) {
+func (c *Conn) Trx(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, key string) (coffer.Trx, error) {
 	var trx coffer.Trx
 	_, err := c.onTrx(ctx, "GET", ns, p, key, "", &trx)
 	return trx, err
 }
 
 // onTrx calls the trx of key (trxPath) plus suffix, without a body.
-func (c *Client) onTrx(ctx context.Context, method string, ns coffer.Namespace, p coffer.PlayerID, key, suffix string, out any) (int, error) {
+func (c *Conn) onTrx(ctx context.Context, method string, ns coffer.Namespace, p coffer.PlayerID, key, suffix string, out any) (int, error) {
 	path, err := trxPath(ns, p, key, suffix)
 	if err != nil {
 		return 0, err
@@ -167,24 +169,24 @@ func (c *Client) onTrx(ctx context.Context, method string, ns coffer.Namespace, 
 }
 
 // Exchange exchanges one currency for another.
-func (c *Client) Exchange(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, req Exchange) (trx coffer.Trx, replay bool, err error) {
+func (c *Conn) Exchange(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, req Exchange) (trx coffer.Trx, replay bool, err error) {
 	status, err := c.do(ctx, "POST", playerPath(ns, p)+"/exchanges", nil, req, &trx)
 	return trx, status == http.StatusOK, err
 }
 
 // Refund is a refund or chargeback, as sent.
-type Refund = coffer.RefundBody
+type Refund = api.RefundBody
 
 // Refund takes back a store order credited to the player (a refund or a
 // chargeback); replay is true when the answer is the original result of
 // an earlier request with the same key.
-func (c *Client) Refund(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, req Refund) (trx coffer.Trx, replay bool, err error) {
+func (c *Conn) Refund(ctx context.Context, ns coffer.Namespace, p coffer.PlayerID, req Refund) (trx coffer.Trx, replay bool, err error) {
 	status, err := c.do(ctx, "POST", playerPath(ns, p)+"/refunds", nil, req, &trx)
 	return trx, status == http.StatusOK, err
 }
 
 // Finlog reads a page of a player's finlog.
-func (c *Client) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.FinlogPage, error) {
+func (c *Conn) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.FinlogPage, error) {
 	v := url.Values{}
 	for name, t := range map[string]*time.Time{"from": q.From, "to": q.To} {
 		if t != nil {
@@ -208,7 +210,7 @@ func (c *Client) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlo
 }
 
 // Revenue reads the revenue report of a namespace (admin).
-func (c *Client) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.RevenueLine, error) {
+func (c *Conn) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.RevenueLine, error) {
 	v := url.Values{"from": {q.From.Format(time.RFC3339Nano)}, "to": {q.To.Format(time.RFC3339Nano)}}
 	if q.Currency != "" {
 		v.Set("currency", q.Currency)
@@ -221,7 +223,7 @@ func (c *Client) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.R
 }
 
 // Status reads the operators' view of the instance (admin).
-func (c *Client) Status(ctx context.Context) (coffer.Status, error) {
+func (c *Conn) Status(ctx context.Context) (coffer.Status, error) {
 	var out coffer.Status
 	_, err := c.do(ctx, "GET", "/v1/status", nil, nil, &out)
 	return out, err
@@ -235,7 +237,7 @@ type problem struct {
 
 // do sends one request and decodes a success into out; it returns the
 // HTTP status.
-func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) (int, error) {
+func (c *Conn) do(ctx context.Context, method, path string, query url.Values, body, out any) (int, error) {
 	u := c.base + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
