@@ -222,21 +222,20 @@ func (c *Checker) Check(ctx context.Context) (Report, error) {
 }
 
 func (c *Checker) checkShard(ctx context.Context, id coffer.ShardID, r *Report) {
-	sfx := fmt.Sprintf("_%d", id)
 	fail := func(check string, err error) {
 		if err != nil {
 			r.Failures = append(r.Failures, Failure{Shard: id, Check: check, Error: err.Error()})
 		}
 	}
 	for _, ch := range checks {
-		fail(ch.name, c.collect(ctx, id, ch.name, strings.ReplaceAll(ch.sql, "_N", sfx), r))
+		fail(ch.name, c.collect(ctx, id, ch.name, shard.Tables(ch.sql, id), r))
 	}
 	name := "pending hold past its TTL"
-	fail(name, c.collect(ctx, id, name, strings.ReplaceAll(staleHolds, "_N", sfx), r, c.HoldGrace.Seconds()))
+	fail(name, c.collect(ctx, id, name, shard.Tables(staleHolds, id), r, c.HoldGrace.Seconds()))
 	c.checkClaims(ctx, id, r)
 	c.checkRevenue(ctx, id, r)
-	fail("totals", c.sum(ctx, id, strings.ReplaceAll(totals, "_N", sfx), r.Totals))
-	fail("reserved", c.sum(ctx, id, strings.ReplaceAll(reserved, "_N", sfx), r.Reserved))
+	fail("totals", c.sum(ctx, id, shard.Tables(totals, id), r.Totals))
+	fail("reserved", c.sum(ctx, id, shard.Tables(reserved, id), r.Reserved))
 }
 
 // sum adds the per "ns/currency" sums sql reads, as text, to m.

@@ -3,9 +3,9 @@ package audit
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/shard"
 )
 
 // The once-only credit of store orders (ADR 0011), checked from the rows:
@@ -51,9 +51,8 @@ type credit struct {
 
 // checkClaims checks the claims of the purchases credited on shard id.
 func (c *Checker) checkClaims(ctx context.Context, id coffer.ShardID, r *Report) {
-	sfx := fmt.Sprintf("_%d", id)
 	name := "order credited twice"
-	if err := c.collect(ctx, id, name, strings.ReplaceAll(creditedTwice, "_N", sfx), r); err != nil {
+	if err := c.collect(ctx, id, name, shard.Tables(creditedTwice, id), r); err != nil {
 		r.Failures = append(r.Failures, Failure{Shard: id, Check: name, Error: err.Error()})
 	}
 	name = "purchase without its claim"
@@ -79,7 +78,7 @@ func (c *Checker) checkClaims(ctx context.Context, id coffer.ShardID, r *Report)
 // afterSeq), grouped by the shard holding their claims, one per trx and
 // order, and the key of the page's last op (0 if the page is empty).
 func (c *Checker) credits(ctx context.Context, id coffer.ShardID, afterTrx, afterSeq int64) (map[coffer.ShardID][]credit, int64, int64, error) {
-	rows, err := c.Router.Shard(id).Query(ctx, strings.ReplaceAll(creditsPage, "_N", fmt.Sprintf("_%d", id)), afterTrx, afterSeq, creditsPageLen)
+	rows, err := c.Router.Shard(id).Query(ctx, shard.Tables(creditsPage, id), afterTrx, afterSeq, creditsPageLen)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -116,7 +115,7 @@ func (c *Checker) checkCredits(ctx context.Context, id coffer.ShardID, page map[
 			players, emitters, keys = append(players, int64(cr.scope.PlayerID)), append(emitters, int32(cr.scope.Emitter)), append(keys, cr.scope.IdempotencyKey)
 			trxs = append(trxs, cr.trx)
 		}
-		rows, err := c.Router.Shard(at).Query(ctx, strings.ReplaceAll(unclaimed, "_N", fmt.Sprintf("_%d", at)),
+		rows, err := c.Router.Shard(at).Query(ctx, shard.Tables(unclaimed, at),
 			ns, stores, orders, players, emitters, keys, trxs)
 		if err != nil {
 			return fmt.Errorf("claims on shard %d: %w", at, err)

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cofferhq/coffer/postgres"
 	"github.com/cofferhq/coffer/shard"
 )
 
@@ -190,7 +189,7 @@ type Report struct {
 
 // counters are the readings around a run.
 type counters struct {
-	db                         postgres.ServerStats
+	db                         ServerStats
 	pgCPU, cofferCPU, benchCPU float64
 	machine, steal             int64
 	haveDB, haveProcess        bool
@@ -201,7 +200,7 @@ func (e *Env) read(ctx context.Context) (counters, error) {
 	if e.Router != nil {
 		// Statistics reach pg_stat_* up to a second after a commit.
 		time.Sleep(1100 * time.Millisecond)
-		st, err := postgres.ReadServerStats(ctx, e.Router)
+		st, err := ReadServerStats(ctx, e.Router)
 		if err != nil {
 			return c, fmt.Errorf("database counters: %w", err)
 		}
@@ -226,7 +225,7 @@ type sideTotals struct {
 	pgCPU, cofferCPU         float64
 	benchCPU                 float64
 	machine, steal           int64
-	statements               map[string]*postgres.StatementStats
+	statements               map[string]*StatementStats
 }
 
 func (s *sideTotals) add(before, after counters, ops int64) {
@@ -269,12 +268,12 @@ func (s *sideTotals) side() Side {
 }
 
 // addStatements adds one run's pg_stat_statements to the side's.
-func (s *sideTotals) addStatements(run map[string]*postgres.StatementStats) {
+func (s *sideTotals) addStatements(run map[string]*StatementStats) {
 	if s.statements == nil {
-		s.statements = map[string]*postgres.StatementStats{}
+		s.statements = map[string]*StatementStats{}
 	}
 	for _, st := range run {
-		postgres.AddStatement(s.statements, *st)
+		AddStatement(s.statements, *st)
 	}
 }
 
@@ -405,7 +404,7 @@ func runSide(ctx context.Context, o Options, env Env, side Runner, round int, to
 	}
 	statements := o.Statements && env.Router != nil
 	if statements {
-		if err := postgres.ResetStatements(ctx, env.Router); err != nil {
+		if err := ResetStatements(ctx, env.Router); err != nil {
 			return nil, err
 		}
 	}
@@ -418,7 +417,7 @@ func runSide(ctx context.Context, o Options, env Env, side Runner, round int, to
 		return nil, err
 	}
 	if statements {
-		run, err := postgres.ReadStatements(ctx, env.Router)
+		run, err := ReadStatements(ctx, env.Router)
 		if err != nil {
 			return nil, err
 		}

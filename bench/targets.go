@@ -14,7 +14,6 @@ import (
 	"github.com/cofferhq/coffer"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	coffergrpc "github.com/cofferhq/coffer/grpc"
-	"github.com/cofferhq/coffer/postgres"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -239,10 +238,10 @@ func grpcCode(err error) string {
 }
 
 // SQLTarget is the raw-SQL baseline: grants and reads only.
-type SQLTarget struct{ b *postgres.Baseline }
+type SQLTarget struct{ b *Baseline }
 
 // NewSQLTarget wraps a baseline.
-func NewSQLTarget(b *postgres.Baseline) *SQLTarget { return &SQLTarget{b: b} }
+func NewSQLTarget(b *Baseline) *SQLTarget { return &SQLTarget{b: b} }
 
 // Do performs op.
 func (t *SQLTarget) Do(ctx context.Context, op *Op) string {

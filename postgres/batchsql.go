@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/shard"
 )
 
 // The statements of a batch on one shard: a batch sends them for every
@@ -40,7 +41,7 @@ import (
 const keyedJoins = `SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // batchSQL are the statements of a batch on one shard, written for shard
-// N (shardSQL names the tables).
+// N (shard.Tables names the tables).
 type batchSQL struct {
 	lock, lots, trx, orders, exchanges, balances string
 }
@@ -122,7 +123,7 @@ var batchStatements = batchSQL{
 
 // forShard is the statements with shard id's table names.
 func (b batchSQL) forShard(id coffer.ShardID) batchSQL {
-	n := func(sql string) string { return shardSQL(sql, id) }
+	n := func(sql string) string { return shard.Tables(sql, id) }
 	return batchSQL{lock: n(b.lock), lots: n(b.lots), trx: n(b.trx), orders: n(b.orders), exchanges: n(b.exchanges), balances: n(b.balances)}
 }
 
@@ -217,5 +218,5 @@ func writeSQL(id coffer.ShardID, parts uint) string {
 		with = append(with, br.name+" AS ("+sql+")")
 		offset += br.cols
 	}
-	return shardSQL("WITH "+strings.Join(with, ",\n")+"\nSELECT 1", id)
+	return shard.Tables("WITH "+strings.Join(with, ",\n")+"\nSELECT 1", id)
 }

@@ -92,7 +92,7 @@ func (s *Store) claimOn(ctx context.Context, sc coffer.Scope, claims []*claim) e
 	}
 	b := &pgx.Batch{}
 	for _, c := range claims {
-		b.Queue(shardSQL(claimSQL, c.shard), c.key.Namespace, c.key.Store, c.key.OrderID,
+		b.Queue(shard.Tables(claimSQL, c.shard), c.key.Namespace, c.key.Store, c.key.OrderID,
 			sc.PlayerID, sc.Emitter, sc.IdempotencyKey).QueryRow(c.scanOwner)
 	}
 	if err := pool.SendBatch(ctx, b).Close(); err != nil {
@@ -101,7 +101,7 @@ func (s *Store) claimOn(ctx context.Context, sc coffer.Scope, claims []*claim) e
 	b = &pgx.Batch{}
 	for _, c := range claims {
 		if c.owner == nil {
-			b.Queue(shardSQL(claimOwnerSQL, c.shard), c.key.Namespace, c.key.Store, c.key.OrderID).QueryRow(c.scanOwner)
+			b.Queue(shard.Tables(claimOwnerSQL, c.shard), c.key.Namespace, c.key.Store, c.key.OrderID).QueryRow(c.scanOwner)
 		}
 	}
 	if b.Len() > 0 {
@@ -208,7 +208,7 @@ type creditedRows struct {
 // afterSeq), grouped by the shard holding their claims, and the key of
 // the page's last op (0 when the page is empty).
 func creditedOn(ctx context.Context, router *shard.Router, id coffer.ShardID, afterTrx, afterSeq int64) (map[coffer.ShardID]*creditedRows, int64, int64, error) {
-	rows, err := router.Shard(id).Query(ctx, shardSQL(creditedPage, id), afterTrx, afterSeq, claimedPageLen)
+	rows, err := router.Shard(id).Query(ctx, shard.Tables(creditedPage, id), afterTrx, afterSeq, claimedPageLen)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -241,11 +241,11 @@ func creditedOn(ctx context.Context, router *shard.Router, id coffer.ShardID, af
 // credits contested.
 func claimCredits(ctx context.Context, router *shard.Router, at coffer.ShardID, r *creditedRows) (claimed, contested int64, err error) {
 	b := &pgx.Batch{}
-	b.Queue(shardSQL(claimCreditedSQL, at), r.ns, r.stores, r.orders, r.players, r.emitters, r.keys, r.at).Exec(func(tag pgconn.CommandTag) error {
+	b.Queue(shard.Tables(claimCreditedSQL, at), r.ns, r.stores, r.orders, r.players, r.emitters, r.keys, r.at).Exec(func(tag pgconn.CommandTag) error {
 		claimed = tag.RowsAffected()
 		return nil
 	})
-	b.Queue(shardSQL(contestedSQL, at), r.ns, r.stores, r.orders, r.players, r.emitters, r.keys).QueryRow(func(row pgx.Row) error {
+	b.Queue(shard.Tables(contestedSQL, at), r.ns, r.stores, r.orders, r.players, r.emitters, r.keys).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&contested)
 	})
 	err = router.Shard(at).SendBatch(ctx, b).Close()

@@ -11,9 +11,6 @@ import (
 // RevenueSQL is the revenue report's statement on shard id.
 func RevenueSQL(id coffer.ShardID) string { return newQueries(id).revenue }
 
-// ShardSQL is sql with its tables (trx_N …) named for shard id.
-func ShardSQL(sql string, id coffer.ShardID) string { return shardSQL(sql, id) }
-
 // BatchReads are the batch's read statements on shard id, with the
 // settings a batch sends before them (keyedJoins).
 func BatchReads(id coffer.ShardID) (settings string, reads map[string]string) {

@@ -1,6 +1,9 @@
 package postgres
 
-import "github.com/cofferhq/coffer"
+import (
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/shard"
+)
 
 // queries are the statements of one shard. Table names carry the shard
 // number, so each shard has its own text (and prepared statements).
@@ -29,7 +32,7 @@ const trxColumns = `t.trx_id, t.emitter, t.idempotency_key, t.kind, t.status, t.
 		FROM op_N o WHERE o.trx_id = t.trx_id), '[]')`
 
 func newQueries(id coffer.ShardID) *queries {
-	n := func(sql string) string { return shardSQL(sql, id) }
+	n := func(sql string) string { return shard.Tables(sql, id) }
 	return &queries{
 		// Ids a batch needs beyond those its lock drew (batchQueries.lock).
 		nextIDs: n(`SELECT nextval('id_seq_N') FROM generate_series(1, $1)`),

@@ -9,7 +9,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/internal/pgtest"
-	"github.com/cofferhq/coffer/postgres"
+	"github.com/cofferhq/coffer/shard"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -546,7 +546,7 @@ func TestMigrationMarksTheLotsExchangesMade(t *testing.T) {
 			(1, $1, 3, 4, false, 7, 0, 0, $2, 11, NULL, NULL)`, p, t0)
 	migrateTo(t, e.router.Map(), -1)
 	id := e.router.Map().ShardOf(p)
-	rows, err := e.router.Shard(id).Query(ctx, postgres.ShardSQL(`SELECT lot_id, exchanged FROM lot_N WHERE ns = 1 AND player_id = $1 ORDER BY lot_id`, id), p)
+	rows, err := e.router.Shard(id).Query(ctx, shard.Tables(`SELECT lot_id, exchanged FROM lot_N WHERE ns = 1 AND player_id = $1 ORDER BY lot_id`, id), p)
 	must(t, err)
 	marked, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
 		ID        int64

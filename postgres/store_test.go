@@ -126,7 +126,7 @@ func (e *env) auditClean() {
 func (e *env) exec(player coffer.PlayerID, sql string, args ...any) {
 	e.t.Helper()
 	id := e.router.Map().ShardOf(player)
-	if _, err := e.router.Shard(id).Exec(ctx, postgres.ShardSQL(sql, id), args...); err != nil {
+	if _, err := e.router.Shard(id).Exec(ctx, shard.Tables(sql, id), args...); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -792,7 +792,7 @@ func TestLotSweeperWindowFailuresFailTheirShardOnly(t *testing.T) {
 	}
 	exec := func(sql string) {
 		t.Helper()
-		_, err := e.router.Shard(id).Exec(ctx, strings.ReplaceAll(sql, "_N", fmt.Sprintf("_%d", id)))
+		_, err := e.router.Shard(id).Exec(ctx, shard.Tables(sql, id))
 		must(t, err)
 	}
 	// Whether the player's expiry is recorded (a balance read leaves
@@ -832,7 +832,7 @@ func TestSweepersTryFailingCandidatesApart(t *testing.T) {
 	id := e.router.Map().ShardOf(damaged)
 	exec := func(sql string, args ...any) {
 		t.Helper()
-		_, err := e.router.Shard(id).Exec(ctx, strings.ReplaceAll(sql, "_N", fmt.Sprintf("_%d", id)), args...)
+		_, err := e.router.Shard(id).Exec(ctx, shard.Tables(sql, id), args...)
 		must(t, err)
 	}
 	later := time.Now().Add(time.Hour)
@@ -1291,21 +1291,6 @@ func TestBalancesRead(t *testing.T) {
 	must(t, err)
 	if b.Balances == nil || len(b.Balances) != 0 {
 		t.Fatalf("a player with nothing: %#v", b.Balances)
-	}
-}
-
-// TestStatementsNeedTheLibrary: on a server that does not preload
-// pg_stat_statements (the test servers), the extension can be created but
-// not read, and the error says what the server needs.
-func TestStatementsNeedTheLibrary(t *testing.T) {
-	e := newEnv(t)
-	must(t, postgres.CreateStatementsExtension(ctx, e.router))
-	err := postgres.ResetStatements(ctx, e.router)
-	if err == nil || !strings.Contains(err.Error(), "shared_preload_libraries") {
-		t.Fatalf("reset without the library: %v", err)
-	}
-	if _, err := postgres.ReadStatements(ctx, e.router); err == nil {
-		t.Fatal("read without the library: no error")
 	}
 }
 

@@ -23,7 +23,6 @@ import (
 	"github.com/cofferhq/coffer/audit"
 	"github.com/cofferhq/coffer/bench"
 	"github.com/cofferhq/coffer/internal/pgserver"
-	"github.com/cofferhq/coffer/postgres"
 	"github.com/cofferhq/coffer/shard"
 )
 
@@ -275,13 +274,13 @@ func (f *benchFlags) openRouter(ctx context.Context, m *shard.Map, cfg *Config) 
 		return nil, err
 	}
 	if f.self && f.Statements {
-		if err := postgres.CreateStatementsExtension(ctx, router); err != nil {
+		if err := bench.CreateStatementsExtension(ctx, router); err != nil {
 			router.Close()
 			return nil, err
 		}
 	}
 	if f.baseline == "sql" {
-		if err := postgres.NewBaseline(router).Setup(ctx); err != nil {
+		if err := bench.NewBaseline(router).Setup(ctx); err != nil {
 			router.Close()
 			return nil, err
 		}
@@ -294,7 +293,7 @@ func (f *benchFlags) openRouter(ctx context.Context, m *shard.Map, cfg *Config) 
 func (f *benchFlags) setBaseline(ctx context.Context, env *bench.Env) error {
 	switch f.baseline {
 	case "sql":
-		env.Baseline = bench.NewSQLTarget(postgres.NewBaseline(env.Router))
+		env.Baseline = bench.NewSQLTarget(bench.NewBaseline(env.Router))
 	case "pgbench":
 		bin, err := pgbenchBinary()
 		if err != nil {

@@ -1,9 +1,11 @@
-package postgres
+package bench
 
 import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cofferhq/coffer/shard"
 )
 
 // TestBaselineStatementsAreOneText: the SQL baseline sends the statements
@@ -15,7 +17,7 @@ func TestBaselineStatementsAreOneText(t *testing.T) {
 	}
 	script := PgbenchTransaction(7, "k'1-")
 	for _, st := range grantSteps {
-		if !strings.Contains(script, shardSQL(st, 7)+";") {
+		if !strings.Contains(script, shard.Tables(st, 7)+";") {
 			t.Errorf("the pgbench transaction lacks %q:\n%s", st, script)
 		}
 	}

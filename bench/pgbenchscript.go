@@ -1,4 +1,4 @@
-package postgres
+package bench
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/shard"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -32,10 +33,10 @@ func (b *Baseline) SetupPgbench(ctx context.Context, players int64) ([]int64, er
 	for s, ps := range byShard {
 		id := coffer.ShardID(s)
 		pool := b.router.Shard(id)
-		if _, err := pool.Exec(ctx, shardSQL(pgbenchPlayersSchema, id)); err != nil {
+		if _, err := pool.Exec(ctx, shard.Tables(pgbenchPlayersSchema, id)); err != nil {
 			return nil, fmt.Errorf("pgbench players: shard %d: %w", s, err)
 		}
-		_, err := pool.CopyFrom(ctx, pgx.Identifier{shardSQL("bench_player_N", id)}, []string{"i", "player_id"},
+		_, err := pool.CopyFrom(ctx, pgx.Identifier{shard.Tables("bench_player_N", id)}, []string{"i", "player_id"},
 			pgx.CopyFromSlice(len(ps), func(i int) ([]any, error) { return []any{int32(i), ps[i]}, nil }))
 		if err != nil {
 			return nil, fmt.Errorf("pgbench players: shard %d: %w", s, err)
@@ -63,5 +64,5 @@ func PgbenchTransaction(id coffer.ShardID, keyPrefix string) string {
 	}
 	lines = append(lines, "END;")
 	// pgbench reads a statement up to its semicolon, over line ends.
-	return shardSQL(strings.Join(lines, "\n"), id) + "\n"
+	return shard.Tables(strings.Join(lines, "\n"), id) + "\n"
 }

@@ -1,4 +1,4 @@
-package postgres
+package bench
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
@@ -50,7 +49,7 @@ func (b *Baseline) Drop(ctx context.Context) error {
 func (b *Baseline) eachShard(ctx context.Context, sql string) error {
 	for s := 0; s < b.router.Map().ShardCount(); s++ {
 		id := coffer.ShardID(s)
-		if _, err := b.router.Shard(id).Exec(ctx, shardSQL(sql, id)); err != nil {
+		if _, err := b.router.Shard(id).Exec(ctx, shard.Tables(sql, id)); err != nil {
 			return fmt.Errorf("baseline: shard %d: %w", s, err)
 		}
 	}
@@ -108,7 +107,7 @@ func positional(sql string) positionalSQL {
 // round trips, as pgbench runs a script.
 func (b *Baseline) Write(ctx context.Context, ns coffer.Namespace, player coffer.PlayerID, currency coffer.CurrencyID, amount coffer.Amount, key string) error {
 	id := b.router.Map().ShardOf(player)
-	q := shardSQL
+	q := shard.Tables
 	return pgx.BeginFunc(ctx, b.router.Shard(id), func(tx pgx.Tx) error {
 		var trxID int64
 		if err := tx.QueryRow(ctx, q(`INSERT INTO bench_trx_N (ns, player_id, created_at, idempotency_key, amount)
@@ -133,7 +132,7 @@ func (b *Baseline) Write(ctx context.Context, ns coffer.Namespace, player coffer
 // SQL of a balance read: the version and the live lots, one round trip.
 func (b *Baseline) Read(ctx context.Context, ns coffer.Namespace, player coffer.PlayerID) error {
 	id := b.router.Map().ShardOf(player)
-	rows, err := b.router.Shard(id).Query(ctx, shardSQL(`SELECT b.version, l.currency, l.paid, l.amount
+	rows, err := b.router.Shard(id).Query(ctx, shard.Tables(`SELECT b.version, l.currency, l.paid, l.amount
 		FROM balance_N b LEFT JOIN lot_N l ON l.ns = b.ns AND l.player_id = b.player_id
 			AND l.amount > 0 AND (l.expires_at IS NULL OR l.expires_at > now())
 		WHERE b.ns = $1 AND b.player_id = $2`, id), ns, player)
@@ -189,16 +188,11 @@ func ReadServerStats(ctx context.Context, router *shard.Router) (ServerStats, er
 		st.LotHOTUpdates += hot
 		for _, s := range db.Shards {
 			var n int64
-			if err := pool.QueryRow(ctx, shardSQL(`SELECT count(*) FROM trx_N`, s)).Scan(&n); err != nil {
+			if err := pool.QueryRow(ctx, shard.Tables(`SELECT count(*) FROM trx_N`, s)).Scan(&n); err != nil {
 				return st, err
 			}
 			st.Trx += n
 		}
 	}
 	return st, nil
-}
-
-// shardSQL names shard id's tables in sql: table_N becomes table_7.
-func shardSQL(sql string, id coffer.ShardID) string {
-	return strings.ReplaceAll(sql, "_N", "_"+strconv.Itoa(int(id)))
 }

@@ -1,0 +1,41 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/cofferhq/coffer/internal/pgserver"
+	"github.com/cofferhq/coffer/internal/pgtest"
+	"github.com/cofferhq/coffer/shard"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m, 1) }
+
+// TestStatementsNeedTheLibrary: on a server that does not preload
+// pg_stat_statements (the test servers), the extension can be created but
+// not read, and the error says what the server needs.
+func TestStatementsNeedTheLibrary(t *testing.T) {
+	ctx := context.Background()
+	d := pgtest.NewDB(t, 0)
+	m, err := shard.NewMap(shard.Config{ShardCount: 2, DistributionMode: "auto", ShardOnDB: 2, Databases: []shard.DatabaseConfig{
+		{Name: d.Name, Host: "127.0.0.1", Port: d.Server.Port(), User: pgserver.Superuser, Password: pgserver.Password}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router, err := shard.Open(m, shard.DefaultPoolConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(router.Close)
+	if err := CreateStatementsExtension(ctx, router); err != nil {
+		t.Fatal(err)
+	}
+	err = ResetStatements(ctx, router)
+	if err == nil || !strings.Contains(err.Error(), "shared_preload_libraries") {
+		t.Fatalf("reset without the library: %v", err)
+	}
+	if _, err := ReadStatements(ctx, router); err == nil {
+		t.Fatal("read without the library: no error")
+	}
+}
