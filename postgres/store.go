@@ -174,8 +174,8 @@ func (s *Store) writeSQL(id coffer.ShardID, parts uint) string {
 // again, the batch reads that trx.
 func retryable(err error) bool {
 	var pg *pgconn.PgError
-	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01" ||
-		(pg.Code == "23505" && (strings.HasSuffix(pg.ConstraintName, "_idempotency") || strings.HasSuffix(pg.ConstraintName, "_refund"))))
+	return errors.As(err, &pg) && (pg.Code == sqlstateSerializationFailure || pg.Code == sqlstateDeadlockDetected ||
+		(pg.Code == sqlstateUniqueViolation && (strings.HasSuffix(pg.ConstraintName, "_idempotency") || strings.HasSuffix(pg.ConstraintName, "_refund"))))
 }
 
 // isolable tells whether a batch's failure may come from some of its
@@ -192,13 +192,13 @@ func isolable(err error) bool {
 		return false
 	}
 	class := pg.Code[:2]
-	return lockTimedOut(err) || class == "22" || class == "23" || class == "54"
+	return lockTimedOut(err) || class == classDataException || class == classIntegrityViolation || class == classProgramLimitExceeded
 }
 
 // lockTimedOut tells whether err is a lock wait cut by LockTimeout.
 func lockTimedOut(err error) bool {
 	var pg *pgconn.PgError
-	return errors.As(err, &pg) && pg.Code == "55P03"
+	return errors.As(err, &pg) && pg.Code == sqlstateLockNotAvailable
 }
 
 // fail maps err and reports it to the shard's database (failed).
@@ -223,10 +223,6 @@ func (s *Store) failed(db int, err error) {
 		s.router.Reconnect(db)
 	}
 }
-
-// sqlstateReadOnlyTransaction is what a write gets on a standby or a
-// read-only server.
-const sqlstateReadOnlyTransaction = "25006"
 
 // pool returns the pool of shard id's database, or shard_unavailable at
 // once while the database is known to be down or unverified.
@@ -267,17 +263,17 @@ func classify(id coffer.ShardID, err error) (mapped error, connFailed bool) {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		switch {
-		case pg.Code[:2] == "08", pg.Code[:2] == "57":
+		case pg.Code[:2] == classConnectionException, pg.Code[:2] == classOperatorIntervention:
 			return unavailable("is unavailable"), true
-		case pg.Code == "53300", pg.Code == sqlstateReadOnlyTransaction:
+		case pg.Code == sqlstateTooManyConnections, pg.Code == sqlstateReadOnlyTransaction:
 			return unavailable("is unavailable"), false
-		case pg.Code == "55P03":
+		case pg.Code == sqlstateLockNotAvailable:
 			return unavailable("has the player locked by another transaction"), false
 		case retryable(err):
 			// A race lost again after every retry: nothing was written,
 			// and the same request may well pass later.
 			return unavailable("aborted the write in a conflict with another transaction"), false
-		case pg.Code[:2] == "22":
+		case pg.Code[:2] == classDataException:
 			return &coffer.Error{Code: coffer.CodeInvalid, Message: pg.Message, Err: err}, false
 		}
 		return &coffer.Error{Code: coffer.CodeInternal, Message: fmt.Sprintf("shard %d: database error", id), Err: err}, false
