@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +69,11 @@ type Router struct {
 	pools       []*pgxpool.Pool
 	dbs         []dbState
 	requireSync bool
+
+	// healthMu guards health, by database index: the last Check of each,
+	// for the service's status and logs.
+	healthMu sync.Mutex
+	health   []Health
 }
 
 // dbState is what the router knows of a database's health.
@@ -79,7 +85,7 @@ type dbState struct {
 
 // Open creates the pools. It does not connect; Ping does.
 func Open(m *Map, pc PoolConfig) (*Router, error) {
-	r := &Router{m: m, dbs: make([]dbState, len(m.Databases()))}
+	r := &Router{m: m, dbs: make([]dbState, len(m.Databases())), health: make([]Health, len(m.Databases()))}
 	for _, db := range m.Databases() {
 		cfg, err := pgxpool.ParseConfig(db.Config.ConnString(int(max(1, pc.ConnectTimeout/time.Second))))
 		if err != nil {

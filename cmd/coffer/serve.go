@@ -54,19 +54,6 @@ type Main struct {
 	started    time.Time
 	stopBG     context.CancelFunc
 	bg         sync.WaitGroup
-
-	mu     sync.Mutex
-	health []dbHealth // by database index
-}
-
-// dbHealth is the last probe of a database.
-type dbHealth struct {
-	up        bool
-	verified  bool
-	err       string
-	checkedAt time.Time
-	// primary is what the last probe that reached the database found.
-	primary shard.Primary
 }
 
 // Start checks the config, verifies every reachable database's schema
@@ -93,9 +80,8 @@ func (m *Main) Start(ctx context.Context) error {
 		return err
 	}
 	m.engine = &migrate.Engine{Map: m.Map, Env: m.Config.Env.With(migrate.SchemaEnv), Migrations: ms, ConnectTimeout: m.Config.Pool.ConnectTimeout}
-	m.health = make([]dbHealth, len(m.Map.Databases()))
 	m.metrics = metrics.New(m.router)
-	for i := range m.health {
+	for i := range m.Map.Databases() {
 		m.router.SetVerified(i, false)
 		if err := m.check(ctx, i); err != nil && !errors.Is(err, migrate.ErrUnreachable) {
 			m.router.Close()
@@ -122,7 +108,7 @@ func (m *Main) Start(ctx context.Context) error {
 	})
 	m.goBG(func() { every(bgCtx, m.Config.Sweep.Interval, func() { m.sweep(bgCtx, "marks", store.SweepMarks) }) })
 	m.ready.Store(true)
-	m.Logger.Info("serving", "http", m.HTTPAddr, "grpc", m.GRPCAddr, "ops", m.OpsAddr, "shards", m.Map.ShardCount(), "databases", len(m.health))
+	m.Logger.Info("serving", "http", m.HTTPAddr, "grpc", m.GRPCAddr, "ops", m.OpsAddr, "shards", m.Map.ShardCount(), "databases", len(m.Map.Databases()))
 	return nil
 }
 
@@ -243,51 +229,28 @@ func (m *Main) goBG(fn func()) {
 	}()
 }
 
-// check probes database i: a ping, and, until it passes once, the schema.
-// It returns the schema check's error.
+// check checks database i (shard.Router.Check), logs what changed and
+// sets its metrics. It returns the schema check's error.
 func (m *Main) check(ctx context.Context, i int) error {
 	db := m.Map.Databases()[i]
 	cctx, cancel := context.WithTimeout(ctx, time.Second+m.Config.Pool.ConnectTimeout)
 	defer cancel()
-	m.mu.Lock()
-	h := m.health[i]
-	m.mu.Unlock()
-	var err error
-	if !h.verified {
-		if err = m.engine.Verify(cctx, db); err == nil {
-			h.verified = true
-			m.router.SetVerified(i, true)
-		} else if !errors.Is(err, migrate.ErrUnreachable) {
-			m.Logger.Error("schema incompatible", "database", db.Name(), "error", err.Error())
-		}
+	was, h, err := m.router.Check(cctx, i, func(ctx context.Context) error { return m.engine.Verify(ctx, db) })
+	if err != nil && !errors.Is(err, migrate.ErrUnreachable) {
+		m.Logger.Error("schema incompatible", "database", db.Name(), "error", err.Error())
 	}
-	primary, probeErr := m.router.Probe(cctx, i)
-	h.up, h.err, h.checkedAt = probeErr == nil && h.verified, "", time.Now().UTC()
-	switch {
-	case err != nil:
-		h.err = err.Error()
-	case probeErr != nil:
-		h.err = probeErr.Error()
-	}
-	if primary.Host != "" {
-		h.primary = primary
-	}
-	m.mu.Lock()
-	was := m.health[i]
-	m.health[i] = h
-	m.mu.Unlock()
 	// A database down at the first check is logged too (a wrong password
 	// or name keeps it down): the log is where an operator finds why its
 	// players get shard_unavailable. An incompatible schema was logged
 	// above, and stops the start.
-	downAtStart := was.checkedAt.IsZero() && !h.up && (err == nil || errors.Is(err, migrate.ErrUnreachable))
-	if was.up != h.up || downAtStart {
-		m.Logger.Warn("database state", "database", db.Name(), "up", h.up, "error", h.err)
+	downAtStart := was.CheckedAt.IsZero() && !h.Up && (err == nil || errors.Is(err, migrate.ErrUnreachable))
+	if was.Up != h.Up || downAtStart {
+		m.Logger.Warn("database state", "database", db.Name(), "up", h.Up, "error", h.Err)
 	}
-	m.metrics.SetDatabaseUp(db.Name(), h.up)
-	if m.router.Guarded(i) && primary.Host != "" {
-		m.metrics.SetSynchronousStandbys(db.Name(), primary.SynchronousStandbys)
-		m.logPrimary(db, was.primary, primary)
+	m.metrics.SetDatabaseUp(db.Name(), h.Up)
+	if m.router.Guarded(i) && h.Primary.Host != "" {
+		m.metrics.SetSynchronousStandbys(db.Name(), h.Primary.SynchronousStandbys)
+		m.logPrimary(db, was.Primary, h.Primary)
 	}
 	return err
 }
@@ -361,23 +324,21 @@ func (m *Main) sweep(ctx context.Context, name string, sweep func(context.Contex
 // status is the operators' view (GET /v1/status).
 func (m *Main) status(context.Context) coffer.Status {
 	st := coffer.Status{Version: version(), StartedAt: m.started, ShardCount: int32(m.Map.ShardCount()), Databases: []coffer.DatabaseStatus{}}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	for i, db := range m.Map.Databases() {
-		h := m.health[i]
+		h := m.router.Health(i)
 		ps := m.router.Database(i).Stat()
-		ds := coffer.DatabaseStatus{Name: db.Name(), Shards: shardRanges(db.Shards), Up: h.up, SchemaVerified: h.verified, Error: h.err,
+		ds := coffer.DatabaseStatus{Name: db.Name(), Shards: shardRanges(db.Shards), Up: h.Up, SchemaVerified: h.Verified, Error: h.Err,
 			ConnsTotal: ps.TotalConns(), ConnsAcquired: ps.AcquiredConns(), ConnsMax: ps.MaxConns()}
-		if !h.checkedAt.IsZero() {
-			t := h.checkedAt
+		if !h.CheckedAt.IsZero() {
+			t := h.CheckedAt
 			ds.CheckedAt = &t
 		}
-		if m.router.Guarded(i) && h.primary.Host != "" {
-			n := int32(h.primary.SynchronousStandbys)
-			ds.Primary, ds.SynchronousStandbys = h.primary.Host, &n
+		if m.router.Guarded(i) && h.Primary.Host != "" {
+			n := int32(h.Primary.SynchronousStandbys)
+			ds.Primary, ds.SynchronousStandbys = h.Primary.Host, &n
 			ds.WritesRefused = m.router.Writable(i) != nil && m.router.Available(i) == nil
 		}
-		if h.up {
+		if h.Up {
 			st.ShardsAvailable += int32(len(db.Shards))
 		}
 		st.Databases = append(st.Databases, ds)
