@@ -3,82 +3,127 @@ package grpc
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/cofferhq/coffer"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	"github.com/cofferhq/coffer/shed"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // readFactor × the largest message limit is the largest request message
-// gRPC reads at all; a larger one it refuses itself, before any coffer
-// code runs, with a bare RESOURCE_EXHAUSTED. A message up to that size is
-// read, and one over its rpc's limit is refused by the codec, before it
-// is decoded, with payload_too_large and its ErrorInfo. The factor bounds
-// the memory a refused message may take.
+// gRPC reads at all; a larger one it refuses itself, on its length,
+// before any coffer code runs, with a bare RESOURCE_EXHAUSTED. A message
+// up to that size is read whole (gRPC tells its size only then), and one
+// over its rpc's limit is refused by the codec, before it is decoded,
+// with payload_too_large and its ErrorInfo. The factor bounds the memory
+// a refused message may take.
 const readFactor = 2
 
 // codec is gRPC's protobuf codec, except that a request message that does
 // not decode is not refused by gRPC itself (with a bare INTERNAL, as if it
 // were a bug, before any interceptor runs), and one with a field the
 // contract does not have is not served as if it had none (unknownField):
-// Unmarshal succeeds and records the refusal, invalid_argument, which
-// intercept takes by the request's pointer (refusal) and answers like any
-// refused call, after the key (and the namespace of a message that
-// decoded) is checked, measured and logged. It is safe for concurrent
-// use.
+// Unmarshal succeeds and records the refusal, invalid_argument, in the
+// call's message, which intercept answers like any refused call, after
+// the key (and the namespace of a message that decoded) is checked,
+// measured and logged. It is safe for concurrent use.
 //
 // Before decoding, a request message over its rpc's limit is refused
-// (payload_too_large), and one that does not fit the byte budget now too
-// (overloaded): decoding takes many times the bytes sent (shed.Budget).
-// The codec only looks at the budget; intercept holds a message's bytes
-// while its call runs. Held from here, they would leak whenever gRPC
-// ends a call between its message and the interceptors (a stream
-// cancelled before its end, a second message on a unary call).
+// (payload_too_large), and its bytes are taken in the byte budget, or it
+// is refused (overloaded) if they do not fit: decoding takes many times
+// the bytes sent (shed.Budget), so what is decoded at once must be
+// bounded before it is decoded, not after.
 type codec struct {
 	base encoding.CodecV2
 	// limit is the most bytes a request message of v's rpc may have.
-	limit   func(v any) int
-	budget  *shed.Budget
-	refused sync.Map // request message pointer → decodeRefusal
+	limit func(v any) int
 }
 
-// decodeRefusal is why a request message is refused, and whether it decoded:
-// one with an unknown field did, so its namespace can be authorized as
-// HTTP authorizes the path's before it reads the body.
-type decodeRefusal struct {
-	err     error
+// message is the request message of one call as gRPC receives it
+// (receive): the codec decodes it into req, holds its bytes in budget
+// from then until the call ends, and records why it is refused, if it
+// is.
+type message struct {
+	req    any
+	budget *shed.Budget
+	held   int64
+	// refusal is why the message is refused; decoded tells whether req
+	// holds it even so: one with an unknown field does, so its namespace
+	// can be authorized as HTTP authorizes the path's before it reads
+	// the body.
+	refusal error
 	decoded bool
+}
+
+// messageKey holds a call's *message in its context.
+type messageKey struct{}
+
+// receive wraps the handler of a method, which has gRPC read and decode
+// the call's request message and then runs the interceptors: the message
+// is decoded through a message value, in the call's context for
+// intercept, whose bytes are given back when the handler returns, however
+// the call ends (answered, refused, cancelled while its message arrives,
+// a second message on a unary call).
+func (s *Server) receive(h grpc.MethodHandler) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, next grpc.UnaryServerInterceptor) (any, error) {
+		m := &message{budget: s.Bytes}
+		defer m.release()
+		return h(srv, context.WithValue(ctx, messageKey{}, m), func(req any) error {
+			m.req = req
+			return dec(m)
+		}, next)
+	}
+}
+
+// messageOf is the message of the call of ctx, as the codec received it.
+func messageOf(ctx context.Context) *message { return ctx.Value(messageKey{}).(*message) }
+
+// release gives back the bytes the message holds. A call whose message
+// is empty holds none, and leaves the budget's shared counter alone.
+func (m *message) release() {
+	if m.held > 0 {
+		m.budget.Give(m.held)
+		m.held = 0
+	}
 }
 
 func (c *codec) Name() string { return c.base.Name() }
 
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
 
+// Unmarshal decodes a request message into m.req, v being the *message
+// of its call (receive). gRPC calls it a second time on a unary call
+// that sends a second message, which it then refuses: that message's
+// bytes are held too until the call ends.
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*message)
+	if !ok {
+		return fmt.Errorf("a request message of type %T, not received through receive", v)
+	}
 	n := data.Len()
-	if limit := c.limit(v); n > limit {
-		c.refused.Store(v, decodeRefusal{err: coffer.Errorf(coffer.CodePayloadTooLarge, "the message is larger than %d bytes", limit)})
+	if limit := c.limit(m.req); n > limit {
+		m.refusal = coffer.Errorf(coffer.CodePayloadTooLarge, "the message is larger than %d bytes", limit)
 		return nil
 	}
-	if err := c.budget.Fits(int64(n)); err != nil {
-		c.refused.Store(v, decodeRefusal{err: err})
-		return nil
-	}
-	if err := c.base.Unmarshal(data, v); err != nil {
-		c.refused.Store(v, decodeRefusal{err: &coffer.Error{Code: coffer.CodeInvalid, Message: "the request message is not a valid protobuf message of the call", Err: err}})
-		return nil
-	}
-	if m, ok := v.(proto.Message); ok {
-		if err := unknownFieldError(m); err != nil {
-			c.refused.Store(v, decodeRefusal{err: err, decoded: true})
+	if n > 0 {
+		if err := m.budget.Take(int64(n)); err != nil {
+			m.refusal = err
+			return nil
 		}
+		m.held += int64(n)
+	}
+	if err := c.base.Unmarshal(data, m.req); err != nil {
+		m.refusal = &coffer.Error{Code: coffer.CodeInvalid, Message: "the request message is not a valid protobuf message of the call", Err: err}
+		return nil
+	}
+	m.decoded = true
+	if r, ok := m.req.(proto.Message); ok {
+		m.refusal = unknownFieldError(r)
 	}
 	return nil
 }
@@ -135,47 +180,3 @@ func unknownField(m protoreflect.Message) (path string, num protowire.Number, fo
 	})
 	return path, num, found
 }
-
-// refusal takes the refusal recorded for req: decoded and nil if none.
-func (c *codec) refusal(req any) (decoded bool, err error) {
-	if r, ok := c.refused.LoadAndDelete(req); ok {
-		d := r.(decodeRefusal)
-		return d.decoded, d.err
-	}
-	return true, nil
-}
-
-// callEnds is the stats.Handler that forgets a call's refusal when the
-// call ends. gRPC may end a unary call after its message was decoded and
-// before any interceptor (a stream cancelled before its end, a second
-// message: a cardinality violation), and the refusal, which holds the
-// message, would stay in the codec for the life of the process. It sees
-// the message of each call (InPayload) and, at its end, removes what
-// intercept did not take.
-type callEnds struct{ codec *codec }
-
-// callMessage is the context key of a call's message, as callEnds saw it.
-type callMessage struct{}
-
-func (h callEnds) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
-	return context.WithValue(ctx, callMessage{}, new(any))
-}
-
-func (h callEnds) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	m, _ := ctx.Value(callMessage{}).(*any)
-	if m == nil {
-		return
-	}
-	switch s := s.(type) {
-	case *stats.InPayload:
-		*m = s.Payload
-	case *stats.End:
-		if *m != nil {
-			h.codec.refused.Delete(*m)
-		}
-	}
-}
-
-func (callEnds) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
-
-func (callEnds) HandleConn(context.Context, stats.ConnStats) {}

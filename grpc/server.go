@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,7 +27,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
-	"google.golang.org/protobuf/proto"
 )
 
 // Server is the gRPC transport. Its fields are set once, before NewServer.
@@ -48,14 +48,14 @@ type Server struct {
 	// transport); a call beyond it is overloaded at once.
 	Gate *shed.Gate
 	// Bytes bounds the bytes of request messages held at once (shared
-	// with the HTTP transport); a message beyond it is overloaded.
+	// with the HTTP transport): a message holds its size from when gRPC
+	// has read it, before it is decoded, until its call ends; one beyond
+	// it is overloaded, not decoded.
 	Bytes *shed.Budget
 	// HandshakeTimeout bounds a new connection's setup; IdleTimeout closes
 	// a connection with no call open for that long.
 	HandshakeTimeout, IdleTimeout time.Duration
 	Status                        func(context.Context) coffer.Status
-
-	codec *codec
 }
 
 // keepalive pings: a client may ping at most every pingMin (gRPC's own
@@ -71,22 +71,28 @@ const (
 )
 
 // NewServer returns a grpc.Server with the Wallet service registered and
-// every call authenticated, authorized, measured and logged, and its
-// connections bounded: streams, metadata, handshake, idle time, pings.
+// every call authenticated, authorized, measured and logged, its message
+// held in Bytes before it is decoded (receive), and its connections
+// bounded: streams, metadata, handshake, idle time, pings.
 func (s *Server) NewServer() *grpc.Server {
-	s.codec = &codec{base: encoding.GetCodecV2("proto"), limit: s.messageLimit, budget: s.Bytes}
 	g := grpc.NewServer(
-		grpc.ForceServerCodecV2(s.codec),
-		grpc.StatsHandler(callEnds{s.codec}),
+		grpc.ForceServerCodecV2(&codec{base: encoding.GetCodecV2("proto"), limit: s.messageLimit}),
 		grpc.MaxRecvMsgSize(readFactor*max(s.MessageBytesMax, s.BatchMessageBytesMax)),
 		grpc.MaxHeaderListSize(uint32(s.HeaderBytesMax)),
 		grpc.MaxConcurrentStreams(uint32(s.StreamsPerConnMax)),
 		grpc.ConnectionTimeout(s.HandshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: pingMin, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.IdleTimeout, Time: pingEvery, Timeout: pingTimeout}),
-		grpc.InTapHandle(s.refuseUnknownKeys),
+		grpc.InTapHandle(s.admit),
 		grpc.ChainUnaryInterceptor(s.intercept, recoverPanic))
-	cofferv1.RegisterWalletServer(g, s)
+	// The generated handlers decode the message before they run the
+	// interceptors; receive runs before that.
+	wallet := cofferv1.Wallet_ServiceDesc
+	wallet.Methods = slices.Clone(wallet.Methods)
+	for i := range wallet.Methods {
+		wallet.Methods[i].Handler = s.receive(wallet.Methods[i].Handler)
+	}
+	g.RegisterService(&wallet, s)
 	return g
 }
 
@@ -131,8 +137,9 @@ type requestIDKey struct{}
 type namespaced interface{ GetNamespace() int32 }
 
 // intercept wraps every call: request id, metrics, a slot in Gate,
-// authorization of the client refuseUnknownKeys authenticated (before any
-// database work), error mapping, one log line.
+// authorization in the namespace of the client admit authenticated
+// (before any database work), the codec's refusal of the message, error
+// mapping, one log line.
 func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	rpc := rpcName(info.FullMethod)
@@ -140,8 +147,8 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	id := requestID(md)
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", id))
 	done := s.Metrics.Begin(rpc)
-	decoded, refused := s.codec.refusal(req)
-	if !decoded {
+	m := messageOf(ctx)
+	if !m.decoded {
 		req = nil // what decoded of it, if anything, is not the request
 	}
 	client := clientOf(ctx)
@@ -149,11 +156,11 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	err := s.Gate.Enter()
 	if err == nil {
 		err = authorize(client, rpc, req)
-		if err == nil && refused != nil {
-			err = refused
+		if err == nil {
+			err = m.refusal
 		}
 		if err == nil {
-			resp, err = s.hold(req, func(req any) (any, error) { return handler(context.WithValue(ctx, requestIDKey{}, id), req) })
+			resp, err = handler(context.WithValue(ctx, requestIDKey{}, id), req)
 		}
 		s.Gate.Leave()
 	}
@@ -165,29 +172,35 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	return resp, nil
 }
 
-// refuseUnknownKeys runs when a call's headers arrive, before gRPC reads
-// its message (InTapHandle): a call whose key does not authenticate is
-// refused there, as HTTP refuses one before it reads the body. gRPC reads
-// and decodes a message of up to readFactor times the batch limit before
-// any interceptor runs; without this, a caller with no key could make the
-// server hold that much for every stream it opens. The client the key
-// names goes on in the call's context (clientOf), for intercept to
-// authorize.
-func (s *Server) refuseUnknownKeys(ctx context.Context, info *tap.Info) (context.Context, error) {
+// admit runs when a call's headers arrive, before gRPC reads its message
+// (InTapHandle): a call whose key does not authenticate, or whose client
+// lacks the call's permission in every namespace, is refused there, as
+// HTTP refuses one before it reads the body. gRPC reads a message of up
+// to readFactor times the batch limit before any interceptor runs;
+// without this, a caller with no key, or with a key of another
+// permission (read or ops only), could make the server hold that much
+// for every stream it opens. The client the key names
+// goes on in the call's context (clientOf), for intercept to authorize
+// in the message's namespace.
+func (s *Server) admit(ctx context.Context, info *tap.Info) (context.Context, error) {
+	rpc := rpcName(info.FullMethodName)
+	perm := api.Permission(rpc) // "" for a name the caller made up: gRPC answers it, reading nothing
 	key, err := api.APIKey(info.Header.Get("authorization"))
 	var c *coffer.Client
 	if err == nil {
 		c, err = s.Clients.Authenticate(key)
 	}
+	if err == nil && perm != "" {
+		err = c.AllowPermission(perm)
+	}
 	if err == nil {
 		return context.WithValue(ctx, clientKey{}, c), nil
 	}
-	rpc := rpcName(info.FullMethodName)
 	id := requestID(info.Header)
-	if api.Permission(rpc) != "" { // a name the caller made up is no label
+	if perm != "" { // a name the caller made up is no label
 		s.Metrics.Begin(rpc)(err)
 	}
-	s.log(ctx, rpc, id, nil, err, 0)
+	s.log(ctx, rpc, id, c, err, 0)
 	return ctx, toStatus(err, id)
 }
 
@@ -213,20 +226,6 @@ func authorize(c *coffer.Client, rpc string, req any) error {
 		return coffer.Errorf(coffer.CodeInvalid, "namespace must be > 0")
 	}
 	return c.Allow(coffer.Namespace(r.GetNamespace()), perm)
-}
-
-// hold runs handler on req with req's bytes held in Bytes. Errors:
-// overloaded when they do not fit, or handler's.
-func (s *Server) hold(req any, handler func(any) (any, error)) (any, error) {
-	var n int64
-	if m, ok := req.(proto.Message); ok {
-		n = int64(proto.Size(m))
-	}
-	if err := s.Bytes.Take(n); err != nil {
-		return nil, err
-	}
-	defer s.Bytes.Give(n)
-	return handler(req)
 }
 
 // messageLimit is the most bytes a request message v may have: its rpc's

@@ -3,6 +3,7 @@ package grpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -57,35 +58,50 @@ func TestHandlerPanicIsInternal(t *testing.T) {
 	}
 }
 
-// TestRefusalForgottenWhenCallEnds: gRPC may end a unary call after its
-// message was decoded and before the interceptors run (here: a second
-// message, a cardinality violation). The codec's refusal of the message
-// is forgotten when the call ends all the same, not kept, with the
-// message, for the life of the process.
-func TestRefusalForgottenWhenCallEnds(t *testing.T) {
+// TestMessageHeldUntilItsCallEnds: a request message holds its bytes in
+// the budget from when gRPC has read it, before it is decoded and before
+// its call runs, so that the messages decoded at once are bounded; and
+// it gives them back when its call ends, even if gRPC ends it before the
+// interceptors run: a stream cancelled while its unary call waits for
+// the end of its messages, or a second message (a cardinality
+// violation).
+func TestMessageHeldUntilItsCallEnds(t *testing.T) {
 	s, conn := serveWallet(t)
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer k")
-	for i := 0; i < 3; i++ {
+	key := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer k")
+	msg := []byte{0x0a, 0x05, 0x61} // field 1 announces 5 bytes, 1 follows: held all the same
+	open := func(ctx context.Context) grpc.ClientStream {
 		stream, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, cofferv1.Wallet_GetStatus_FullMethodName, grpc.ForceCodec(rawBytes{}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for range 2 {
-			_ = stream.SendMsg([]byte{0x0a, 0x05, 0x61}) // field 1 announces 5 bytes, 1 follows
+		if err := stream.SendMsg(msg); err != nil {
+			t.Fatal(err)
 		}
+		return stream
+	}
+	// The server learns of a call's end after the client: wait for it.
+	waitHeld := func(want int, when string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); s.Bytes.Held() != int64(want); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d bytes held, want %d", when, s.Bytes.Held(), want)
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(key)
+	open(ctx)
+	waitHeld(len(msg), "a message received, its call waiting for the stream's end")
+	cancel()
+	waitHeld(0, "the call cancelled")
+
+	for i := 0; i < 3; i++ {
+		stream := open(key)
+		_ = stream.SendMsg(msg)
 		_ = stream.CloseSend()
 		if err := stream.RecvMsg(new([]byte)); status.Code(err) != codes.Internal {
 			t.Fatalf("call %d: %v", i, err)
 		}
-	}
-	kept := func() (n int) {
-		s.codec.refused.Range(func(any, any) bool { n++; return true })
-		return n
-	}
-	for deadline := time.Now().Add(5 * time.Second); kept() > 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) { // the call's end is told after its answer is sent
-			t.Fatalf("%d refusals kept after their calls ended", kept())
-		}
+		waitHeld(0, fmt.Sprintf("call %d ended on its second message", i))
 	}
 }
 

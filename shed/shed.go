@@ -78,15 +78,6 @@ func (b *Budget) Take(n int64) error {
 	}
 }
 
-// Fits tells, without taking them, whether n more bytes fit now: a check
-// before work that Take will hold later. Errors: overloaded.
-func (b *Budget) Fits(n int64) error {
-	if b.held.Load()+n > b.max {
-		return b.refusal()
-	}
-	return nil
-}
-
 // refusal is the error of bytes that do not fit.
 func (b *Budget) refusal() error {
 	return coffer.Errorf(coffer.CodeOverloaded, "%d %s held by the calls in flight, the most this instance holds at once; retry after Retry-After", b.max, b.what)

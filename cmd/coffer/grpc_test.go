@@ -243,24 +243,38 @@ func TestGRPCErrors(t *testing.T) {
 	}
 }
 
-// TestGRPCRefusesAnUnknownKeyBeforeItsMessage: a key that does not
-// authenticate is refused on the call's headers, before its message is
-// read, as HTTP refuses one before the body: a caller without a key cannot
-// make the server hold a message (up to 8 MiB) per stream. This stream
-// sends none; read first, gRPC would wait for it until the deadline.
-func TestGRPCRefusesAnUnknownKeyBeforeItsMessage(t *testing.T) {
+// TestGRPCRefusesAKeyBeforeItsMessage: a key that does not authenticate,
+// or whose client lacks the call's permission, is refused on the call's
+// headers, before its message is read or decoded, as HTTP refuses one
+// before the body: a caller without a key, or with a key of another
+// permission, cannot make the server hold a message (up to 8 MiB, and
+// many times that decoded) per stream. These streams send none; read
+// first, gRPC would wait for it until the deadline.
+func TestGRPCRefusesAKeyBeforeItsMessage(t *testing.T) {
 	s := startService(t, twoServers(t), nil)
-	waitCtx, cancel := context.WithTimeout(grpcCtx("wrong"), 20*time.Second)
-	defer cancel()
-	stream, err := s.conn.NewStream(waitCtx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, cofferv1.Wallet_Change_FullMethodName, grpc.ForceCodec(rawCodec{}))
-	must(t, err)
-	wantGRPC(t, stream.RecvMsg(new([]byte)), codes.Unauthenticated, coffer.CodeUnauthenticated)
+	for _, c := range []struct {
+		key, method string
+		code        codes.Code
+		coffer      coffer.Code
+	}{
+		{"wrong", cofferv1.Wallet_Change_FullMethodName, codes.Unauthenticated, coffer.CodeUnauthenticated},
+		{monitorKey, cofferv1.Wallet_BatchChange_FullMethodName, codes.PermissionDenied, coffer.CodePermissionDenied},
+		{readerKey, cofferv1.Wallet_Change_FullMethodName, codes.PermissionDenied, coffer.CodePermissionDenied},
+		{auditorKey, cofferv1.Wallet_GetStatus_FullMethodName, codes.PermissionDenied, coffer.CodePermissionDenied},
+	} {
+		waitCtx, cancel := context.WithTimeout(grpcCtx(c.key), 20*time.Second)
+		stream, err := s.conn.NewStream(waitCtx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, c.method, grpc.ForceCodec(rawCodec{}))
+		must(t, err)
+		wantGRPC(t, stream.RecvMsg(new([]byte)), c.code, c.coffer)
+		cancel()
+	}
 	// Measured as any call is, under its rpc; a method the caller made up
 	// (refused on its headers too) is no label of the metrics.
-	_, err = s.invokeRaw("wrong", "/coffer.v1.Wallet/MadeUp", []byte{})
+	_, err := s.invokeRaw("wrong", "/coffer.v1.Wallet/MadeUp", []byte{})
 	wantGRPC(t, err, codes.Unauthenticated, coffer.CodeUnauthenticated)
 	metrics := s.metrics()
-	if !strings.Contains(metrics, `coffer_request_duration_seconds_count{call="Change",outcome="unauthenticated"} 1`) || strings.Contains(metrics, "MadeUp") {
+	if !strings.Contains(metrics, `coffer_request_duration_seconds_count{call="Change",outcome="unauthenticated"} 1`) ||
+		!strings.Contains(metrics, `coffer_request_duration_seconds_count{call="BatchChange",outcome="permission_denied"} 1`) || strings.Contains(metrics, "MadeUp") {
 		t.Fatalf("metrics of refused calls:\n%s", grepLines(metrics, "coffer_request_duration_seconds_count"))
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
+	rtmetrics "runtime/metrics"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -318,4 +321,61 @@ func TestRequestBytesAreBounded(t *testing.T) {
 	if m := s.metrics(); !strings.Contains(m, "coffer_request_bytes_held 0") {
 		t.Fatalf("bytes held after every call was answered:\n%s", grepLines(m, "coffer_request_bytes_held"))
 	}
+}
+
+// TestGRPCHeapWithinTheBudget: eight concurrent BatchChange calls of
+// 4 MiB, the batch limit, each of empty changes (2 bytes each on the
+// wire, about 150 decoded: some 300 MB of messages per call), with a key
+// of the ops permission only, are refused permission_denied without the
+// server reading or decoding them: the heap grows by no more than a
+// small multiple of the byte budget (8 MiB) meanwhile.
+func TestGRPCHeapWithinTheBudget(t *testing.T) {
+	s := startService(t, twoServers(t), nil)
+	limits := s.main.Config.Limits
+	msg := protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 1) // namespace 1
+	for len(msg)+2 <= int(limits.BatchBodyBytesMax) {
+		msg = protowire.AppendBytes(protowire.AppendTag(msg, 2, protowire.BytesType), nil) // changes: an empty one
+	}
+	runtime.GC()
+	base := heapBytes()
+	stop, peak := make(chan struct{}), make(chan uint64)
+	go func() {
+		most := base
+		for {
+			select {
+			case <-stop:
+				peak <- most
+				return
+			case <-time.After(time.Millisecond):
+				most = max(most, heapBytes())
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = s.invokeRaw(monitorKey, cofferv1.Wallet_BatchChange_FullMethodName, msg)
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	grown := int64(<-peak - base)
+	for _, err := range errs {
+		wantGRPC(t, err, codes.PermissionDenied, coffer.CodePermissionDenied)
+	}
+	if grown > 4*limits.RequestBytesInFlightMax {
+		t.Fatalf("the heap grew by %d MiB under calls of a key without their permission; the byte budget is %d MiB",
+			grown>>20, limits.RequestBytesInFlightMax>>20)
+	}
+	t.Logf("heap grew by %.1f MiB", float64(grown)/(1<<20))
+}
+
+// heapBytes is the bytes of the heap's objects, live or not yet swept.
+func heapBytes() uint64 {
+	s := []rtmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	rtmetrics.Read(s)
+	return s[0].Value.Uint64()
 }
