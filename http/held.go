@@ -1,33 +1,31 @@
 package http
 
 import (
-	"errors"
 	"io"
 
 	"github.com/cofferhq/coffer/shed"
 )
 
 // heldBody is a request body whose bytes are held in a shed.Budget from
-// when it has been read in full until its call is answered: the budget
-// bounds what decoding bodies takes, many times their size. A body still
-// arriving holds nothing, so clients that send slowly cannot fill the
-// budget (their calls hold slots in the Gate, and reading is bounded by
-// the server's read timeout); a body past the budget reads as
-// overloaded instead of its end.
+// when they are read, as they arrive, until its call is answered: the
+// budget bounds what bodies take, those still arriving included (a client
+// that sends its body slowly holds what it has sent, for up to the read
+// timeout), and what decoding them takes, many times their size. A read
+// that would pass the budget fails with overloaded instead of giving the
+// bytes.
 type heldBody struct {
 	io.ReadCloser
-	budget     *shed.Budget
-	read, held int64
+	budget *shed.Budget
+	held   int64
 }
 
 func (b *heldBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	b.read += int64(n)
-	if errors.Is(err, io.EOF) && b.held == 0 && b.read > 0 {
-		if herr := b.budget.Take(b.read); herr != nil {
-			return n, herr
+	if n > 0 {
+		if herr := b.budget.Take(int64(n)); herr != nil {
+			return 0, herr
 		}
-		b.held = b.read
+		b.held += int64(n)
 	}
 	return n, err
 }

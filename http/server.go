@@ -37,7 +37,8 @@ type Server struct {
 	// /openapi.json do not count.
 	Gate *shed.Gate
 	// Bytes bounds the bytes of request bodies held at once (shared with
-	// the gRPC transport); a body beyond it is overloaded.
+	// the gRPC transport), counted as they arrive; a body beyond it is
+	// overloaded.
 	Bytes *shed.Budget
 	// WriteTimeout bounds the sending of a call's answer once it is
 	// ready: a client that stops reading is cut off then, instead of

@@ -379,3 +379,37 @@ func heapBytes() uint64 {
 	rtmetrics.Read(s)
 	return s[0].Value.Uint64()
 }
+
+// TestHTTPBodiesArrivingAreCounted: the bytes of HTTP bodies still
+// arriving count in the byte budget, as they arrive. Two clients that
+// have sent 15 KiB of their 16 KiB bodies and wait hold 30 KiB of the
+// 40, so a call with a 12 KiB body is refused overloaded at once; once
+// they go, it is served.
+func TestHTTPBodiesArrivingAreCounted(t *testing.T) {
+	s := startService(t, twoServers(t), func(c *Config) {
+		c.Limits.BodyBytesMax = 16 << 10
+		c.Limits.BatchBodyBytesMax = 32 << 10
+		c.Limits.RequestBytesInFlightMax = 40 << 10
+	})
+	const sent = 15 << 10
+	var slow []net.Conn
+	for range 2 {
+		conn := dial(t, s.main.HTTPAddr)
+		_, err := fmt.Fprintf(conn, "POST /v1/namespaces/1/players/11/transactions HTTP/1.1\r\nHost: coffer\r\nAuthorization: Bearer %s\r\n"+
+			"Content-Length: %d\r\n\r\n%s", devKey, 16<<10, strings.Repeat(" ", sent))
+		must(t, err)
+		slow = append(slow, conn)
+	}
+	waitFor(t, func() bool {
+		return strings.Contains(s.metrics(), fmt.Sprintf("coffer_request_bytes_held %d\n", 2*sent))
+	})
+
+	body := `{"idempotency_key": "after", "ops": [{"currency": "gold", "amount": 1}]}` + strings.Repeat(" ", 12<<10)
+	path := "/v1/namespaces/1/players/12/transactions"
+	wantStatus(t, s.call("POST", path, devKey, body), 503, coffer.CodeOverloaded)
+	for _, conn := range slow {
+		must(t, conn.Close())
+	}
+	waitFor(t, func() bool { return strings.Contains(s.metrics(), "coffer_request_bytes_held 0\n") })
+	wantStatus(t, s.call("POST", path, devKey, body), 201, "")
+}
