@@ -65,9 +65,11 @@ type LimitsConfig struct {
 	RequestsInFlightMax int `yaml:"requests_in_flight_max"`
 	// RequestBytesInFlightMax bounds the bytes of the request bodies
 	// (gRPC: messages) the calls in flight hold, both transports
-	// together; a body that would pass it is refused at once with
-	// overloaded. Decoding takes up to about 65 times the bytes sent, so
-	// this, not the calls in flight, bounds what requests take in memory.
+	// together: an HTTP body's as they arrive, a gRPC message's once gRPC
+	// has read it, before it is decoded. A body that would pass it is
+	// refused at once with overloaded. Decoding takes up to about 65
+	// times the bytes sent, so this, not the calls in flight, bounds what
+	// requests take in memory.
 	RequestBytesInFlightMax int64 `yaml:"request_bytes_in_flight_max"`
 	// ReportsInFlightMax bounds the revenue reports computed at once (each
 	// reads every shard); one more is overloaded.
@@ -108,8 +110,9 @@ type TimeoutsConfig struct {
 	// connection's handshake), so a client that trickles them is cut off.
 	ReadHeader time.Duration `yaml:"read_header"`
 	// Read bounds the reading of a whole HTTP request, its body too. A
-	// call holds its slot in limits.requests_in_flight_max while its body
-	// arrives, so a client that trickles bodies holds slots this long.
+	// call holds its slot in limits.requests_in_flight_max, and what has
+	// arrived of its body in limits.request_bytes_in_flight_max, while its
+	// body arrives, so a client that trickles bodies holds them this long.
 	Read time.Duration `yaml:"read"`
 	// Write bounds the sending of an answer once it is ready, so a client
 	// that stops reading is cut off.
