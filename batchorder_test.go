@@ -34,7 +34,8 @@ type storeModel struct {
 
 type modelTrx struct {
 	TrxRow
-	finishedAt *time.Time
+	finishedAt   *time.Time
+	beginVersion int64
 }
 
 // need is what a write loads: the held lots of its currencies (all with
@@ -127,7 +128,7 @@ func (m *storeModel) stored(tr *modelTrx) *StoredTrx {
 		end = *tr.finishedAt
 	}
 	all := make([]BookOp, 0, len(rows))
-	var last []BookOp
+	var last, begun []BookOp
 	for _, o := range rows {
 		b := o.BookOp
 		if b.Fiat == "" {
@@ -140,6 +141,8 @@ func (m *storeModel) stored(tr *modelTrx) *StoredTrx {
 		all = append(all, b)
 		if o.CreatedAt.Equal(end) {
 			last = append(last, b)
+		} else {
+			begun = append(begun, b)
 		}
 	}
 	var meta json.RawMessage
@@ -151,6 +154,10 @@ func (m *storeModel) stored(tr *modelTrx) *StoredTrx {
 		Balances: m.c.BalancesAfter(last)}, Emitter: tr.Emitter, Hash: tr.Hash, PendingGrants: tr.PendingGrants}
 	if len(tr.PendingGrants) > 0 {
 		st.Ops = append(st.Ops, m.c.PendingOps(st.Status, st.PendingGrants)...)
+	}
+	if tr.finishedAt != nil {
+		begin := m.c.BeginAnswer(st.Trx, tr.beginVersion, begun, st.PendingGrants)
+		st.Begin = &begin
 	}
 	return st
 }
@@ -200,7 +207,7 @@ func (m *storeModel) store(p *Player, plans []Plan) {
 			for _, tr := range m.trx {
 				if tr.ID == f.ID {
 					at := f.FinishedAt
-					tr.Status, tr.Version, tr.finishedAt = f.Status, f.Version, &at
+					tr.Status, tr.Version, tr.finishedAt, tr.beginVersion = f.Status, f.Version, &at, f.BeginVersion
 				}
 			}
 		}
@@ -237,7 +244,7 @@ func (m *storeModel) rows() string {
 	}
 	for _, tr := range m.trx {
 		raw, _ := json.Marshal(tr.TrxRow)
-		fmt.Fprintf(&b, "trx %s %v\n", raw, tr.finishedAt)
+		fmt.Fprintf(&b, "trx %s %v v%d\n", raw, tr.finishedAt, tr.beginVersion)
 	}
 	for _, o := range m.ops {
 		raw, _ := json.Marshal(o)

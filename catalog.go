@@ -264,6 +264,18 @@ func (c *Catalog) PendingOps(status TrxStatus, grants []PendingGrant) []Op {
 	return out
 }
 
+// BeginAnswer is what the begin of hold t answered: t, pending, at the
+// version its begin left, with the ops its begin wrote (ops), the
+// balances they left, and its grants waiting for the commit. A store
+// rebuilds a finished hold's first answer from its row the same way, so
+// that a replay of the begin answers it byte for byte.
+func (c *Catalog) BeginAnswer(t Trx, version int64, ops []BookOp, grants []PendingGrant) Trx {
+	t.Status, t.Version = StatusPending, version
+	t.Ops = append(c.Ops(ops), c.PendingOps(StatusPending, grants)...)
+	t.Balances = c.BalancesAfter(ops)
+	return t
+}
+
 // BalancesAfter are the player's balances right after a trx, as its ops
 // leave them: in each currency the ops touch, in order of first touch, the
 // last op's balance_after. A replay rebuilds them from the stored ops the

@@ -37,6 +37,10 @@ type StoredTrx struct {
 	Hash []byte
 	// PendingGrants are a hold's grants, applied at its commit.
 	PendingGrants []PendingGrant
+	// Begin is a finished hold's first answer, its begin's
+	// (Catalog.BeginAnswer): a replay of the begin gives it again, not
+	// the hold as it is now.
+	Begin *Trx
 }
 
 // TrxRow is a trx to insert: a client's, or the record of expiries.
@@ -240,10 +244,14 @@ func (w *write) keep(trx Trx, emitter Emitter, hash []byte, pending []PendingGra
 }
 
 // replay answers a request whose key was used before: the original answer
-// if the payload is the same, idempotency_conflict otherwise.
+// if the payload is the same (a finished hold's begin, not the hold as it
+// is now), idempotency_conflict otherwise.
 func replay(st *StoredTrx, hash RequestHash) Plan {
 	if !hash.Same(st.Hash) {
 		return Plan{Err: Errorf(CodeIdempotencyConflict, "idempotency_key %q was used for another request (trx %d)", st.IdempotencyKey, st.ID)}
+	}
+	if st.Begin != nil {
+		return Plan{Trx: *st.Begin, Replay: true}
 	}
 	return Plan{Trx: st.Trx, Replay: true}
 }
@@ -292,10 +300,9 @@ func (p *Player) Change(v ValidChange) Plan {
 	}
 	trx := w.answer(id, v.IdempotencyKey, TrxChange, v.Reason, v.Meta, ops)
 	if v.Hold {
-		trx.Kind, trx.Status = TrxHold, StatusPending
 		until := w.at.Add(v.HoldTTL).UTC()
-		trx.HoldExpiresAt = &until
-		trx.Ops = append(trx.Ops, p.catalog.PendingOps(trx.Status, pending)...)
+		trx.Kind, trx.HoldExpiresAt = TrxHold, &until
+		trx = p.catalog.BeginAnswer(trx, w.version, ops, pending)
 	}
 	w.expiries(expired)
 	w.insert(TrxRow{ID: id, Emitter: v.Emitter, IdempotencyKey: v.IdempotencyKey, Hash: v.Hash.Sum, Kind: trx.Kind,
@@ -484,8 +491,9 @@ func (p *Player) finish(k TrxKey, commit, sweep bool) Plan {
 	if status == StatusCommitted {
 		p.credited(ops)
 	}
+	begin := h.Trx
 	finished := *h
-	finished.Trx = out
+	finished.Trx, finished.Begin = out, &begin
 	p.trx[k] = &finished
 	w.plan.Trx, w.plan.Err = out, after
 	return w.done()

@@ -338,6 +338,43 @@ func TestPlanHold(t *testing.T) {
 	})
 }
 
+// TestPlanHoldBeginReplayedAfterItsEnd: a hold's begin sent again after
+// the hold's commit, rollback or expiry answers what the begin first
+// answered, byte for byte (a replay's promise), not the hold as it is
+// now: in the batch that finished the hold, and read back from a store.
+func TestPlanHoldBeginReplayedAfterItsEnd(t *testing.T) {
+	c := batchCatalog(t)
+	w := writeMaker{t, c}
+	seed := w.change("seed", false, 0, freeOp("gold", 10), paidOp("gold", 5))
+	begin := w.change("h", true, time.Minute, freeOp("gold", -12), freeOp("silver", 3))
+	for _, end := range []struct {
+		name   string
+		after  time.Duration
+		finish modelWrite
+	}{
+		{"commit", 0, w.finish("commit", "h")},
+		{"rollback", 0, w.finish("rollback", "h")},
+		{"expiry", 2 * time.Minute, w.finish("expire-hold", "h")},
+		{"commit past the TTL", 2 * time.Minute, w.finish("commit", "h")},
+	} {
+		for _, run := range []struct {
+			name string
+			do   func(*testing.T, *storeModel, *int64, []modelWrite) []string
+		}{{"alone", alone}, {"in a batch", batched}} {
+			m := &storeModel{c: c, clock: planT0, version: 3, pos: 10, updated: planT0.Add(-time.Hour)}
+			next := int64(99)
+			alone(t, m, &next, []modelWrite{seed})
+			m.clock = m.clock.Add(time.Second)
+			_, first, _ := strings.Cut(alone(t, m, &next, []modelWrite{begin})[0], "\nanswer ")
+			m.clock = m.clock.Add(time.Second + end.after)
+			head, got, _ := strings.Cut(run.do(t, m, &next, []modelWrite{end.finish, begin})[1], "\nanswer ")
+			if !strings.HasPrefix(head, "replay ") || got != first {
+				t.Errorf("begin sent again after its %s, %s:\n%s\n%s\nwant the first answer\n%s", end.name, run.name, head, got, first)
+			}
+		}
+	}
+}
+
 // TestPlanHoldStates: what a commit, a rollback and the sweeper do to a
 // stored hold in each state, and to a trx that is not a hold.
 func TestPlanHoldStates(t *testing.T) {

@@ -143,10 +143,12 @@ var checks = []check{
 			WINDOW w AS (PARTITION BY e.ns, e.player_id ORDER BY e.pos)) x
 		WHERE pos = prev OR created_at < prev_at OR pos < 1 OR last IS NULL OR pos > last`},
 	// A finished hold's row keeps its begin's version (V0019), below its
-	// finish's: balances at a past time answer it.
+	// finish's, and no other row has one: balances at a past time and a
+	// replay of the begin answer it.
 	{"version went back", `SELECT t.ns, t.player_id, t.trx_id, t.version, b.version, t.begin_version FROM trx_N t
 		LEFT JOIN balance_N b ON b.ns = t.ns AND b.player_id = t.player_id
-		WHERE b.version IS NULL OR t.version > b.version OR t.version < 1 OR t.begin_version >= t.version OR t.begin_version < 1`},
+		WHERE b.version IS NULL OR t.version > b.version OR t.version < 1 OR t.begin_version >= t.version OR t.begin_version < 1
+			OR (t.finished_at IS NULL) <> (t.begin_version IS NULL)`},
 	{"op of no trx", `SELECT o.trx_id, o.seq FROM op_N o
 		WHERE NOT EXISTS (SELECT 1 FROM trx_N t WHERE t.trx_id = o.trx_id AND t.ns = o.ns AND t.player_id = o.player_id)`},
 	// Refunds (ADR 0014): each refunds an order credited to its player

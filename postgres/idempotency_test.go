@@ -182,3 +182,46 @@ func TestEveryReplayIsTheFirstAnswer(t *testing.T) {
 	same("hold 2", func() (coffer.Trx, bool, error) { return e.store.Change(ctx, hold) })
 	same("rollback", func() (coffer.Trx, bool, error) { return e.store.Rollback(ctx, scope(p, "hold-2")) })
 }
+
+// TestHoldBeginReplayedAfterItsEnd: a hold's begin sent again after the
+// hold's commit, rollback or expiry answers what the begin first
+// answered, byte for byte: pending, its reservations, the balances and
+// version it left. A read of the trx answers the hold as it is now.
+func TestHoldBeginReplayedAfterItsEnd(t *testing.T) {
+	e := newEnv(t)
+	for i, end := range []struct {
+		name   string
+		status coffer.TrxStatus
+		ttl    time.Duration
+		finish func(sc coffer.Scope) error
+	}{
+		{"commit", coffer.StatusCommitted, 0, func(sc coffer.Scope) error { _, _, err := e.store.Commit(ctx, sc); return err }},
+		{"rollback", coffer.StatusRolledBack, 0, func(sc coffer.Scope) error { _, _, err := e.store.Rollback(ctx, sc); return err }},
+		{"expiry", coffer.StatusExpired, time.Second, func(sc coffer.Scope) error {
+			// Swept once its TTL has passed on the database's clock.
+			for range 300 {
+				if n, err := e.store.SweepHolds(ctx, 10); err != nil || n == 1 {
+					return err
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			return fmt.Errorf("the hold was not swept")
+		}},
+	} {
+		p := coffer.PlayerID(70 + i)
+		e.mustChange(p, "seed", paid("gold", 5, fmt.Sprint("begin-", i)), free("gold", 10))
+		req := coffer.ChangeRequest{Scope: scope(p, "match"), Hold: true, HoldTTL: end.ttl, Reason: "match", Meta: []byte(`{"b":1,"a":2}`),
+			Ops: []coffer.OpRequest{free("gold", -12), free("silver", 3)}}
+		first, _, err := e.store.Change(ctx, req)
+		must(t, err)
+		must(t, end.finish(req.Scope))
+		again, replay, err := e.store.Change(ctx, req)
+		if err != nil || !replay {
+			t.Fatalf("%s: begin sent again: %v %v", end.name, replay, err)
+		}
+		sameAnswer(t, first, again)
+		if now, err := e.store.Trx(ctx, req.Scope); err != nil || now.Status != end.status || now.Version != first.Version+1 {
+			t.Fatalf("%s: the hold read back: %+v %v", end.name, now, err)
+		}
+	}
+}

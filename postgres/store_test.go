@@ -1069,6 +1069,22 @@ func TestAuditFindsAHoldBegunAtItsFinishVersion(t *testing.T) {
 	e.auditFinds(31, "version went back", "UPDATE trx_%d SET begin_version = version WHERE kind = 'hold'")
 }
 
+// TestAHoldFinishedWithoutItsBeginVersion: a finished hold's row that
+// lost its begin's version cannot give its first answer again: the audit
+// finds it, and a replay of its begin is internal, not the hold as now.
+func TestAHoldFinishedWithoutItsBeginVersion(t *testing.T) {
+	e := newEnv(t)
+	e.mustChange(32, "a", free("gold", 5))
+	req := coffer.ChangeRequest{Scope: scope(32, "h"), Hold: true, Ops: []coffer.OpRequest{free("gold", -2)}}
+	_, _, err := e.store.Change(ctx, req)
+	must(t, err)
+	_, _, err = e.store.Rollback(ctx, scope(32, "h"))
+	must(t, err)
+	e.auditFinds(32, "version went back", "UPDATE trx_%d SET begin_version = NULL WHERE kind = 'hold'")
+	_, _, err = e.store.Change(ctx, req)
+	wantCode(t, err, coffer.CodeInternal)
+}
+
 // auditFinds runs damage, an SQL statement with the shard's number for
 // %d, on player's shard, and wants the audit to report check.
 func (e *env) auditFinds(player coffer.PlayerID, check, damage string) {

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -58,8 +59,9 @@ type storedOp struct {
 }
 
 // undecodable is the error of a trx row read whole whose JSON columns do
-// not decode: damage of that row (an older coffer's, a hand's), not a
-// failure of the statement that read it, whose other rows still read.
+// not decode, or that lacks what its kind needs: damage of that row (an
+// older coffer's, a hand's), not a failure of the statement that read
+// it, whose other rows still read.
 type undecodable struct{ err error }
 
 func (u *undecodable) Error() string { return "a stored trx does not decode: " + u.err.Error() }
@@ -75,13 +77,15 @@ func decodeStored(raw []byte, v any) error {
 
 // scanTrx reads one row of trxColumns, after the columns in head. The
 // answer is rebuilt as the write answered it: its ops, the balances its
-// last step left, and a pending hold's grants. A row whose JSON does not
-// decode is *undecodable.
+// last step left, and a pending hold's grants; a finished hold's first
+// answer too, as its begin gave it. A row whose JSON does not decode, or
+// a finished hold without its begin's version, is *undecodable.
 func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 	var t storedTrx
 	var meta, metaJSONB, pending, refund, ops []byte
+	var beginVersion *int64
 	err := row.Scan(append(head, &t.ID, &t.Emitter, &t.IdempotencyKey, &t.Kind, &t.Status, &t.Reason, &meta, &metaJSONB, &t.CreatedAt,
-		&t.HoldExpiresAt, &pending, &t.Hash, &t.Version, &t.pos, &refund, &ops)...)
+		&t.HoldExpiresAt, &pending, &t.Hash, &t.Version, &beginVersion, &t.pos, &refund, &ops)...)
 	if err != nil {
 		return nil, err
 	}
@@ -103,12 +107,16 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 		return nil, err
 	}
 	all := make([]coffer.BookOp, len(sops))
-	var last []coffer.BookOp
+	// A trx has one step, or two (a hold's begin and its finish): the
+	// ops not of its last step are its begin's.
+	var last, begun []coffer.BookOp
 	for i, o := range sops {
 		all[i] = coffer.BookOp{Currency: o.Currency, LotID: o.LotID, Kind: o.Kind, Cause: o.Cause, Amount: o.Amount,
 			Paid: o.Paid, BalanceAfter: o.BalanceAfter, PaidAfter: o.PaidAfter, Purchase: o.Purchase, Fiat: o.Fiat, Value: o.Value}
 		if o.Last {
 			last = append(last, all[i])
+		} else {
+			begun = append(begun, all[i])
 		}
 	}
 	t.Ops = s.catalog.Ops(all)
@@ -122,6 +130,13 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 			t.PendingGrants = append(t.PendingGrants, coffer.PendingGrant(g))
 		}
 		t.Ops = append(t.Ops, s.catalog.PendingOps(t.Status, t.PendingGrants)...)
+	}
+	if t.Kind == coffer.TrxHold && t.Status != coffer.StatusPending {
+		if beginVersion == nil {
+			return nil, &undecodable{fmt.Errorf("finished hold %d has no begin_version", t.ID)}
+		}
+		begin := s.catalog.BeginAnswer(t.Trx, *beginVersion, begun, t.PendingGrants)
+		t.Begin = &begin
 	}
 	return &t, nil
 }
