@@ -85,8 +85,9 @@ func (s state) version() int64 {
 }
 
 // Apply brings every database to the target version. It first connects to
-// every database and checks every refusal (shard layout, env, edited or
-// unknown migrations) and changes nothing if any fails. A failed TRX
+// every database and checks every refusal (an encoding other than UTF8,
+// shard layout, env, edited or unknown migrations) and changes nothing if
+// any fails. A failed TRX
 // migration is rolled back, leaving its database at the previous version,
 // and stops the run.
 func (e *Engine) Apply(ctx context.Context, opts Options) error {
@@ -117,9 +118,9 @@ func closeAll(sessions []*session) {
 	}
 }
 
-// open connects to every database, takes its migration lock (or, unless
-// wait, goes on without it when another run holds it: session.busy) and
-// reads its state.
+// open connects to every database, refuses one not UTF8, takes its
+// migration lock (or, unless wait, goes on without it when another run
+// holds it: session.busy) and reads its state.
 func (e *Engine) open(ctx context.Context, wait bool) ([]*session, error) {
 	timeout := e.ConnectTimeout
 	if timeout == 0 {
@@ -144,6 +145,9 @@ func (e *Engine) open(ctx context.Context, wait bool) ([]*session, error) {
 		}
 		s := &session{db: db, conn: conn}
 		sessions = append(sessions, s)
+		if err := checkEncoding(db, conn); err != nil {
+			return sessions, err
+		}
 		if err := e.lock(ctx, s, run, wait); err != nil {
 			return sessions, fmt.Errorf("%s: take migration lock: %w", db.Label(), err)
 		}

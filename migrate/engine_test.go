@@ -3,8 +3,10 @@ package migrate
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -495,5 +497,28 @@ func TestDatabaseListedTwiceIsRefused(t *testing.T) {
 	}
 	if n := c.tables(t, 0, "item_%"); n != 0 {
 		t.Errorf("%d shard tables made before the refusal", n)
+	}
+}
+
+// TestDatabaseNotUTF8IsRefused: a database in another encoding is refused
+// by name, with its encoding, before any change: by a migration (and its
+// other databases are left as they were) and by a server's check.
+func TestDatabaseNotUTF8IsRefused(t *testing.T) {
+	for _, enc := range []string{"LATIN1", "SQL_ASCII"} {
+		c := newCluster(t, 8)
+		d := pgtest.NewDBEncoded(t, c.dbs[1].Server, enc)
+		c.cfg.Databases[1].Name = d.Name
+		e, _ := c.engine(t, basic, regionEnv)
+		want := `database #1 "` + d.Name + `" (127.0.0.1:` + strconv.Itoa(d.Server.Port()) + `): the database's encoding is ` + enc + `; coffer needs UTF8`
+		if err := e.Apply(context.Background(), all); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: migrate: %v", enc, err)
+		}
+		if n := c.tables(t, 0, "%"); n != 0 {
+			t.Errorf("%s: database #0 was changed", enc)
+		}
+		err := e.Verify(context.Background(), e.Map.Databases()[1])
+		if err == nil || errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: verify: %v", enc, err)
+		}
 	}
 }

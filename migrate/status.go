@@ -113,8 +113,8 @@ func Generate(dir, template, name string) (string, error) {
 var ErrUnreachable = errors.New("database unreachable")
 
 // Verify checks, without changing anything or taking the migration lock,
-// that db has every migration applied and that its recorded shard state and
-// env agree with the config. A server calls it before sending db requests.
+// that db is UTF8, has every migration applied and that its recorded shard
+// state and env agree with the config. A server calls it before sending db requests.
 func (e *Engine) Verify(ctx context.Context, db shard.Database) error {
 	timeout := e.ConnectTimeout
 	if timeout == 0 {
@@ -127,6 +127,9 @@ func (e *Engine) Verify(ctx context.Context, db shard.Database) error {
 		return fmt.Errorf("%s: %w: %v", db.Label(), ErrUnreachable, err)
 	}
 	defer conn.Close(context.Background())
+	if err := checkEncoding(db, conn); err != nil {
+		return err
+	}
 	s := &session{db: db, conn: conn}
 	if s.state, err = e.readState(cctx, conn); err != nil {
 		return fmt.Errorf("%s: %w: read migration state: %v", db.Label(), ErrUnreachable, err)

@@ -99,11 +99,25 @@ func NewDB(tb testing.TB, i int) DB {
 // itself, say) and drops it when the test ends.
 func NewDBOn(tb testing.TB, s *pgserver.Server) DB {
 	tb.Helper()
+	return newDB(tb, s, "")
+}
+
+// NewDBEncoded is NewDBOn with the database in encoding (LATIN1,
+// SQL_ASCII: one coffer refuses), a name of letters, digits and _.
+func NewDBEncoded(tb testing.TB, s *pgserver.Server, encoding string) DB {
+	tb.Helper()
+	return newDB(tb, s, " TEMPLATE template0 ENCODING '"+encoding+"' LC_COLLATE 'C' LC_CTYPE 'C'")
+}
+
+// newDB creates a database on s, with the options of CREATE DATABASE in
+// with, and drops it when the test ends.
+func newDB(tb testing.TB, s *pgserver.Server, with string) DB {
+	tb.Helper()
 	name := fmt.Sprintf("t%d_%d_%s", os.Getpid(), dbSeq.Add(1), sanitize(tb.Name()))
 	if len(name) > 63 {
 		name = name[:63]
 	}
-	admin(tb, s, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	admin(tb, s, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+with)
 	tb.Cleanup(func() {
 		if s.Start(context.Background()) != nil {
 			return // a test left the server broken; it is removed at exit anyway
