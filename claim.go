@@ -5,6 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // A store order is credited at most once per namespace, whoever presents
@@ -20,6 +23,35 @@ type PurchaseKey struct {
 	Namespace Namespace
 	Store     string
 	OrderID   string
+}
+
+// The names of a store order are compared exactly, byte for byte, so
+// that no order has two spellings. A store is a code the deployment
+// picks: lowercase ASCII, so "steam" and "Steam" cannot name one store
+// twice. An order id is the store's own, as it issued it, and is never
+// folded or trimmed (ids such as Stripe's tell cases apart); it may not
+// carry what no store issues and a client adds by mistake: white space at
+// either end, control characters. A store's length is one byte of
+// PurchaseKey.Hash.
+const (
+	storeLenMax   = 64
+	orderIDLenMax = 128
+)
+
+// checkOrder checks the names of a store order; field prefixes the
+// fields' names in the error ("ops[0].purchase."). Errors are CodeInvalid.
+func checkOrder(field, store, orderID string) error {
+	if len(store) < 1 || len(store) > storeLenMax || strings.TrimLeft(store, "abcdefghijklmnopqrstuvwxyz0123456789_-") != "" {
+		return Errorf(CodeInvalid, "%sstore: must be 1–%d characters of a–z, 0–9, _ and - (a code, such as steam)", field, storeLenMax)
+	}
+	first, _ := utf8.DecodeRuneInString(orderID)
+	last, _ := utf8.DecodeLastRuneInString(orderID)
+	if len(orderID) < 1 || len(orderID) > orderIDLenMax || !utf8.ValidString(orderID) ||
+		strings.IndexFunc(orderID, unicode.IsControl) >= 0 || unicode.IsSpace(first) || unicode.IsSpace(last) {
+		return Errorf(CodeInvalid, "%sorder_id: must be 1–%d bytes of UTF-8, without control characters or white space at either end, as the store issued it",
+			field, orderIDLenMax)
+	}
+	return nil
 }
 
 // Key is the order p credits in namespace ns.

@@ -72,3 +72,52 @@ func TestCreditOnlyByTheClaimant(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreOrderNames: a store order's names are compared exactly, so
+// what would give one order two spellings is refused, in a paid grant and
+// in a refund alike: a store is a code of a–z, 0–9, _ and - ("Steam" is
+// not "steam"); an order id is kept as the store issued it, case and all,
+// but never with white space at either end or a control character.
+func TestStoreOrderNames(t *testing.T) {
+	c := requestCatalog(t)
+	sc := Scope{Namespace: 1, PlayerID: 42, Emitter: 7, IdempotencyKey: "k"}
+	for _, tc := range []struct {
+		store, order string
+		bad          string // the field refused, or "" for none
+	}{
+		{"steam", "7731", ""},
+		{"google_play", "GPA.3372-1234-5678-90123", ""},
+		{"epic-games", "pi_3MtwBwLkdIwHu7ix28a3tqPa", ""},
+		{"a0", "ordre n° 7 — é", ""},
+		{strings.Repeat("s", 64), strings.Repeat("o", 128), ""},
+		{"", "7731", "store"},
+		{"Steam", "7731", "store"},
+		{"STEAM", "7731", "store"},
+		{"st eam", "7731", "store"},
+		{"steam.com", "7731", "store"},
+		{"stéam", "7731", "store"},
+		{"steam\x00", "7731", "store"},
+		{strings.Repeat("s", 65), "7731", "store"},
+		{"steam", "", "order_id"},
+		{"steam", " 7731", "order_id"},
+		{"steam", "7731\n", "order_id"},
+		{"steam", "7731\u00a0", "order_id"},
+		{"steam", "77\t31", "order_id"},
+		{"steam", "77\x0031", "order_id"},
+		{"steam", "77\u008531", "order_id"},
+		{"steam", "7731\xff", "order_id"},
+		{"steam", strings.Repeat("o", 129), "order_id"},
+	} {
+		_, grant := c.ValidateChange(ChangeRequest{Scope: sc, Ops: []OpRequest{{Currency: "gold", Amount: 1, Kind: "paid",
+			Purchase: &Purchase{Store: tc.store, OrderID: tc.order, Price: 1, Fiat: "USD"}}}})
+		_, refund := c.ValidateRefund(RefundRequest{Scope: sc, Store: tc.store, OrderID: tc.order, Kind: RefundRefund})
+		for call, err := range map[string]error{"ops[0].purchase.": grant, "": refund} {
+			switch {
+			case tc.bad == "" && err != nil:
+				t.Errorf("%q %q: %v", tc.store, tc.order, err)
+			case tc.bad != "" && (ErrorCode(err) != CodeInvalid || !strings.Contains(err.Error(), ": "+call+tc.bad+": ")):
+				t.Errorf("%q %q: error %v, want invalid_argument on %s%s", tc.store, tc.order, err, call, tc.bad)
+			}
+		}
+	}
+}

@@ -153,15 +153,15 @@ type OrderLot struct {
 	ShareValue Amount
 }
 
-// ValidateRefund checks a refund: the scope, the order (store 1–64 bytes,
-// order id 1–128, as a purchase names them), the kind and the reason.
+// ValidateRefund checks a refund: the scope, the order (its store and
+// order id as a purchase names them: checkOrder), the kind and the reason.
 // Errors are CodeInvalid.
 func (c *Catalog) ValidateRefund(req RefundRequest) (ValidRefund, error) {
 	if err := req.Scope.Validate(); err != nil {
 		return ValidRefund{}, err
 	}
-	if checkText("store", req.Store, 1, 64, inBytes) != nil || checkText("order_id", req.OrderID, 1, 128, inBytes) != nil {
-		return ValidRefund{}, Errorf(CodeInvalid, "store (1–64 bytes) and order_id (1–128 bytes) are required, UTF-8 without NUL")
+	if err := checkOrder("", req.Store, req.OrderID); err != nil {
+		return ValidRefund{}, err
 	}
 	if req.Kind != RefundRefund && req.Kind != RefundChargeback {
 		return ValidRefund{}, Errorf(CodeInvalid, "kind: must be refund or chargeback")

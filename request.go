@@ -100,8 +100,7 @@ func checkText(field, s string, min, max int, u unit) error {
 type unit string
 
 const (
-	// inBytes bounds what is stored or hashed by its size (a store's
-	// length is one byte of PurchaseKey.Hash).
+	// inBytes bounds what is stored by its size (a reason).
 	inBytes unit = "bytes"
 	// inCharacters bounds what the contract bounds in characters (the
 	// idempotency key, as its column's check does).
@@ -251,11 +250,13 @@ func (v ValidChange) CheckExpiries(now time.Time) error {
 }
 
 func checkPurchase(i int, p *Purchase) error {
-	switch {
-	case p == nil:
+	if p == nil {
 		return Errorf(CodeInvalid, "ops[%d].purchase: a paid grant must carry its purchase", i)
-	case checkText("store", p.Store, 1, 64, inBytes) != nil || checkText("order_id", p.OrderID, 1, 128, inBytes) != nil:
-		return Errorf(CodeInvalid, "ops[%d].purchase: store (1–64 bytes) and order_id (1–128 bytes) are required, UTF-8 without NUL", i)
+	}
+	if err := checkOrder(fmt.Sprintf("ops[%d].purchase.", i), p.Store, p.OrderID); err != nil {
+		return err
+	}
+	switch {
 	case p.Price < 0 || Amount(p.Price) > PriceMax:
 		return Errorf(CodeInvalid, "ops[%d].purchase.price: must be 0–%d minor units", i, PriceMax)
 	case len(p.Fiat) != 3 || p.Fiat[0] < 'A' || p.Fiat[0] > 'Z' || p.Fiat[1] < 'A' || p.Fiat[1] > 'Z' || p.Fiat[2] < 'A' || p.Fiat[2] > 'Z':
