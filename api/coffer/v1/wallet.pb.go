@@ -114,9 +114,12 @@ func (x *GetBalancesRequest) GetLots() bool {
 
 // Purchase is the record of real money behind a paid grant.
 type Purchase struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Store   string                 `protobuf:"bytes,1,opt,name=store,proto3" json:"store,omitempty"`
-	OrderId string                 `protobuf:"bytes,2,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The store, a code of 1–64 characters a–z, 0–9, _ and -: "steam".
+	Store string `protobuf:"bytes,1,opt,name=store,proto3" json:"store,omitempty"`
+	// The store's id of the order, compared exactly (case kept): 1–128
+	// bytes, no control characters, no white space at either end.
+	OrderId string `protobuf:"bytes,2,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
 	// Price in minor units of fiat.
 	Price int64 `protobuf:"varint,3,opt,name=price,proto3" json:"price,omitempty"`
 	// ISO 4217 code, e.g. USD.
@@ -827,7 +830,7 @@ type RefundRequest struct {
 	Namespace      int32                  `protobuf:"varint,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	PlayerId       int64                  `protobuf:"varint,2,opt,name=player_id,json=playerId,proto3" json:"player_id,omitempty"`
 	IdempotencyKey string                 `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	// The order, as the paid grant's purchase named it.
+	// The order, as the paid grant's purchase named it, compared exactly.
 	Store   string `protobuf:"bytes,4,opt,name=store,proto3" json:"store,omitempty"`
 	OrderId string `protobuf:"bytes,5,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
 	// refund (the store refunded the order) or chargeback (the payer's bank
