@@ -23,10 +23,6 @@ const (
 	MetaNumberMax = 1<<53 - 1
 )
 
-// storedDepthMax is encoding/json's nesting limit, which bounded meta
-// before MetaDepthMax.
-const storedDepthMax = 10000
-
 // canonicalMeta checks a request's meta and returns its canonical form,
 // the one form that is hashed, stored and served (docs/api.md): the JSON
 // Canonicalization Scheme (RFC 8785), over strict JSON (ParseJSON), with
@@ -50,7 +46,7 @@ func canonicalMeta(raw json.RawMessage) (json.RawMessage, error) {
 	if v.Kind != JSONObject {
 		return nil, Errorf(CodeInvalid, "meta: must be a JSON object")
 	}
-	out, err := appendCanonical(nil, v, metaNumber)
+	out, err := appendCanonical(nil, v)
 	if err != nil {
 		return nil, Errorf(CodeInvalid, "meta: %v", err)
 	}
@@ -58,29 +54,6 @@ func canonicalMeta(raw json.RawMessage) (json.RawMessage, error) {
 		return nil, Errorf(CodeInvalid, "meta: at most %d bytes in canonical form (docs/api.md), %d here", MetaLenMax, len(out))
 	}
 	return out, nil
-}
-
-// StoredMeta is the canonical form of meta an earlier coffer stored as
-// jsonb (column meta_jsonb since migration V0010), which rewrote it: its
-// numbers may lie beyond MetaNumberMax or a double's range, and keep their
-// exact value, in the canonical layout, so that a number jsonb printed in
-// a hundred thousand digits (1e131071) is served in a few bytes. Meta that
-// does not parse is returned as it is.
-func StoredMeta(stored []byte) json.RawMessage {
-	v, err := ParseJSON(stored, storedDepthMax)
-	if err != nil || v.Kind != JSONObject {
-		return stored
-	}
-	out, err := appendCanonical(nil, v, func(text string) (string, error) {
-		if s, err := metaNumber(text); err == nil {
-			return s, nil
-		}
-		return exactNumber(text), nil
-	})
-	if err != nil {
-		return stored
-	}
-	return out
 }
 
 // metaNumber is a meta number in canonical form: the nearest double, in
@@ -101,28 +74,6 @@ func metaNumber(text string) (string, error) {
 	mant, exp, _ := strings.Cut(e, "e")
 	n, _ := strconv.Atoi(exp)
 	return layoutNumber(neg, strings.Replace(mant, ".", "", 1), n+1), nil
-}
-
-// exactNumber is a JSON number's exact value in the canonical layout.
-func exactNumber(text string) string {
-	neg := strings.HasPrefix(text, "-")
-	mant, exp, _ := strings.Cut(strings.ToLower(strings.TrimPrefix(text, "-")), "e")
-	intPart, frac, _ := strings.Cut(mant, ".")
-	n := len(intPart)
-	if exp != "" {
-		e, err := strconv.Atoi(exp)
-		if err != nil {
-			return text // an exponent beyond int: no meta ever had one
-		}
-		n += e
-	}
-	digits := strings.TrimLeft(intPart+frac, "0")
-	n -= len(intPart+frac) - len(digits)
-	digits = strings.TrimRight(digits, "0")
-	if digits == "" {
-		return "0"
-	}
-	return layoutNumber(neg, digits, n)
 }
 
 // layoutNumber writes the number 0.digits × 10^n as ECMAScript's
@@ -163,8 +114,8 @@ func layoutNumber(neg bool, digits string, n int) string {
 
 // appendCanonical writes v as RFC 8785 does: members sorted by their
 // names' UTF-16 code units, no white space, strings with only the escapes
-// JSON requires, numbers as number makes them.
-func appendCanonical(out []byte, v *JSONValue, number func(string) (string, error)) ([]byte, error) {
+// JSON requires, numbers as metaNumber makes them.
+func appendCanonical(out []byte, v *JSONValue) ([]byte, error) {
 	switch v.Kind {
 	case JSONObject:
 		order := make([]int, len(v.Names))
@@ -180,7 +131,7 @@ func appendCanonical(out []byte, v *JSONValue, number func(string) (string, erro
 			out = appendString(out, v.Names[i])
 			out = append(out, ':')
 			var err error
-			if out, err = appendCanonical(out, v.Elems[i], number); err != nil {
+			if out, err = appendCanonical(out, v.Elems[i]); err != nil {
 				return nil, err
 			}
 		}
@@ -192,7 +143,7 @@ func appendCanonical(out []byte, v *JSONValue, number func(string) (string, erro
 				out = append(out, ',')
 			}
 			var err error
-			if out, err = appendCanonical(out, e, number); err != nil {
+			if out, err = appendCanonical(out, e); err != nil {
 				return nil, err
 			}
 		}
@@ -200,7 +151,7 @@ func appendCanonical(out []byte, v *JSONValue, number func(string) (string, erro
 	case JSONString:
 		return appendString(out, v.Text), nil
 	case JSONNumber:
-		s, err := number(v.Text)
+		s, err := metaNumber(v.Text)
 		if err != nil {
 			return nil, err
 		}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
-	"github.com/cofferhq/coffer/internal/pgtest"
 )
 
 // TestRetryOfATrxStoredBeforeHashesHadAVersion: a trx written by an
@@ -107,45 +106,6 @@ func TestMetaIsServedAsFirstAnswered(t *testing.T) {
 		if string(trx.Meta) != want {
 			t.Errorf("finlog %s: meta %s", trx.IdempotencyKey, trx.Meta)
 		}
-	}
-}
-
-// TestMetaStoredBeforeV0010IsServedCanonical: V0010 keeps the jsonb meta
-// of trx written before it, and coffer serves it in canonical form,
-// bounded by what was accepted: a number jsonb printed in 131 072 digits
-// is served in nine.
-func TestMetaStoredBeforeV0010IsServedCanonical(t *testing.T) {
-	e := newEnvAt(t, 9, pgtest.Server(t, 0), pgtest.Server(t, 1))
-	const p = 61
-	id := e.router.Map().ShardOf(p)
-	t0 := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
-	// A grant as coffer wrote it before V0010, its meta as jsonb.
-	for _, sql := range []string{
-		`INSERT INTO balance_N VALUES (1, $1, 1, $2, 2)`,
-		`INSERT INTO lot_N VALUES (1, $1, 9, 1, false, 5, NULL, 0, $2, 10)`,
-		`INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason,
-				meta, version, pos)
-			VALUES (1, $1, $2, 10, 7, 'old', '', 'change', 'committed', 'test',
-				'{"s": "<&>", "b": 1, "aa": 2.50, "big": 1e131071, "id": 12345678901234567890}', 1, 1)`,
-		`INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, pos)
-			VALUES (10, 0, 1, $1, 1, 9, 'grant', 'change', 5, false, 5, 0, $2, 2)`,
-	} {
-		e.exec(p, sql, p, t0)
-	}
-	var printed int
-	must(t, e.router.Shard(id).QueryRow(ctx, fmt.Sprintf(`SELECT length(meta::text) FROM trx_%d WHERE idempotency_key = 'old'`, id)).Scan(&printed))
-	if printed < 131072 {
-		t.Fatalf("jsonb prints the meta in %d bytes", printed)
-	}
-	migrateTo(t, e.router.Map(), -1)
-	const want = `{"aa":2.5,"b":1,"big":1e+131071,"id":12345678901234567890,"s":"<&>"}`
-	read, err := e.store.Trx(ctx, scope(p, "old"))
-	if err != nil || string(read.Meta) != want {
-		t.Fatalf("read: %s %v", read.Meta, err)
-	}
-	page, err := e.store.Finlog(ctx, coffer.FinlogQuery{Namespace: 1, PlayerID: p})
-	if err != nil || len(page.Items) != 1 || string(page.Items[0].Meta) != want {
-		t.Fatalf("finlog: %+v %v", page, err)
 	}
 }
 

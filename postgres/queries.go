@@ -23,8 +23,7 @@ const lotColumns = `l.lot_id, l.currency, l.paid, l.amount, l.reserved, l.expire
 	COALESCE(l.store, ''), COALESCE(l.order_id, ''), COALESCE(l.fiat, ''), l.value, l.value_reserved, l.owed, l.exchanged, l.trx_id`
 
 // trxColumns are read by scanTrx, in this order; ops come as a JSON array.
-// meta is canonical text; meta_jsonb what an earlier coffer stored (V0010).
-const trxColumns = `t.trx_id, t.emitter, t.idempotency_key, t.kind, t.status, t.reason, t.meta, t.meta_jsonb, t.created_at,
+const trxColumns = `t.trx_id, t.emitter, t.idempotency_key, t.kind, t.status, t.reason, t.meta, t.created_at,
 	t.hold_expires_at, t.pending_grants, t.request_hash, t.version, t.begin_version, t.pos, t.refund,
 	COALESCE((SELECT json_agg(json_build_object('c', o.currency, 'a', o.amount, 'k', o.kind, 'p', o.paid,
 		'l', o.lot_id, 'b', o.balance_after, 'q', o.paid_after, 'u', o.purchase, 'z', o.cause, 'x', o.fiat, 'v', o.value,

@@ -59,9 +59,8 @@ type storedOp struct {
 }
 
 // undecodable is the error of a trx row read whole whose JSON columns do
-// not decode, or that lacks what its kind needs: damage of that row (an
-// older coffer's, a hand's), not a failure of the statement that read
-// it, whose other rows still read.
+// not decode, or that lacks what its kind needs: damage of that row, not
+// a failure of the statement that read it, whose other rows still read.
 type undecodable struct{ err error }
 
 func (u *undecodable) Error() string { return "a stored trx does not decode: " + u.err.Error() }
@@ -82,9 +81,9 @@ func decodeStored(raw []byte, v any) error {
 // a finished hold without its begin's version, is *undecodable.
 func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 	var t storedTrx
-	var meta, metaJSONB, pending, refund, ops []byte
+	var meta, pending, refund, ops []byte
 	var beginVersion *int64
-	err := row.Scan(append(head, &t.ID, &t.Emitter, &t.IdempotencyKey, &t.Kind, &t.Status, &t.Reason, &meta, &metaJSONB, &t.CreatedAt,
+	err := row.Scan(append(head, &t.ID, &t.Emitter, &t.IdempotencyKey, &t.Kind, &t.Status, &t.Reason, &meta, &t.CreatedAt,
 		&t.HoldExpiresAt, &pending, &t.Hash, &t.Version, &beginVersion, &t.pos, &refund, &ops)...)
 	if err != nil {
 		return nil, err
@@ -96,11 +95,8 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 		}
 		t.Refund = s.catalog.Refund(&r)
 	}
-	switch {
-	case len(meta) > 0:
+	if len(meta) > 0 {
 		t.Meta = json.RawMessage(meta)
-	case len(metaJSONB) > 0:
-		t.Meta = coffer.StoredMeta(metaJSONB)
 	}
 	var sops []storedOp
 	if err := decodeStored(ops, &sops); err != nil {
