@@ -32,8 +32,7 @@ type PendingGrant struct {
 type StoredTrx struct {
 	Trx
 	Emitter Emitter
-	// Hash identifies the request's payload: RequestHash.Sum, or a hash
-	// an earlier coffer stored (RequestHash.Same).
+	// Hash identifies the request's payload: its RequestHash.Sum.
 	Hash []byte
 	// PendingGrants are a hold's grants, applied at its commit.
 	PendingGrants []PendingGrant

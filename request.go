@@ -148,7 +148,7 @@ func (c *Catalog) ValidateChange(req ChangeRequest) (ValidChange, error) {
 	if err != nil {
 		return ValidChange{}, err
 	}
-	sent := req
+	askedTTL := req.HoldTTL
 	req.Meta = meta
 	if len(req.Ops) == 0 || len(req.Ops) > OpsMax {
 		return ValidChange{}, Errorf(CodeInvalid, "ops: 1–%d ops required", OpsMax)
@@ -191,7 +191,7 @@ func (c *Catalog) ValidateChange(req ChangeRequest) (ValidChange, error) {
 		}
 		v.Ops = append(v.Ops, vop)
 	}
-	v.Hash = changeHash(v, sent.HoldTTL, sent.Meta)
+	v.Hash = changeHash(v, askedTTL)
 	return v, nil
 }
 
@@ -286,7 +286,6 @@ func (c *Catalog) ValidateExchange(req ExchangeRequest) (ValidExchange, error) {
 	if err != nil {
 		return ValidExchange{}, err
 	}
-	sent := req
 	req.Meta = meta
 	from, ok1 := c.byCode[req.From]
 	to, ok2 := c.byCode[req.To]
@@ -305,6 +304,6 @@ func (c *Catalog) ValidateExchange(req ExchangeRequest) (ValidExchange, error) {
 		return ValidExchange{}, Errorf(CodeInvalid, "amount: %d %s yields %d %s at %s; must yield 1–%d", req.Amount, from.Code, total, to.Code, rate, OpAmountMax)
 	}
 	v := ValidExchange{ExchangeRequest: req, From: from, To: to, Rate: rate}
-	v.Hash = exchangeHash(v, sent.Meta)
+	v.Hash = exchangeHash(v)
 	return v, nil
 }
