@@ -4,11 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cofferhq/coffer"
-	"github.com/cofferhq/coffer/internal/pgtest"
-	"github.com/cofferhq/coffer/postgres"
 )
 
 // bought is a paid grant of order in gold that cost price US cents.
@@ -157,53 +154,5 @@ func TestAuditFindsValueDamage(t *testing.T) {
 			must(t, err)
 			e.auditFinds(31, c.check, c.damage)
 		})
-	}
-}
-
-// TestMigrationKeepsTheStoreOrderOfOlderLots: V0015 gives the lots of
-// purchases credited before it their store order (from their grant), and
-// no value; they go on in coins, their exchanged coins keep the order,
-// and they report under no fiat, reconciled.
-func TestMigrationKeepsTheStoreOrderOfOlderLots(t *testing.T) {
-	e := newEnvAt(t, 14, pgtest.Server(t, 0), pgtest.Server(t, 1))
-	const p = 52
-	t0 := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
-	for _, sql := range []string{
-		`INSERT INTO balance_N (ns, player_id, version, updated_at, pos) VALUES (1, $1, 2, $2, 5)`,
-		`INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id)
-			VALUES (1, $1, 9, 1, true, 3, 1, NULL, 0, $2, 10)`,
-		`INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason,
-				hold_expires_at, version, pos)
-			VALUES (1, $1, $2, 10, 7, 'buy', '', 'change', 'committed', '', NULL, 1, 1),
-				(1, $1, $2 + interval '1 second', 11, 7, 'h', '', 'hold', 'pending', '', now() + interval '1 hour', 2, 3)`,
-		`INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, pos, purchase)
-			VALUES (10, 0, 1, $1, 1, 9, 'grant', 'change', 4, true, 4, 4, $2, 2, '{"store": "steam", "order_id": "old", "price": 100, "fiat": "USD"}'),
-				(11, 0, 1, $1, 1, 9, 'consume', 'change', -1, true, 3, 3, $2 + interval '1 second', 4, NULL)`,
-	} {
-		e.exec(p, sql, p, t0)
-	}
-	migrateTo(t, e.router.Map(), -1)
-	_, _, err := postgres.ClaimCredited(ctx, e.router)
-	must(t, err)
-	if lots := e.paidLots(p); lots != "gold 3/1 steam/old  0/0" {
-		t.Fatalf("lots after V0015: %s", lots)
-	}
-	from := t0.Add(-time.Second)
-	if got := values(e.mustChange(p, "spend", free("gold", -1))); got != "-" {
-		t.Fatalf("a consume of an older lot: %s", got)
-	}
-	_, _, err = e.store.Rollback(ctx, scope(p, "h"))
-	must(t, err)
-	_, _, err = e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(p, "ex"), From: "gold", To: "silver", Amount: 1})
-	must(t, err)
-	if lots := e.paidLots(p); lots != "gold 2/0 steam/old  0/0; silver 100/0 steam/old  0/0" {
-		t.Fatalf("lots: %s", lots)
-	}
-	want := "gold : opening 0 deposited 4 recognised 1 converted 0/1 expired 0 refunded 0/0 deferred 2 | " +
-		"value: opening 0 deposited 0 recognised 0 converted 0/0 expired 0 refunded 0/0 deferred 0\n" +
-		"silver : opening 0 deposited 0 recognised 0 converted 100/0 expired 0 refunded 0/0 deferred 100 | " +
-		"value: opening 0 deposited 0 recognised 0 converted 0/0 expired 0 refunded 0/0 deferred 0"
-	if got := e.revenue(from, time.Now().Add(time.Minute)); got != want {
-		t.Fatalf("revenue:\n%s\nwant\n%s", got, want)
 	}
 }

@@ -175,68 +175,6 @@ func TestAuditCommand(t *testing.T) {
 	}
 }
 
-// TestMigrateClaimsOrdersCreditedBefore: an order credited without a
-// claim (as before V0011) is a violation until `coffer migrate` claims it
-// for its trx; then the audit is clean. A run pinned to a version (a
-// deploy pipeline's -t), past the newest or below, on databases that hold
-// the whole schema claims too.
-func TestMigrateClaimsOrdersCreditedBefore(t *testing.T) {
-	for _, pin := range [][]string{nil, {"-t", "9999"}, {"-t", "11"}} {
-		t.Run(strings.Join(append([]string{"migrate"}, pin...), " "), func(t *testing.T) {
-			testMigrateClaims(t, pin)
-		})
-	}
-}
-
-func testMigrateClaims(t *testing.T, pin []string) {
-	cfg := dbConfig(t, "")
-	if code, out, errOut := run(t, "migrate", "-c", cfg); code != 0 {
-		t.Fatalf("migrate: %s%s", out, errOut)
-	}
-	db := configDBs(t, cfg)[0]
-	const at = "'2024-01-01T00:00:00Z'"
-	db.Exec(t, "INSERT INTO balance_0 VALUES (1, 1, 1, "+at+", 2)")
-	db.Exec(t, "INSERT INTO lot_0 VALUES (1, 1, 1, 1, true, 10, NULL, 0, "+at+", 2)")
-	db.Exec(t, `INSERT INTO trx_0 (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, version, pos)
-		VALUES (1, 1, `+at+`, 2, 7, 'buy', '', 'change', 'committed', '', 1, 1)`)
-	db.Exec(t, `INSERT INTO op_0 (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
-			balance_after, paid_after, created_at, purchase, pos)
-		VALUES (2, 0, 1, 1, 1, 1, 'grant', 'change', 10, true, 10, 10, `+at+`,
-			'{"store": "steam", "order_id": "before-claims", "price": 99, "fiat": "USD"}', 2)`)
-	code, out, _ := run(t, "audit", "-c", cfg)
-	if code != 1 || !strings.Contains(out, `VIOLATION shard 0: purchase without its claim: ns 1 store "steam" order "before-claims" credited by trx 2 of player 1: no claim`) {
-		t.Fatalf("audit before the claims: code %d\n%s", code, out)
-	}
-	if code, out, errOut := run(t, append([]string{"migrate", "-c", cfg}, pin...)...); code != 0 || !strings.Contains(out, "claimed 1 store orders credited before claims existed") {
-		t.Fatalf("migrate again: code %d\n%s%s", code, out, errOut)
-	}
-	if code, out, _ := run(t, "audit", "-c", cfg); code != 0 {
-		t.Fatalf("audit after the claims: code %d\n%s", code, out)
-	}
-}
-
-// TestMigrateShortOfTheSchemaLeavesClaims: a run that stops short of
-// coffer's whole schema (-t 10, before the claims' tables) claims nothing
-// and fails nothing; the run that completes the schema claims the orders
-// credited meanwhile.
-func TestMigrateShortOfTheSchemaLeavesClaims(t *testing.T) {
-	cfg := dbConfig(t, "")
-	if code, out, errOut := run(t, "migrate", "-c", cfg, "-t", "10"); code != 0 {
-		t.Fatalf("migrate -t 10: %s%s", out, errOut)
-	}
-	db := configDBs(t, cfg)[0]
-	db.Exec(t, `INSERT INTO trx_0 (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, version, pos)
-		VALUES (1, 1, now(), 2, 7, 'buy', '', 'change', 'committed', '', 1, 1)`)
-	db.Exec(t, `INSERT INTO op_0 (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid, balance_after, paid_after, created_at, purchase, pos)
-		VALUES (2, 0, 1, 1, 1, 1, 'grant', 'change', 10, true, 10, 10, now(), '{"store": "steam", "order_id": "o", "price": 99, "fiat": "USD"}', 2)`)
-	if code, out, errOut := run(t, "migrate", "-c", cfg, "-t", "10"); code != 0 || strings.Contains(out, "claimed") {
-		t.Fatalf("migrate -t 10 again: code %d\n%s%s", code, out, errOut)
-	}
-	if code, out, errOut := run(t, "migrate", "-c", cfg); code != 0 || !strings.Contains(out, "claimed 1 store orders credited before claims existed") {
-		t.Fatalf("migrate: code %d\n%s%s", code, out, errOut)
-	}
-}
-
 // TestMigrateStateSchemaIsForOwnMigrations: coffer serve reads the state
 // of coffer's own schema in public, so a run of that schema with its state
 // elsewhere would leave serve refusing every database; it is refused

@@ -9,8 +9,6 @@ import (
 	"os/signal"
 
 	"github.com/cofferhq/coffer/migrate"
-	"github.com/cofferhq/coffer/postgres"
-	"github.com/cofferhq/coffer/shard"
 )
 
 // migrateFlags are sdbmigrate's flags, with its short and long names.
@@ -86,7 +84,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	if f.stateSchema != "" && f.dir == "" {
 		return fail(fmt.Errorf("--migrate-state-schema is for your own migrations (-d DIR): coffer's own schema keeps its state in public, where coffer serve reads it"))
 	}
-	engine, cfg, err := newEngine(f)
+	engine, err := newEngine(f)
 	if err != nil {
 		return fail(err)
 	}
@@ -112,65 +110,13 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	if err := engine.Apply(ctx, migrate.Options{DryRun: f.dryRun, TargetVersion: f.target, ForceUpdateEnv: f.forceUpdateEnv}); err != nil {
 		return fail(err)
 	}
-	if f.dir == "" && !f.dryRun {
-		full, err := fullyMigrated(ctx, engine)
-		if err != nil {
-			return fail(err)
-		}
-		if full {
-			if err := claimCredited(ctx, engine.Map, cfg.Pool, stdout); err != nil {
-				return fail(err)
-			}
-		}
-	}
 	return 0
 }
 
-// fullyMigrated tells whether every database now holds coffer's whole
-// schema, which the claims need. It asks the databases, not -t: a
-// pipeline that pins a version, old or new, on an up-to-date fleet must
-// claim as a run without it does. A database another run is migrating is
-// left to that run, which claims at its end.
-func fullyMigrated(ctx context.Context, e *migrate.Engine) (bool, error) {
-	statuses, err := e.Status(ctx)
-	if err != nil {
-		return false, err
-	}
-	for _, s := range statuses {
-		if len(s.Pending) > 0 || s.Problem != "" || s.Busy {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// claimCredited claims the store orders credited before claims existed
-// (postgres.ClaimCredited) and says what it did. It runs once coffer's
-// schema is applied in full, so that an upgrade leaves no credited order
-// without its claim; run again, it claims nothing.
-func claimCredited(ctx context.Context, m *shard.Map, pool shard.PoolConfig, out io.Writer) error {
-	router, err := shard.Open(m, pool)
-	if err != nil {
-		return err
-	}
-	defer router.Close()
-	claimed, contested, err := postgres.ClaimCredited(ctx, router)
-	if err != nil {
-		return fmt.Errorf("claiming the store orders credited before claims: %w", err)
-	}
-	if claimed > 0 {
-		fmt.Fprintf(out, "claimed %d store orders credited before claims existed\n", claimed)
-	}
-	if contested > 0 {
-		fmt.Fprintf(out, "%d credits of store orders whose claim names another trx (credited twice before claims): coffer audit lists them\n", contested)
-	}
-	return nil
-}
-
-func newEngine(f *migrateFlags) (*migrate.Engine, *Config, error) {
+func newEngine(f *migrateFlags) (*migrate.Engine, error) {
 	cfg, m, err := loadConfig(f.config)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	env := cfg.Env
 	var ms []migrate.Migration
@@ -179,12 +125,12 @@ func newEngine(f *migrateFlags) (*migrate.Engine, *Config, error) {
 		ms, err = migrate.Load(migrate.Schema(), "(coffer's schema)")
 	} else {
 		if _, statErr := os.Stat(f.dir); statErr != nil {
-			return nil, nil, fmt.Errorf("migrations dir: %w", statErr)
+			return nil, fmt.Errorf("migrations dir: %w", statErr)
 		}
 		ms, err = migrate.Load(os.DirFS(f.dir), f.dir)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return &migrate.Engine{Map: m, Env: env, Migrations: ms, StateSchema: f.stateSchema}, cfg, nil
+	return &migrate.Engine{Map: m, Env: env, Migrations: ms, StateSchema: f.stateSchema}, nil
 }

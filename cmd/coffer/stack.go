@@ -121,18 +121,14 @@ func writeConfigFile(path string, cfg *Config) error {
 }
 
 // applySchema migrates every database of m to coffer's schema, with env
-// over the schema's defaults, and claims the orders credited before
-// claims existed, as `coffer migrate` does.
+// over the schema's defaults, as `coffer migrate` does.
 func applySchema(ctx context.Context, m *shard.Map, env migrate.Env, out io.Writer) error {
 	ms, err := migrate.Load(migrate.Schema(), "(coffer's schema)")
 	if err != nil {
 		return err
 	}
 	e := &migrate.Engine{Map: m, Env: env.With(migrate.SchemaEnv), Migrations: ms, Out: out}
-	if err := e.Apply(ctx, migrate.Options{TargetVersion: -1}); err != nil {
-		return err
-	}
-	return claimCredited(ctx, m, shard.DefaultPoolConfig(), out)
+	return e.Apply(ctx, migrate.Options{TargetVersion: -1})
 }
 
 // stop shuts the server down cleanly.
