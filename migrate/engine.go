@@ -30,6 +30,11 @@ type Engine struct {
 	Out io.Writer
 	// ConnectTimeout bounds each connection attempt; zero means 10 s.
 	ConnectTimeout time.Duration
+	// Retired names migrations of a chain that Migrations replaced, each
+	// with why a database that applied one is refused (coffer's schema:
+	// SchemaRetired). Without it such a database would be refused as if
+	// a file had been renamed or removed.
+	Retired map[string]string
 }
 
 // Options of one Apply.
@@ -278,6 +283,11 @@ func (e *Engine) readState(ctx context.Context, conn *pgx.Conn) (state, error) {
 // lists the migrations to apply.
 func (e *Engine) plan(s *session, opts Options) error {
 	st := s.state
+	for _, a := range st.applied {
+		if why, ok := e.Retired[a.name]; ok {
+			return errors.New(why)
+		}
+	}
 	if st.initialized {
 		if st.shardCount != e.Map.ShardCount() {
 			return fmt.Errorf("shard_count is %d in the database but %d in the config; shard_count never changes after the first deploy", st.shardCount, e.Map.ShardCount())

@@ -356,12 +356,11 @@ func TestGenerate(t *testing.T) {
 // servers, twice.
 func TestCofferSchema(t *testing.T) {
 	c := newCluster(t, 16)
-	ms, err := Load(Schema(), "embedded")
+	m, _ := shard.NewMap(c.cfg)
+	e, err := SchemaEngine(m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := shard.NewMap(c.cfg)
-	e := &Engine{Map: m, Env: SchemaEnv, Migrations: ms}
 	for run := 0; run < 2; run++ {
 		if err := e.Apply(context.Background(), all); err != nil {
 			t.Fatalf("run %d: %v", run, err)

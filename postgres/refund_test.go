@@ -8,9 +8,6 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
-	"github.com/cofferhq/coffer/internal/pgtest"
-	"github.com/cofferhq/coffer/shard"
-	"github.com/jackc/pgx/v5"
 )
 
 func refundOf(player coffer.PlayerID, key, order string) coffer.RefundRequest {
@@ -531,30 +528,4 @@ func TestRefundDebtOfAnExchangedLotMovesNowhere(t *testing.T) {
 	if b := e.balance(p, "gems"); b.Total != 30 {
 		t.Fatalf("gems after the rollback: %+v, want 30", b)
 	}
-}
-
-// TestMigrationMarksTheLotsExchangesMade: V0023 marks the paid lots an
-// exchange made before it, and no other.
-func TestMigrationMarksTheLotsExchangesMade(t *testing.T) {
-	e := newEnvAt(t, 22, pgtest.Server(t, 0), pgtest.Server(t, 1))
-	const p = 71
-	t0 := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
-	e.exec(p, `INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, version, pos)
-		VALUES (1, $1, $2, 10, 7, 'buy', '', 'change', 'committed', '', 1, 1), (1, $1, $2, 11, 7, 'ex', '', 'exchange', 'committed', '', 2, 3)`, p, t0)
-	e.exec(p, `INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, reserved, priority, created_at, trx_id, store, order_id)
-		VALUES (1, $1, 1, 1, true, 5, 0, 0, $2, 10, 'steam', 'o'), (1, $1, 2, 4, true, 50, 0, 0, $2, 11, 'steam', 'o'),
-			(1, $1, 3, 4, false, 7, 0, 0, $2, 11, NULL, NULL)`, p, t0)
-	migrateTo(t, e.router.Map(), -1)
-	id := e.router.Map().ShardOf(p)
-	rows, err := e.router.Shard(id).Query(ctx, shard.Tables(`SELECT lot_id, exchanged FROM lot_N WHERE ns = 1 AND player_id = $1 ORDER BY lot_id`, id), p)
-	must(t, err)
-	marked, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
-		ID        int64
-		Exchanged bool
-	}])
-	must(t, err)
-	if got := fmt.Sprint(marked); got != "[{1 false} {2 true} {3 false}]" {
-		t.Fatalf("lots after V0023: %s", got)
-	}
-	e.damaged = true // the rows stand for a ledger without ops
 }

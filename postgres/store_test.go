@@ -49,13 +49,6 @@ func newEnv(t *testing.T) *env {
 // newEnvOn is newEnv with its two databases on the given servers.
 func newEnvOn(t *testing.T, servers ...*pgserver.Server) *env {
 	t.Helper()
-	return newEnvAt(t, -1, servers...)
-}
-
-// newEnvAt is newEnvOn with the schema migrated up to version only
-// (negative: all of it); e.migrate applies the rest.
-func newEnvAt(t *testing.T, version int64, servers ...*pgserver.Server) *env {
-	t.Helper()
 	cfg := shard.Config{ShardCount: 8, DistributionMode: "auto", ShardOnDB: 4}
 	for _, s := range servers {
 		d := pgtest.NewDBOn(t, s)
@@ -66,7 +59,13 @@ func newEnvAt(t *testing.T, version int64, servers ...*pgserver.Server) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	migrateTo(t, m, version)
+	schema, err := migrate.SchemaEngine(m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Apply(ctx, migrate.Options{TargetVersion: -1}); err != nil {
+		t.Fatal(err)
+	}
 	pc, sent := shard.DefaultPoolConfig(), &sentCounter{}
 	pc.Tracer = sent
 	router, err := shard.Open(m, pc)
@@ -94,15 +93,6 @@ func newEnvAt(t *testing.T, version int64, servers ...*pgserver.Server) *env {
 	return e
 }
 
-// migrateTo applies coffer's schema to m up to version (negative: all).
-func migrateTo(t *testing.T, m *shard.Map, version int64) {
-	t.Helper()
-	ms, _ := migrate.Load(migrate.Schema(), "schema")
-	if err := (&migrate.Engine{Map: m, Env: migrate.SchemaEnv, Migrations: ms}).Apply(ctx, migrate.Options{TargetVersion: version}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -121,8 +111,8 @@ func (e *env) auditClean() {
 	}
 }
 
-// exec runs sql, its tables named trx_N …, on player's shard: rows as an
-// older coffer left them, for a migration to meet.
+// exec runs sql, its tables named trx_N …, on player's shard: rows
+// damaged, for the audit or a read to meet.
 func (e *env) exec(player coffer.PlayerID, sql string, args ...any) {
 	e.t.Helper()
 	id := e.router.Map().ShardOf(player)
@@ -500,45 +490,6 @@ func TestBalanceAtVersionAcrossHolds(t *testing.T) {
 		must(t, err)
 		if b.Version != s.version {
 			t.Errorf("after %s: version at T %d; a current read at T answered %d", s.after, b.Version, s.version)
-		}
-	}
-}
-
-// TestMigrationKeepsTheVersionOfHoldsBegun: V0019 gives each hold
-// finished before it the version its begin left, so that a balance at a
-// time it was pending answers that version, not its finish's. The
-// fixture: a change, holds h1 and h0 begun one after the other (two
-// begins in a row whose versions the rows no longer tell), a change, h1
-// committed, h0 rolled back, hold h2 begun and rolled back, hold h3 begun
-// and pending: versions 1 … 9, h1 begun at 2, h0 at 3 and h2 at 7.
-func TestMigrationKeepsTheVersionOfHoldsBegun(t *testing.T) {
-	e := newEnvAt(t, 18, pgtest.Server(t, 0), pgtest.Server(t, 1))
-	const p = 61
-	t0 := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	for _, sql := range []string{
-		`INSERT INTO balance_N (ns, player_id, version, updated_at, pos) VALUES (1, $1, 9, $2::timestamptz + interval '6 seconds', 6)`,
-		`INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason,
-				hold_expires_at, version, pos, finished_at)
-			VALUES (1, $1, $2, 10, 7, 'a', '', 'change', 'committed', '', NULL, 1, 1, NULL),
-				(1, $1, $2::timestamptz + interval '1 second', 11, 7, 'h1', '', 'hold', 'committed', '', $2::timestamptz + interval '1 hour', 5, 2, $2::timestamptz + interval '3 seconds'),
-				(1, $1, $2::timestamptz + interval '1.5 seconds', 12, 7, 'h0', '', 'hold', 'rolled_back', '', $2::timestamptz + interval '1 hour', 6, 3, $2::timestamptz + interval '3.5 seconds'),
-				(1, $1, $2::timestamptz + interval '2 seconds', 13, 7, 'b', '', 'change', 'committed', '', NULL, 4, 4, NULL),
-				(1, $1, $2::timestamptz + interval '4 seconds', 14, 7, 'h2', '', 'hold', 'rolled_back', '', $2::timestamptz + interval '1 hour', 8, 5, $2::timestamptz + interval '5 seconds'),
-				(1, $1, $2::timestamptz + interval '6 seconds', 15, 7, 'h3', '', 'hold', 'pending', '', now() + interval '1 hour', 9, 6, NULL)`,
-	} {
-		e.exec(p, sql, p, t0)
-	}
-	migrateTo(t, e.router.Map(), -1)
-	for _, c := range []struct {
-		at   float64
-		want int64
-	}{{0.5, 1}, {1.25, 2}, {1.75, 3}, {2.5, 4}, {3.25, 5}, {3.75, 6}, {4.5, 7}, {5.5, 8}, {6.5, 9}} {
-		when := at(c.at)
-		b, err := e.store.Balances(ctx, coffer.BalanceQuery{Namespace: 1, PlayerID: p, At: &when})
-		must(t, err)
-		if b.Version != c.want {
-			t.Errorf("version %.2f s in: %d, want %d", c.at, b.Version, c.want)
 		}
 	}
 }

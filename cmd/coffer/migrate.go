@@ -118,19 +118,15 @@ func newEngine(f *migrateFlags) (*migrate.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := cfg.Env
-	var ms []migrate.Migration
 	if f.dir == "" {
-		env = env.With(migrate.SchemaEnv)
-		ms, err = migrate.Load(migrate.Schema(), "(coffer's schema)")
-	} else {
-		if _, statErr := os.Stat(f.dir); statErr != nil {
-			return nil, fmt.Errorf("migrations dir: %w", statErr)
-		}
-		ms, err = migrate.Load(os.DirFS(f.dir), f.dir)
+		return migrate.SchemaEngine(m, cfg.Env)
 	}
+	if _, err := os.Stat(f.dir); err != nil {
+		return nil, fmt.Errorf("migrations dir: %w", err)
+	}
+	ms, err := migrate.Load(os.DirFS(f.dir), f.dir)
 	if err != nil {
 		return nil, err
 	}
-	return &migrate.Engine{Map: m, Env: env, Migrations: ms, StateSchema: f.stateSchema}, nil
+	return &migrate.Engine{Map: m, Env: cfg.Env, Migrations: ms, StateSchema: f.stateSchema}, nil
 }

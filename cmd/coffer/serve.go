@@ -75,11 +75,10 @@ func (m *Main) Start(ctx context.Context) error {
 	if m.Config.RequireSynchronousStandby {
 		m.router.RequireSynchronousStandby()
 	}
-	ms, err := migrate.Load(migrate.Schema(), "(coffer's schema)")
-	if err != nil {
+	if m.engine, err = migrate.SchemaEngine(m.Map, m.Config.Env); err != nil {
 		return err
 	}
-	m.engine = &migrate.Engine{Map: m.Map, Env: m.Config.Env.With(migrate.SchemaEnv), Migrations: ms, ConnectTimeout: m.Config.Pool.ConnectTimeout}
+	m.engine.ConnectTimeout = m.Config.Pool.ConnectTimeout
 	m.metrics = metrics.New(m.router)
 	for i := range m.Map.Databases() {
 		m.router.SetVerified(i, false)

@@ -123,8 +123,11 @@ func startService(t *testing.T, servers []*pgserver.Server, tweak func(*Config))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, _ := migrate.Load(migrate.Schema(), "schema")
-	if err := (&migrate.Engine{Map: m, Env: migrate.SchemaEnv, Migrations: ms}).Apply(ctx, migrate.Options{TargetVersion: -1}); err != nil {
+	schema, err := migrate.SchemaEngine(m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Apply(ctx, migrate.Options{TargetVersion: -1}); err != nil {
 		t.Fatal(err)
 	}
 	main, logs := startMain(t, cfg, m)

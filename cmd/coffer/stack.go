@@ -123,11 +123,11 @@ func writeConfigFile(path string, cfg *Config) error {
 // applySchema migrates every database of m to coffer's schema, with env
 // over the schema's defaults, as `coffer migrate` does.
 func applySchema(ctx context.Context, m *shard.Map, env migrate.Env, out io.Writer) error {
-	ms, err := migrate.Load(migrate.Schema(), "(coffer's schema)")
+	e, err := migrate.SchemaEngine(m, env)
 	if err != nil {
 		return err
 	}
-	e := &migrate.Engine{Map: m, Env: env.With(migrate.SchemaEnv), Migrations: ms, Out: out}
+	e.Out = out
 	return e.Apply(ctx, migrate.Options{TargetVersion: -1})
 }
 
