@@ -122,9 +122,8 @@ type PastVersion struct {
 }
 
 // PastTrx is a trx row as stored. A hold's finish (commit, rollback or
-// expiry) sets its row's Version to the finish's; since V0019 it keeps
-// the version its begin left in BeginVersion, which is nil on every
-// other row.
+// expiry) sets its row's Version to the finish's, and keeps the version
+// its begin left in BeginVersion, which is nil on every other row.
 type PastTrx struct {
 	CreatedAt    time.Time
 	Version      int64
@@ -155,9 +154,7 @@ func (v PastVersion) at(at time.Time) int64 {
 	return version
 }
 
-// begun is the version the trx's own write left. A hold that a coffer
-// older than V0019 finished after the migration's backfill kept no begin
-// version: its finish's is all there is.
+// begun is the version the trx's own write left.
 func (t *PastTrx) begun() int64 {
 	if t.BeginVersion != nil {
 		return *t.BeginVersion

@@ -178,9 +178,6 @@ func TestVersionAt(t *testing.T) {
 			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 9, BeginVersion: v(7)},
 				Finish: &PastFinish{At: ago(2 * time.Second), Version: 6}},
 			want: 7},
-		"a hold finished after T by a coffer before V0019: its row's version": {
-			past: PastVersion{Trx: &PastTrx{CreatedAt: ago(time.Second), Version: 7}},
-			want: 7},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := c.BalancesAt(BalanceQuery{Namespace: 1, PlayerID: 42, At: &at}, tc.past, nil)

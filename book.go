@@ -59,8 +59,7 @@ type BookLot struct {
 // store order they were bought by: a paid grant's purchase, or, for a lot
 // an exchange made, the order of the paid lot it consumed — the lineage a
 // refund follows. Value is what the coins cost, in minor units of Fiat
-// (an ISO 4217 code). Free coins, and the lots of purchases credited
-// before V0015, have no Fiat and no Value.
+// (an ISO 4217 code). Free coins have no Fiat and no Value.
 type Worth struct {
 	Store, OrderID, Fiat string
 	Value                Amount

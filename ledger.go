@@ -55,8 +55,7 @@ type RevenueQuery struct {
 
 // RevenueLine is the report of one currency and fiat over [From, To):
 // each figure in coins (minor units of the currency) and, in the field
-// named with Value, in real money (minor units of Fiat). Coins bought
-// before V0015 carry no value: their line has no Fiat. The figures
+// named with Value, in real money (minor units of Fiat). The figures
 // reconcile exactly (Reconciles):
 //
 //	Opening + Deposited + ConvertedIn = Recognised + ConvertedOut + Expired + Refunded + Deferred

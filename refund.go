@@ -148,8 +148,7 @@ type OrderLot struct {
 	LotID    int64
 	Currency CurrencyID
 	Share    Amount
-	// ShareValue is what the share cost: the grant's value (its price;
-	// 0 for a grant from before V0015).
+	// ShareValue is what the share cost: the grant's value (its price).
 	ShareValue Amount
 }
 

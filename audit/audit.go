@@ -102,8 +102,8 @@ var checks = []check{
 	// makes, or makes it revenue (cause change): it creates none.
 	{"exchange makes value", `SELECT ns, player_id, trx_id, fiat, sum(value) FROM op_N
 		WHERE cause = 'exchange' AND value IS NOT NULL GROUP BY 1, 2, 3, 4 HAVING sum(value) <> 0`},
-	// A lot records whether an exchange made it (coffer.BookLot.Exchanged,
-	// V0023): a paid lot its trx's grant of cause exchange created. What
+	// A lot records whether an exchange made it (coffer.BookLot.Exchanged):
+	// a paid lot its trx's grant of cause exchange created. What
 	// it owes a refund follows the mark (ADR 0015).
 	{"lot's exchange mark differs from its grant", `SELECT l.ns, l.player_id, l.lot_id, l.trx_id, l.paid, l.exchanged FROM lot_N l
 		WHERE l.exchanged <> (l.paid AND EXISTS (SELECT 1 FROM op_N g WHERE g.trx_id = l.trx_id AND g.ns = l.ns AND g.player_id = l.player_id
@@ -142,9 +142,9 @@ var checks = []check{
 			LEFT JOIN balance_N b ON b.ns = e.ns AND b.player_id = e.player_id
 			WINDOW w AS (PARTITION BY e.ns, e.player_id ORDER BY e.pos)) x
 		WHERE pos = prev OR created_at < prev_at OR pos < 1 OR last IS NULL OR pos > last`},
-	// A finished hold's row keeps its begin's version (V0019), below its
-	// finish's, and no other row has one: balances at a past time and a
-	// replay of the begin answer it.
+	// A finished hold's row keeps its begin's version, below its finish's,
+	// and no other row has one: balances at a past time and a replay of
+	// the begin answer it.
 	{"version went back", `SELECT t.ns, t.player_id, t.trx_id, t.version, b.version, t.begin_version FROM trx_N t
 		LEFT JOIN balance_N b ON b.ns = t.ns AND b.player_id = t.player_id
 		WHERE b.version IS NULL OR t.version > b.version OR t.version < 1 OR t.begin_version >= t.version OR t.begin_version < 1

@@ -1942,8 +1942,7 @@ type RevenueLine struct {
 	Deferred int64 `protobuf:"varint,7,opt,name=deferred,proto3" json:"deferred,omitempty"`
 	// Paid currency taken back by refunds and chargebacks in the period.
 	Refunded int64 `protobuf:"varint,8,opt,name=refunded,proto3" json:"refunded,omitempty"`
-	// ISO 4217 code of the _value figures; empty for coins bought before
-	// they were valued (migration V0015).
+	// ISO 4217 code of the _value figures.
 	Fiat string `protobuf:"bytes,9,opt,name=fiat,proto3" json:"fiat,omitempty"`
 	// Paid currency outstanding at the start of the period.
 	Opening int64 `protobuf:"varint,10,opt,name=opening,proto3" json:"opening,omitempty"`
