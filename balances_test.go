@@ -13,10 +13,7 @@ import (
 // held), the lots behind each balance on request, and a sum past int64
 // refused.
 func TestCurrentBalances(t *testing.T) {
-	c, err := NewCatalog([]Currency{{ID: 1, Code: "gold", Paid: true}, {ID: 2, Code: "silver"}, {ID: 3, Code: "gems"}}, time.Minute, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustCatalog(t, Currency{ID: 1, Code: "gold", Paid: true}, Currency{ID: 2, Code: "silver"}, Currency{ID: 3, Code: "gems"})
 	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	soon, past := now.Add(time.Minute), now.Add(-time.Minute)
 	lot := func(id int64, cur CurrencyID, paid bool, amount Amount, expires *time.Time) BookLot {
@@ -78,10 +75,7 @@ func TestHeld(t *testing.T) {
 // expired at once counting nothing). The answer does not change when
 // the sweeper records an expiry after T.
 func TestBalancesAt(t *testing.T) {
-	c, err := NewCatalog([]Currency{{ID: 1, Code: "gold", Paid: true}, {ID: 2, Code: "silver"}}, time.Minute, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustCatalog(t, Currency{ID: 1, Code: "gold", Paid: true}, Currency{ID: 2, Code: "silver"})
 	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	before, after := at.Add(-time.Minute), at.Add(time.Minute)
 	expired := func(amount Amount, paid bool, expires *time.Time) BookLot {
@@ -141,10 +135,7 @@ func TestBalancesAt(t *testing.T) {
 // the version its begin left, and a finish after the newest trx before T
 // decides over that trx.
 func TestVersionAt(t *testing.T) {
-	c, err := NewCatalog([]Currency{{ID: 1, Code: "gold"}}, time.Minute, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustCatalog(t, Currency{ID: 1, Code: "gold"})
 	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	ago := func(d time.Duration) time.Time { return at.Add(-d) }
 	v := func(n int64) *int64 { return &n }

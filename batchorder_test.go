@@ -406,12 +406,8 @@ func (w writeMaker) expireLots() modelWrite {
 // paid, and rates between them.
 func batchCatalog(tb testing.TB) *Catalog {
 	tb.Helper()
-	c, err := NewCatalog([]Currency{{ID: 1, Code: "gold", Paid: true, RefundPolicy: RefundClawBack},
-		{ID: 2, Code: "silver", Paid: true, SpendOrder: []SpendKey{SpendNewest}}, {ID: 3, Code: "credits", SpendOrder: []SpendKey{SpendExpiring, SpendOldest}}},
-		10*time.Minute, time.Hour)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	c := mustCatalog(tb, Currency{ID: 1, Code: "gold", Paid: true, RefundPolicy: RefundClawBack},
+		Currency{ID: 2, Code: "silver", Paid: true, SpendOrder: []SpendKey{SpendNewest}}, Currency{ID: 3, Code: "credits", SpendOrder: []SpendKey{SpendExpiring, SpendOldest}})
 	for _, r := range []struct {
 		from, to string
 		rate     Rate

@@ -51,10 +51,7 @@ var gold = &Currency{ID: 1, Code: "gold", Paid: true, SpendOrder: DefaultSpendOr
 // time.
 func goldHeld(t *testing.T, b *Book) Amount {
 	t.Helper()
-	c, err := NewCatalog([]Currency{*gold}, time.Minute, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustCatalog(t, *gold)
 	var lots []BookLot
 	for _, l := range b.Lots() {
 		lots = append(lots, *l)
@@ -354,7 +351,7 @@ func equal(a, b []int64) bool {
 }
 
 func TestRequestHashIgnoresMetaWhitespace(t *testing.T) {
-	cat, _ := NewCatalog([]Currency{{ID: 1, Code: "gold"}}, time.Minute, time.Hour)
+	cat := mustCatalog(t, Currency{ID: 1, Code: "gold"})
 	req := ChangeRequest{Scope: Scope{Namespace: 1, PlayerID: 1, IdempotencyKey: "k"}, Ops: []OpRequest{{Currency: "gold", Amount: 1}}, Meta: []byte(`{"a": 1}`)}
 	a, err := cat.ValidateChange(req)
 	if err != nil {

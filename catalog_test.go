@@ -3,7 +3,6 @@ package coffer
 import (
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestParseRate: a rate reads as a config writes it, "A:B" (A coins of
@@ -52,17 +51,14 @@ func TestCheckRatesRefusesLoopsThatCreateCurrency(t *testing.T) {
 		{"loop across namespaces", []rate{{1, "gold", "silver", "1:100"}, {2, "silver", "gold", "1:1"}}, ""},
 		{"every currency round at 1:1", []rate{{1, "gold", "silver", "1:1"}, {1, "silver", "credits", "1:1"}, {1, "credits", "gold", "1:1"}}, ""},
 	} {
-		cat, err := NewCatalog([]Currency{{ID: 1, Code: "gold"}, {ID: 2, Code: "silver"}, {ID: 3, Code: "credits"}}, time.Minute, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cat := mustCatalog(t, Currency{ID: 1, Code: "gold"}, Currency{ID: 2, Code: "silver"}, Currency{ID: 3, Code: "credits"})
 		for _, r := range c.rates {
 			rt, _ := ParseRate(r.rate)
 			if err := cat.AddRate(r.ns, r.from, r.to, rt); err != nil {
 				t.Fatalf("%s: %v", c.name, err)
 			}
 		}
-		err = cat.CheckRates()
+		err := cat.CheckRates()
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: refused: %v", c.name, err)
@@ -70,7 +66,7 @@ func TestCheckRatesRefusesLoopsThatCreateCurrency(t *testing.T) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
 	}
-	cat, _ := NewCatalog([]Currency{{ID: 1, Code: "gold"}, {ID: 2, Code: "silver"}}, time.Minute, time.Hour)
+	cat := mustCatalog(t, Currency{ID: 1, Code: "gold"}, Currency{ID: 2, Code: "silver"})
 	if err := cat.AddRate(1, "gold", "silver", Rate{Num: 2, Den: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -83,10 +79,7 @@ func TestCheckRatesRefusesLoopsThatCreateCurrency(t *testing.T) {
 // them, and a pending hold's grants, which wait for the commit, are a
 // change's.
 func TestOpsNameTheirCause(t *testing.T) {
-	c, err := NewCatalog([]Currency{{ID: 1, Code: "gold", Paid: true}}, time.Minute, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustCatalog(t, Currency{ID: 1, Code: "gold", Paid: true})
 	ops := c.Ops([]BookOp{{Currency: 1, Kind: OpGrant, Cause: CauseRelease, Amount: 5}, {Currency: 1, Kind: OpConsume, Cause: CauseRefundHeld, Amount: -5}})
 	pending := c.PendingOps(StatusPending, []PendingGrant{{Currency: 1, Amount: 5}})
 	if len(ops) != 2 || ops[0].Cause != CauseRelease || ops[1].Cause != CauseRefundHeld || len(pending) != 1 || pending[0].Cause != CauseChange {

@@ -8,11 +8,8 @@ import (
 
 func refundCatalog(t *testing.T) *Catalog {
 	t.Helper()
-	c, err := NewCatalog([]Currency{{ID: 1, Code: "gold", Paid: true, RefundPolicy: RefundClawBack},
-		{ID: 2, Code: "silver", Paid: true}, {ID: 3, Code: "credits"}}, 10*time.Minute, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustCatalog(t, Currency{ID: 1, Code: "gold", Paid: true, RefundPolicy: RefundClawBack},
+		Currency{ID: 2, Code: "silver", Paid: true}, Currency{ID: 3, Code: "credits"})
 	return c
 }
 
@@ -462,11 +459,8 @@ func TestPlanRefundAfterAnExchangeWhosePaidPartRoundsToNothing(t *testing.T) {
 func TestRefundOfAnOrderSplitIntoManyLots(t *testing.T) {
 	for _, policy := range []RefundPolicy{RefundWriteOff, RefundClawBack} {
 		t.Run(string(policy), func(t *testing.T) {
-			c, err := NewCatalog([]Currency{{ID: 1, Code: "gold", Paid: true, RefundPolicy: policy},
-				{ID: 2, Code: "silver", Paid: true}, {ID: 4, Code: "gems", Paid: true}}, 10*time.Minute, time.Hour)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := mustCatalog(t, Currency{ID: 1, Code: "gold", Paid: true, RefundPolicy: policy},
+				Currency{ID: 2, Code: "silver", Paid: true}, Currency{ID: 4, Code: "gems", Paid: true})
 			// The order gave 1 + 2·LotsMax + spent gold: 1 is left in its
 			// lot, 2·LotsMax went into exchanges, spent is gone.
 			const spent = 5000

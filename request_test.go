@@ -11,10 +11,7 @@ import (
 
 func requestCatalog(tb testing.TB) *Catalog {
 	tb.Helper()
-	c, err := NewCatalog([]Currency{{ID: 1, Code: "gold", Paid: true}, {ID: 2, Code: "silver", Paid: true}, {ID: 3, Code: "credits"}}, 10*time.Minute, time.Hour)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	c := mustCatalog(tb, Currency{ID: 1, Code: "gold", Paid: true}, Currency{ID: 2, Code: "silver", Paid: true}, Currency{ID: 3, Code: "credits"})
 	if err := c.AddRate(1, "gold", "silver", Rate{Num: 100, Den: 1}); err != nil {
 		tb.Fatal(err)
 	}

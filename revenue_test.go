@@ -12,10 +12,7 @@ import (
 // names one, the others), answers by currency id then fiat, and refuses a
 // figure past int64.
 func TestRevenueReport(t *testing.T) {
-	c, err := NewCatalog([]Currency{{ID: 1, Code: "gold", Paid: true}, {ID: 2, Code: "gems", Paid: true}}, time.Minute, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustCatalog(t, Currency{ID: 1, Code: "gold", Paid: true}, Currency{ID: 2, Code: "gems", Paid: true})
 	type sum struct {
 		currency CurrencyID
 		fiat     string
@@ -68,10 +65,7 @@ func TestRevenueReport(t *testing.T) {
 // TestRevenueSums: which figures each sum a store reads makes, in coins
 // and in value, and a period's sums reconciling.
 func TestRevenueSums(t *testing.T) {
-	c, err := NewCatalog([]Currency{{ID: 1, Code: "gold", Paid: true}}, time.Minute, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustCatalog(t, Currency{ID: 1, Code: "gold", Paid: true})
 	op := func(kind OpKind, cause OpCause, within bool, amount Amount) RevenueSum {
 		return RevenueSum{Currency: 1, Fiat: "USD", Kind: kind, Cause: cause, Within: within, Amount: amount, Value: 10 * amount}
 	}
