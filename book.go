@@ -120,8 +120,11 @@ type BookOp struct {
 // reserve at most BalanceMax, so that no rollback can overflow; at most
 // LotsMax held lots per currency and TrxOpsMax ops per write (a refund,
 // bounded by the lots held, excepted); consumes in spend order. Its sums
-// are running totals, checked against int64 overflow. A Book is used by
-// one goroutine.
+// are running totals, checked against int64 overflow. Its cost follows
+// the work, not the lots held: each currency's lots are sorted in spend
+// order once, at its first consume, and kept so (a consume walks the
+// lots it takes from), and a write is taken back by undoing what it
+// changed (begin). A Book is used by one goroutine.
 type Book struct {
 	Now   time.Time
 	NewID func() int64
@@ -134,15 +137,41 @@ type Book struct {
 	// planned counts the ops planned, for TrxOpsMax: Grant and Consume
 	// are bounded by it, Take and ClawBack (refunds) count but are not.
 	planned int
+	// writing tells that a write is being planned (begin): every change
+	// to a lot is journaled in saved, and created is how many lots the
+	// Book held before it, so that undo can take the write back.
+	writing bool
+	saved   []savedLot
+	created int
 }
 
-// bookCurrency is the running state of one currency: the sums over its
-// lots, expired or not (the op chain's running balance, before expiries
-// are recorded), and how many lots are held.
+// bookCurrency is the running state of one currency: its lots, in the
+// order they were added or created, and the sums over them.
 type bookCurrency struct {
-	lots                  []*BookLot
+	bookSums
+	lots []*BookLot
+	// spend is, once a consume asked for it (spendable), the currency's
+	// lots that have an amount, in the spend order spendOrder. It is kept
+	// as lots gain or lose their amount (track), so that a consume does
+	// not sort every lot the player holds.
+	spend      []*BookLot
+	spendOrder []SpendKey
+}
+
+// bookSums are a currency's sums over its lots, expired or not (the op
+// chain's running balance, before expiries are recorded), and how many
+// lots are held.
+type bookSums struct {
 	total, paid, reserved Amount
 	held                  int
+}
+
+// savedLot is a lot and its currency's sums as they were before a change
+// of the write being planned.
+type savedLot struct {
+	lot  *BookLot
+	was  BookLot
+	sums bookSums
 }
 
 // Add loads a stored lot. Errors: internal, when the lot is negative or
@@ -173,21 +202,49 @@ func (b *Book) keep(l *BookLot) {
 // created. The slice is the Book's own: read it, do not change it.
 func (b *Book) Lots() []*BookLot { return b.lots }
 
-// clone is a copy of the Book that shares nothing with it, with no ops
-// planned: a trx is planned on a clone, which replaces the Book only if
-// the whole trx is accepted, so that a refused trx changes nothing.
-func (b *Book) clone() *Book {
-	c := &Book{Now: b.Now, NewID: b.NewID, TrxID: b.TrxID, lots: make([]*BookLot, 0, len(b.lots)),
-		byID: make(map[int64]*BookLot, len(b.lots)), cur: make(map[CurrencyID]*bookCurrency, len(b.cur))}
-	for _, l := range b.lots {
-		copied := *l
-		c.keep(&copied)
+// begin starts planning a write at now, with no ops planned. Until
+// keepWrite, every change is journaled; a write begun before and not kept
+// (refused) is taken back first (undo), so that a refused write changes
+// nothing.
+func (b *Book) begin(now time.Time) {
+	b.undo()
+	b.writing, b.created, b.Now, b.planned = true, len(b.lots), now, 0
+}
+
+// keepWrite makes the write being planned the Book's.
+func (b *Book) keepWrite() {
+	b.writing, b.saved = false, b.saved[:0]
+}
+
+// undo takes back the write being planned, if any: each saved lot and
+// sums as they were, newest first, then the lots it created. Its cost is
+// what the write changed.
+func (b *Book) undo() {
+	if !b.writing {
+		return
 	}
-	for id, bc := range b.cur {
-		cc := c.currency(id)
-		cc.total, cc.paid, cc.reserved, cc.held = bc.total, bc.paid, bc.reserved, bc.held
+	for i := len(b.saved) - 1; i >= 0; i-- {
+		s := b.saved[i]
+		c := b.currency(s.lot.Currency)
+		before := s.lot.Amount
+		*s.lot, c.bookSums = s.was, s.sums
+		c.track(s.lot, before)
 	}
-	return c
+	for _, l := range slices.Backward(b.lots[b.created:]) {
+		c := b.currency(l.Currency)
+		c.lots = c.lots[:len(c.lots)-1] // l: lots are created at the end
+		delete(b.byID, l.ID)
+	}
+	b.lots = b.lots[:b.created]
+	b.keepWrite()
+}
+
+// touch journals lot l and its currency's sums before the write being
+// planned changes them.
+func (b *Book) touch(l *BookLot) {
+	if b.writing {
+		b.saved = append(b.saved, savedLot{lot: l, was: *l, sums: b.currency(l.Currency).bookSums})
+	}
 }
 
 func (b *Book) currency(id CurrencyID) *bookCurrency {
@@ -217,7 +274,8 @@ func (b *Book) set(l *BookLot, amount, reserved Amount) error {
 	if !ok1 || !ok2 || !ok3 || !ok4 || amount < 0 || reserved < 0 || total < 0 || paid < 0 || res < 0 {
 		return Errorf(CodeInternal, "currency %d: lot %d to %d reserving %d leaves the sums out of range", l.Currency, l.ID, amount, reserved)
 	}
-	before := l.held()
+	b.touch(l)
+	before, was := l.held(), l.Amount
 	l.Amount, l.Reserved = amount, reserved
 	c.total, c.paid, c.reserved = total, paid, res
 	switch after := l.held(); {
@@ -226,7 +284,53 @@ func (b *Book) set(l *BookLot, amount, reserved Amount) error {
 	case before && !after:
 		c.held--
 	}
+	c.track(l, was)
 	return nil
+}
+
+// spendable is the currency's lots with an amount, in the currency's
+// spend order: sorted at the first consume of the currency (or of
+// another spend order), kept so since (track). The slice is the Book's:
+// a change of a lot's amount may change it.
+func (b *Book) spendable(cur *Currency) []*BookLot {
+	c := b.currency(cur.ID)
+	if c.spendOrder == nil || !slices.Equal(c.spendOrder, cur.SpendOrder) {
+		c.spendOrder = append([]SpendKey{}, cur.SpendOrder...)
+		c.spend = c.spend[:0]
+		for _, l := range c.lots {
+			if l.Amount > 0 {
+				c.spend = append(c.spend, l)
+			}
+		}
+		slices.SortFunc(c.spend, c.compare)
+	}
+	return c.spend
+}
+
+// compare orders two lots of the currency in its spend order.
+func (c *bookCurrency) compare(a, b *BookLot) int {
+	return compareForSpend(c.spendOrder, a.spendLot(), b.spendLot())
+}
+
+// track keeps lot l's place in the spend order, once there is one, after
+// its amount changed from before: a lot is in it while it has an amount.
+// A lot's place depends on what never changes (paid, expiry, priority,
+// age), so a binary search finds it.
+func (c *bookCurrency) track(l *BookLot, before Amount) {
+	if c.spendOrder == nil || (before > 0) == (l.Amount > 0) {
+		return
+	}
+	i, found := slices.BinarySearchFunc(c.spend, l, c.compare)
+	switch {
+	case l.Amount > 0 && !found:
+		c.spend = slices.Insert(c.spend, i, l)
+	case l.Amount == 0 && found:
+		c.spend = slices.Delete(c.spend, i, i+1)
+	}
+}
+
+func (l *BookLot) spendLot() SpendLot {
+	return SpendLot{ID: l.ID, Paid: l.Paid, ExpiresAt: l.ExpiresAt, Priority: l.Priority, CreatedAt: l.CreatedAt}
 }
 
 func (b *Book) live(l *BookLot) bool { return l.liveAt(b.Now) }
@@ -341,16 +445,14 @@ func tooManyOps() error {
 // taken. Errors: insufficient_funds; too_many_lots when the trx would
 // write more than TrxOpsMax ops. Nothing is changed on an error.
 func (b *Book) Consume(cur *Currency, amount Amount, cause OpCause, reserve bool) ([]BookOp, Amount, error) {
-	spendable, have := b.spendable(cur.ID)
+	lots, have := b.from(nil, b.spendable(cur), amount, func(*BookLot) bool { return true })
 	if have < amount {
 		return nil, 0, Errorf(CodeInsufficientFunds, "%s: balance %d, %d needed", cur.Code, have, amount)
 	}
-	SortForSpend(spendable, cur.SpendOrder)
-	spendable = b.from(spendable, amount)
-	if b.planned+len(spendable) > TrxOpsMax {
+	if b.planned+len(lots) > TrxOpsMax {
 		return nil, 0, tooManyOps()
 	}
-	ops, paidTaken, _, err := b.spend(spendable, amount, cause, reserve)
+	ops, paidTaken, _, err := b.spend(lots, amount, cause, reserve)
 	return ops, paidTaken, err
 }
 
@@ -363,43 +465,44 @@ func (b *Book) Consume(cur *Currency, amount Amount, cause OpCause, reserve bool
 // lots it takes from are bounded by LotsMax. Errors: internal (a damaged
 // lot). Nothing is changed on an error.
 func (b *Book) ClawBack(cur *Currency, amount Amount, cause OpCause) ([]BookOp, Amount, error) {
-	spendable, have := b.spendable(cur.ID)
-	SortForSpend(spendable, append([]SpendKey{SpendPaid}, cur.SpendOrder...))
-	amount = min(amount, have)
-	ops, _, taken, err := b.spend(b.from(spendable, amount), amount, cause, false)
+	// The spend order with paid first: its paid lots, then its free ones.
+	spendable := b.spendable(cur)
+	lots, have := b.from(nil, spendable, amount, func(l *BookLot) bool { return l.Paid })
+	if have < amount {
+		var free Amount
+		lots, free = b.from(lots, spendable, amount-have, func(l *BookLot) bool { return !l.Paid })
+		have += free // at most the currency's total: no overflow
+	}
+	ops, _, taken, err := b.spend(lots, min(amount, have), cause, false)
 	return ops, taken, err
 }
 
-// spendable lists the live lots of a currency and what they hold.
-func (b *Book) spendable(cur CurrencyID) ([]SpendLot, Amount) {
-	var out []SpendLot
+// from appends to dst the first live lots of lots, in their order, that
+// keep tells to take and together hold amount (all of them if they hold
+// less): those a spend of amount takes from. It returns them and what
+// they hold. It walks only as far as it takes: lots keeps only lots with
+// an amount, so those it passes are expired ones not yet recorded, or
+// those keep leaves.
+func (b *Book) from(dst, lots []*BookLot, amount Amount, keep func(*BookLot) bool) ([]*BookLot, Amount) {
 	var have Amount
-	for _, l := range b.currency(cur).lots {
-		if b.live(l) {
-			out = append(out, SpendLot{ID: l.ID, Paid: l.Paid, ExpiresAt: l.ExpiresAt, Priority: l.Priority, CreatedAt: l.CreatedAt})
+	for _, l := range lots {
+		if have >= amount {
+			break
+		}
+		if b.live(l) && keep(l) {
+			dst = append(dst, l)
 			have += l.Amount // at most the currency's total: no overflow
 		}
 	}
-	return out, have
-}
-
-// from is the first of lots, in their order, that together hold amount:
-// those a spend of amount takes from.
-func (b *Book) from(lots []SpendLot, amount Amount) []SpendLot {
-	n := 0
-	for left := amount; n < len(lots) && left > 0; n++ {
-		left -= b.byID[lots[n].ID].Amount
-	}
-	return lots[:n]
+	return dst, have
 }
 
 // spend takes amount, at most what the lots hold, from lots in their
 // order (from's), and returns the ops, the paid part and the whole taken.
-func (b *Book) spend(lots []SpendLot, amount Amount, cause OpCause, reserve bool) ([]BookOp, Amount, Amount, error) {
+func (b *Book) spend(lots []*BookLot, amount Amount, cause OpCause, reserve bool) ([]BookOp, Amount, Amount, error) {
 	ops := make([]BookOp, 0, len(lots))
 	var paidTaken, taken Amount
-	for _, s := range lots {
-		l := b.byID[s.ID]
+	for _, l := range lots {
 		take := min(l.Amount, amount-taken)
 		value := ValueShare(l.Value, take, l.Amount)
 		reserved := l.Reserved
@@ -476,6 +579,7 @@ func (b *Book) Release(lotID int64, amount, value Amount) ([]BookOp, error) {
 			break
 		}
 		if t := min(o.Owed, amount-owed); t > 0 {
+			b.touch(o)
 			o.Owed, o.Changed, owed = o.Owed-t, true, owed+t
 		}
 	}
@@ -557,6 +661,7 @@ func (b *Book) owe(lotID int64, amount Amount) Amount {
 	}
 	owed := min(amount, l.Reserved-l.Owed)
 	if owed > 0 {
+		b.touch(l)
 		l.Owed += owed
 		l.Changed = true
 	}

@@ -306,15 +306,19 @@ type SpendLot struct {
 // SortForSpend orders lots in which a consume takes them, by the currency's
 // spend order; ties go to the oldest lot.
 func SortForSpend(lots []SpendLot, order []SpendKey) {
-	sort.SliceStable(lots, func(i, j int) bool {
-		a, b := lots[i], lots[j]
-		for _, k := range order {
-			if c := compareSpend(k, a, b); c != 0 {
-				return c < 0
-			}
+	sort.SliceStable(lots, func(i, j int) bool { return compareForSpend(order, lots[i], lots[j]) < 0 })
+}
+
+// compareForSpend orders two lots as a consume takes them, by the spend
+// order; ties go to the oldest lot. Two lots are never equal: their ids
+// differ.
+func compareForSpend(order []SpendKey, a, b SpendLot) int {
+	for _, k := range order {
+		if c := compareSpend(k, a, b); c != 0 {
+			return c
 		}
-		return older(a, b) < 0
-	})
+	}
+	return older(a, b)
 }
 
 // older orders lots by age: by the time of the write that created them

@@ -166,7 +166,10 @@ func NewPlayer(c *Catalog, st PlayerState, newID func() int64) (*Player, error) 
 
 // Lots are the player's lots after the plans: the New ones to insert, the
 // Changed ones to update. The slice is the Player's own.
-func (p *Player) Lots() []*BookLot { return p.book.Lots() }
+func (p *Player) Lots() []*BookLot {
+	p.book.undo() // a refused last write
+	return p.book.Lots()
+}
 
 // Written tells whether a plan wrote, and the player's row as the plans
 // leave it: the last version and position, and the time of the last
@@ -175,8 +178,9 @@ func (p *Player) Written() (version, pos int64, at time.Time, ok bool) {
 	return p.state.Version, p.state.Pos, p.state.At.Add(-time.Microsecond), p.wrote
 }
 
-// write is one write of the player in the making, on a copy of its book:
-// the player takes it (done) only if the whole write is accepted.
+// write is one write of the player in the making, on its book: the
+// player keeps it (done) only if the whole write is accepted; the book
+// takes back one that is not at the next write's begin (Book.begin).
 type write struct {
 	p       *Player
 	book    *Book
@@ -188,9 +192,8 @@ type write struct {
 
 // begin starts a write at the player's next time and version.
 func (p *Player) begin() *write {
-	w := &write{p: p, book: p.book.clone(), at: p.state.At, version: p.state.Version + 1, pos: p.state.Pos}
-	w.book.Now = w.at
-	return w
+	p.book.begin(p.state.At)
+	return &write{p: p, book: p.book, at: p.state.At, version: p.state.Version + 1, pos: p.state.Pos}
 }
 
 // done makes the write the player's. A player's writes have strictly
@@ -198,7 +201,8 @@ func (p *Player) begin() *write {
 // is a microsecond later, the precision PostgreSQL keeps.
 func (w *write) done() Plan {
 	p := w.p
-	p.book, p.state.Version, p.state.Pos, p.state.At, p.wrote = w.book, w.version, w.pos, w.at.Add(time.Microsecond), true
+	w.book.keepWrite()
+	p.state.Version, p.state.Pos, p.state.At, p.wrote = w.version, w.pos, w.at.Add(time.Microsecond), true
 	return w.plan
 }
 
