@@ -25,14 +25,19 @@ import (
 // come from some of its writes only; so that each write gets the answer it
 // would have got alone. After a COMMIT whose answer was lost, the next
 // attempt reads whether it was applied, from m (batch_mark). Each
-// attempt's ending is told to the Observer.
+// attempt's ending is told to the Observer. The writes an attempt left
+// unplanned when its time ran short (attempt) are left unanswered: the
+// committer runs them in a later batch.
 func (s *Store) settle(db int, m *mark, reqs []*request) {
-	reqs = live(reqs)
-	if len(reqs) == 0 {
-		return
-	}
 	var a, unknown *attempt
 	for try := 0; ; try++ {
+		// Before every attempt but one that reads whether a cut COMMIT
+		// was applied (its answers are that attempt's, write for write).
+		if unknown == nil {
+			if reqs = live(reqs); len(reqs) == 0 {
+				return
+			}
+		}
 		if err := s.router.Writable(db); err != nil {
 			a = &attempt{err: &coffer.Error{Code: coffer.CodeUnavailable, Message: "the player's database is unavailable", Err: err}}
 			if unknown == nil {
@@ -44,8 +49,8 @@ func (s *Store) settle(db int, m *mark, reqs []*request) {
 		}
 		a = s.attempt(db, m, reqs, unknown)
 		if a.err == nil {
-			for i, r := range reqs {
-				r.plan = &a.plans[i]
+			for i := range a.plans {
+				reqs[i].plan = &a.plans[i]
 			}
 			s.observe(db, AttemptCommitted)
 			return
@@ -186,9 +191,9 @@ type writesFailure struct{ err error }
 func (f *writesFailure) Error() string { return f.err.Error() }
 func (f *writesFailure) Unwrap() error { return f.err }
 
-// attempt is one run of a batch: the plans, in the order of the writes,
-// and the token its COMMIT sets in its committer's mark, or the error that
-// stopped it. uncertain tells the error cut off the second round trip,
+// attempt is one run of a batch: the plans, in the order of the writes
+// (of the first writes only, when its time ran short), and the token its
+// COMMIT sets in its committer's mark, or the error that stopped it. uncertain tells the error cut off the second round trip,
 // which holds the COMMIT: the batch may have been applied. unapplied
 // tells the attempt read that the earlier one it was given, uncertain,
 // was not applied.
@@ -212,7 +217,11 @@ type batchTx struct {
 // attempt runs the batch once. unknown is an earlier attempt whose
 // COMMIT may have been applied: if the mark, read under the players'
 // locks, holds its token, it was, and its plans are the answers, as new
-// writes (they are not replays of another request).
+// writes (they are not replays of another request). It plans the writes
+// in order, the first always, each next one only while half of Timeout
+// is left (planLate): the writes past that are not planned, and the
+// plans made so far are persisted, so that a batch too long to plan
+// commits what it planned in time instead of failing as a whole.
 func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *attempt {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()
@@ -237,15 +246,18 @@ func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *att
 	if unknown != nil && token == unknown.token {
 		return &attempt{plans: unknown.plans}
 	}
-	a := &attempt{plans: make([]coffer.Plan, len(reqs)), unapplied: unknown != nil}
+	a := &attempt{plans: make([]coffer.Plan, 0, len(reqs)), unapplied: unknown != nil}
 	for i, r := range reqs {
+		if i > 0 && s.planLate(ctx) {
+			break
+		}
 		p := players[of[i]]
 		if p.err != nil {
 			if p.writes > 1 {
 				a.err = &writesFailure{p.err}
 				return a
 			}
-			a.plans[i] = coffer.Plan{Err: p.err}
+			a.plans = append(a.plans, coffer.Plan{Err: p.err})
 			continue
 		}
 		plan, err := r.planOn(p.player)
@@ -255,7 +267,7 @@ func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *att
 			a.err = err
 			return a
 		}
-		a.plans[i] = plan
+		a.plans = append(a.plans, plan)
 	}
 	if !slices.ContainsFunc(a.plans, coffer.Plan.Writes) {
 		return a // nothing to write: end rolls back
@@ -268,11 +280,26 @@ func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *att
 	return a
 }
 
+// planLate tells whether an attempt whose time ends with ctx is too late
+// to plan another write: less than half of Timeout is left, which is for
+// persisting the plans made. A write's plan is bounded (OpsMax ops,
+// TrxOpsMax lots, a Book whose cost follows the work), so one more never
+// takes much of it.
+func (s *Store) planLate(ctx context.Context) bool {
+	deadline, _ := ctx.Deadline()
+	return time.Until(deadline) < s.opts.Timeout/2
+}
+
 // uncertain tells whether err, from the round trip that ends with COMMIT,
 // leaves the outcome unknown: the connection failed or the call timed out
 // (the COMMIT may have run), rather than the database refusing a
-// statement (the transaction is then aborted, and nothing applied).
+// statement (the transaction is then aborted, and nothing applied) or
+// the error coming before anything was sent (a time that ran out before
+// the round trip began: the COMMIT was never sent).
 func uncertain(err error) bool {
+	if pgconn.SafeToRetry(err) {
+		return false
+	}
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		class := pg.Code[:2]

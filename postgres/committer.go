@@ -31,6 +31,10 @@ type committer[R any] struct {
 	// cannot run (the store is closed).
 	runner func() func(db int, items []R)
 	fail   func(items []R, err error)
+	// unanswered, if set, tells an item its batch left unanswered, to run
+	// in a later batch: a batch of writes whose time ran short while it
+	// planned them (Store.attempt).
+	unanswered func(R) bool
 
 	start sync.Once
 	stop  chan struct{}
@@ -44,15 +48,20 @@ type committer[R any] struct {
 }
 
 // job is the items of one call (one write or read, or a batch call's
-// writes on one database): they go into one batch, in order.
+// writes on one database): they go into one batch, in order. alone tells
+// that a batch ran short of time planning the job: what is left of it
+// goes to the back of the queue, and runs in a batch of its own, so that
+// a call too heavy for one batch slows only itself.
 type job[R any] struct {
 	items []R
 	done  chan struct{}
+	alone bool
 }
 
-func newCommitter[R any](s *Store, db int, kind string, goroutines int, runner func() func(int, []R), fail func([]R, error)) *committer[R] {
+func newCommitter[R any](s *Store, db int, kind string, goroutines int, runner func() func(int, []R), fail func([]R, error),
+	unanswered func(R) bool) *committer[R] {
 	return &committer[R]{s: s, db: db, database: s.router.Map().Databases()[db].Name(), kind: kind, goroutines: goroutines, queue: make(chan *job[R], s.opts.QueueMax),
-		runner: runner, fail: fail, stop: make(chan struct{})}
+		runner: runner, fail: fail, unanswered: unanswered, stop: make(chan struct{})}
 }
 
 // submit queues items as one job and waits until its batch answered them,
@@ -94,29 +103,30 @@ func (c *committer[R]) enqueue(j *job[R]) error {
 	}
 }
 
-// loop runs batches until the store is closed. carry is a job that did
-// not fit the batch before it: it leads the next.
+// loop runs batches until the store is closed. next are the jobs that
+// lead the next batch: one that did not fit the batch before it, or
+// those its batch left unanswered without having begun them.
 func (c *committer[R]) loop() {
 	run := c.runner()
-	var carry *job[R]
+	var next []*job[R]
 	for {
-		first := carry
-		carry = nil
-		if first == nil {
+		if len(next) == 0 {
 			select {
-			case first = <-c.queue:
+			case j := <-c.queue:
+				next = []*job[R]{j}
 			case <-c.stop:
 				c.drain()
 				return
 			}
 		}
-		jobs, items := []*job[R]{first}, append([]R(nil), first.items...)
+		jobs, items, rest := c.take(next)
+		next = rest
 	fill:
-		for len(items) < c.s.opts.BatchSizeMax {
+		for len(next) == 0 && !jobs[0].alone && len(items) < c.s.opts.BatchSizeMax {
 			select {
 			case j := <-c.queue:
-				if len(items)+len(j.items) > c.s.opts.BatchSizeMax {
-					carry = j
+				if j.alone || len(items)+len(j.items) > c.s.opts.BatchSizeMax {
+					next = []*job[R]{j}
 					break fill
 				}
 				jobs, items = append(jobs, j), append(items, j.items...)
@@ -127,10 +137,52 @@ func (c *committer[R]) loop() {
 		began := time.Now()
 		c.runSafely(run, items)
 		c.s.opts.Observer.Batch(c.database, c.kind, len(items), time.Since(began))
-		for _, j := range jobs {
+		next = append(c.answered(jobs), next...)
+	}
+}
+
+// take makes a batch of the jobs that lead next: the first, then those
+// that fit with it, and returns the rest. A job alone (job.alone) has a
+// batch of its own.
+func (c *committer[R]) take(next []*job[R]) (jobs []*job[R], items []R, rest []*job[R]) {
+	for i, j := range next {
+		if i > 0 && (j.alone || jobs[0].alone || len(items)+len(j.items) > c.s.opts.BatchSizeMax) {
+			return jobs, items, next[i:]
+		}
+		jobs, items = append(jobs, j), append(items, j.items...)
+	}
+	return jobs, items, nil
+}
+
+// answered ends the jobs whose items were all answered, and returns those
+// none of whose items were (their batch ran short of time before them),
+// to lead the next batch. A job answered in part goes to the back of the
+// queue, alone (job.alone), or, if the queue is full or the store
+// closed, has the rest of its items answered so.
+func (c *committer[R]) answered(jobs []*job[R]) (untouched []*job[R]) {
+	for _, j := range jobs {
+		var left []R
+		if c.unanswered != nil {
+			for _, it := range j.items {
+				if c.unanswered(it) {
+					left = append(left, it)
+				}
+			}
+		}
+		switch {
+		case len(left) == 0:
 			close(j.done)
+		case len(left) == len(j.items):
+			untouched = append(untouched, j)
+		default:
+			j.items, j.alone = left, true
+			if err := c.enqueue(j); err != nil {
+				c.fail(left, err)
+				close(j.done)
+			}
 		}
 	}
+	return untouched
 }
 
 // runSafely runs a batch; a panic (a bug) outside a write's plan (those

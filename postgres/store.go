@@ -129,8 +129,8 @@ func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
 	s := &Store{router: router, catalog: catalog, opts: opts, reports: shed.NewGate("revenue reports in flight", opts.ReportsMax),
 		session: sessionSettings{lockTimeout: ms(opts.LockTimeout), idleInTransaction: ms(opts.Timeout)}}
 	for i := range router.Map().Databases() {
-		s.writers = append(s.writers, newCommitter(s, i, "writes", opts.Committers, s.settler, failWrites))
-		s.readers = append(s.readers, newCommitter(s, i, "reads", opts.Readers, func() func(int, []*readRequest) { return s.runReads }, failReads))
+		s.writers = append(s.writers, newCommitter(s, i, "writes", opts.Committers, s.settler, failWrites, unanswered))
+		s.readers = append(s.readers, newCommitter(s, i, "reads", opts.Readers, func() func(int, []*readRequest) { return s.runReads }, failReads, nil))
 	}
 	return s
 }

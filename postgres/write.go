@@ -116,11 +116,15 @@ func (r *request) answer() (coffer.Trx, bool, error) {
 // failWrites answers err to the writes not answered yet.
 func failWrites(reqs []*request, err error) {
 	for _, r := range reqs {
-		if r.plan == nil && r.err == nil {
+		if unanswered(r) {
 			r.err = err
 		}
 	}
 }
+
+// unanswered tells that r has no answer yet: its batch failed, or left it
+// unplanned when its time ran short (Store.attempt).
+func unanswered(r *request) bool { return r.plan == nil && r.err == nil }
 
 // database is the index of the database holding player's shard.
 func (s *Store) database(player coffer.PlayerID) int {
