@@ -198,10 +198,7 @@ func TestBookUndoTakesBackAWrite(t *testing.T) {
 // TestPlayerTakesBackARefusedWrite: a refused write leaves the player's
 // lots as they were, whether the next write or the store reads them.
 func TestPlayerTakesBackARefusedWrite(t *testing.T) {
-	c, err := NewCatalog([]Currency{*gold}, time.Minute, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustCatalog(t, *gold)
 	p := testPlayer(t, c, []BookLot{{ID: 1, Currency: 1, Amount: 5, CreatedAt: planT0.Add(-time.Hour)}})
 	want := fmt.Sprintf("%+v", *p.Lots()[0])
 	// A grant of a lot of its own, then a consume the balance lacks.

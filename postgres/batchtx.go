@@ -87,7 +87,7 @@ func (s *Store) settle(db int, m *mark, reqs []*request) {
 	}
 }
 
-// mark is a committer's row in batch_mark (migration V0018): each batch
+// mark is a committer's row in batch_mark (the baseline's V0001): each batch
 // it commits sets the row's token in its own transaction, so that the
 // next attempt of a batch whose COMMIT's answer was lost reads whether
 // that COMMIT was applied. A committer runs one batch at a time, a
@@ -303,7 +303,7 @@ func uncertain(err error) bool {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		class := pg.Code[:2]
-		return class == "08" || class == "57"
+		return class == classConnectionException || class == classOperatorIntervention
 	}
 	return true
 }
