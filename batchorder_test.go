@@ -38,35 +38,6 @@ type modelTrx struct {
 	beginVersion int64
 }
 
-// need is what a write loads: the held lots of its currencies (all with
-// all), its key's trx, the orders a refund names.
-type need struct {
-	all        bool
-	currencies []CurrencyID
-	keys       []TrxKey
-	orders     []PurchaseKey
-}
-
-func (n need) join(o need) need {
-	n.all = n.all || o.all
-	for _, c := range o.currencies {
-		if !slices.Contains(n.currencies, c) {
-			n.currencies = append(n.currencies, c)
-		}
-	}
-	for _, k := range o.keys {
-		if !slices.Contains(n.keys, k) {
-			n.keys = append(n.keys, k)
-		}
-	}
-	for _, k := range o.orders {
-		if !slices.Contains(n.orders, k) {
-			n.orders = append(n.orders, k)
-		}
-	}
-	return n
-}
-
 func (m *storeModel) clone() *storeModel {
 	out := *m
 	out.lots = nil
@@ -84,11 +55,11 @@ func (m *storeModel) clone() *storeModel {
 }
 
 // load is the player's state as the batch statements read it.
-func (m *storeModel) load(t *testing.T, n need, newID func() int64) *Player {
+func (m *storeModel) load(t *testing.T, n Needs, next *int64) *Player {
 	t.Helper()
 	st := PlayerState{Namespace: 1, PlayerID: 42, Version: m.version, Pos: m.pos, At: m.clock, LastWrite: m.updated}
 	for _, l := range m.lots {
-		if (l.Amount > 0 || l.Reserved > 0) && (n.all || slices.Contains(n.currencies, l.Currency)) {
+		if (l.Amount > 0 || l.Reserved > 0) && (n.AllLots || slices.Contains(n.Currencies, l.Currency)) {
 			cp := *l
 			cp.New, cp.Changed = false, false
 			st.Lots = append(st.Lots, &cp)
@@ -97,17 +68,17 @@ func (m *storeModel) load(t *testing.T, n need, newID func() int64) *Player {
 	if m.shuffle != nil {
 		m.shuffle.Shuffle(len(st.Lots), func(i, j int) { st.Lots[i], st.Lots[j] = st.Lots[j], st.Lots[i] })
 	}
-	for _, k := range n.keys {
+	for _, k := range n.Keys {
 		for _, tr := range m.trx {
 			if tr.Emitter == k.Emitter && tr.IdempotencyKey == k.IdempotencyKey {
 				st.Trx = append(st.Trx, m.stored(tr))
 			}
 		}
 	}
-	for _, k := range n.orders {
+	for _, k := range n.Orders {
 		st.Orders = append(st.Orders, m.order(k))
 	}
-	p, err := NewPlayer(m.c, st, newID)
+	p, err := NewPlayer(m.c, st, draw(next, n.IDs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,11 +224,34 @@ func (m *storeModel) rows() string {
 	return b.String()
 }
 
-// modelWrite is one request: what it loads and its plan.
+// modelWrite is one request, named.
 type modelWrite struct {
-	name string
-	need need
-	plan func(*Player) Plan
+	name  string
+	write Write
+}
+
+// draw is the next n ids of the model's sequence.
+func draw(next *int64, n int) []int64 {
+	ids := make([]int64, n)
+	for i := range ids {
+		*next++
+		ids[i] = *next
+	}
+	return ids
+}
+
+// planned is w's plan on p as a store makes it: the ids a plan lacks are
+// drawn and handed to p, and w is planned again.
+func planned(t *testing.T, p *Player, w Write, next *int64) Plan {
+	t.Helper()
+	pl := w.Plan(p)
+	if pl.IDsShort > 0 {
+		p.GiveIDs(draw(next, pl.IDsShort))
+		if pl = w.Plan(p); pl.IDsShort > 0 {
+			t.Fatalf("%T short of %d ids after it was given what it asked", w, pl.IDsShort)
+		}
+	}
+	return pl
 }
 
 // answerOf is everything a write answers and writes, as text.
@@ -271,8 +265,13 @@ func alone(t *testing.T, m *storeModel, next *int64, ws []modelWrite) []string {
 	t.Helper()
 	var out []string
 	for _, w := range ws {
-		p := m.load(t, w.need, func() int64 { *next++; return *next })
-		pl := w.plan(p)
+		// The ids the write did not take go back to the sequence, so
+		// that both runs give the same ids (a store's sequence skips
+		// them).
+		start := *next
+		p := m.load(t, w.write.Needs(), next)
+		pl := planned(t, p, w.write, next)
+		*next = start + int64(p.next)
 		m.store(p, []Plan{pl})
 		out = append(out, answerOf(m.c, pl))
 	}
@@ -282,15 +281,15 @@ func alone(t *testing.T, m *storeModel, next *int64, ws []modelWrite) []string {
 // batched runs the writes as one batch on m: one load, then each plan.
 func batched(t *testing.T, m *storeModel, next *int64, ws []modelWrite) []string {
 	t.Helper()
-	var n need
+	var n Needs
 	for _, w := range ws {
-		n = n.join(w.need)
+		n.Add(w.write.Needs())
 	}
-	p := m.load(t, n, func() int64 { *next++; return *next })
+	p := m.load(t, n, next)
 	var out []string
 	var plans []Plan
 	for _, w := range ws {
-		pl := w.plan(p)
+		pl := planned(t, p, w.write, next)
 		plans = append(plans, pl)
 		out = append(out, answerOf(m.c, pl))
 	}
@@ -369,7 +368,7 @@ func (w writeMaker) change(key string, hold bool, ttl time.Duration, ops ...OpRe
 		name = "hold"
 	}
 	return modelWrite{fmt.Sprintf("%s %s [%s] ttl %s", name, key, strings.Join(parts, " "), ttl),
-		need{currencies: v.Currencies(), keys: []TrxKey{v.Key()}}, func(p *Player) Plan { return p.Change(v) }}
+		v}
 }
 
 func (w writeMaker) exchange(key, from, to string, amount Amount) modelWrite {
@@ -378,14 +377,12 @@ func (w writeMaker) exchange(key, from, to string, amount Amount) modelWrite {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	return modelWrite{fmt.Sprintf("exchange %s %d %s→%s", key, amount, from, to), need{currencies: v.Currencies(), keys: []TrxKey{v.Key()}},
-		func(p *Player) Plan { return p.Exchange(v) }}
+	return modelWrite{fmt.Sprintf("exchange %s %d %s→%s", key, amount, from, to), v}
 }
 
 func (w writeMaker) finish(kind, key string) modelWrite {
-	k := w.scope(key).Key()
-	do := map[string]func(*Player, TrxKey) Plan{"commit": (*Player).Commit, "rollback": (*Player).Rollback, "expire-hold": (*Player).ExpireHold}[kind]
-	return modelWrite{kind + " " + key, need{all: true, keys: []TrxKey{k}}, func(p *Player) Plan { return do(p, k) }}
+	step := map[string]FinishStep{"commit": FinishCommit, "rollback": FinishRollback, "expire-hold": FinishExpire}[kind]
+	return modelWrite{kind + " " + key, Finish{Key: w.scope(key).Key(), Step: step}}
 }
 
 func (w writeMaker) refund(key, order string, kind RefundKind) modelWrite {
@@ -394,12 +391,11 @@ func (w writeMaker) refund(key, order string, kind RefundKind) modelWrite {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	return modelWrite{fmt.Sprintf("refund %s %s", key, order), need{all: true, keys: []TrxKey{v.Key()}, orders: []PurchaseKey{v.Order}},
-		func(p *Player) Plan { return p.Refund(v) }}
+	return modelWrite{fmt.Sprintf("refund %s %s", key, order), v}
 }
 
 func (w writeMaker) expireLots() modelWrite {
-	return modelWrite{"expire-lots", need{all: true}, func(p *Player) Plan { return p.ExpireLots() }}
+	return modelWrite{"expire-lots", ExpireLots{}}
 }
 
 // batchCatalog has a currency of each refund policy, one that cannot be

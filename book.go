@@ -378,7 +378,7 @@ func (b *Book) Expire(only []CurrencyID) []BookOp {
 	return ops
 }
 
-// Grant adds a grant: a paid grant (or one carrying a purchase) is a lot of
+// Grant adds g, a grant (Amount > 0): a paid one (or one carrying a purchase) is a lot of
 // its own; a free one joins the live free lot with the same expiry and
 // priority that still holds coins or a reservation, so that rewards do
 // not pile up lots. A lot spent to nothing is not joined: stores load
@@ -388,18 +388,19 @@ func (b *Book) Expire(only []CurrencyID) []BookOp {
 // too_many_lots when it needs a lot beyond LotsMax, or the trx an op
 // beyond TrxOpsMax. Nothing is changed on an error. A purchase's lot is
 // worth its price, in its fiat (Worth).
-func (b *Book) Grant(cur *Currency, amount Amount, paid bool, expiresAt *time.Time, priority int32, purchase *Purchase, cause OpCause) (BookOp, error) {
+func (b *Book) Grant(g ValidOp, cause OpCause) (BookOp, error) {
 	var w Worth
-	if purchase != nil {
-		w = Worth{Store: purchase.Store, OrderID: purchase.OrderID, Fiat: purchase.Fiat, Value: Amount(purchase.Price)}
+	if p := g.Purchase; p != nil {
+		w = Worth{Store: p.Store, OrderID: p.OrderID, Fiat: p.Fiat, Value: Amount(p.Price)}
 	}
-	op, err := b.grant(cur, amount, paid, expiresAt, priority, w, cause)
-	op.Purchase = purchase
+	op, err := b.grant(g, w, cause)
+	op.Purchase = g.Purchase
 	return op, err
 }
 
 // grant is Grant of coins worth w (nothing, for free coins).
-func (b *Book) grant(cur *Currency, amount Amount, paid bool, expiresAt *time.Time, priority int32, w Worth, cause OpCause) (BookOp, error) {
+func (b *Book) grant(g ValidOp, w Worth, cause OpCause) (BookOp, error) {
+	cur, amount, paid, expiresAt, priority := g.Currency, g.Amount, g.Paid, g.ExpiresAt, g.Priority
 	c := b.currency(cur.ID)
 	if amount <= 0 || amount > BalanceMax || c.total+c.reserved > BalanceMax-amount {
 		return BookOp{}, Errorf(CodeInvalid, "%s: the balance would overflow: %d, and %d reserved by pending holds, plus %d is more than %d",

@@ -115,7 +115,7 @@ func mustConsume(t *testing.T, b *Book, amount Amount) {
 
 func mustGrant(t *testing.T, b *Book, amount Amount, paid bool, expiresAt *time.Time, priority int32) {
 	t.Helper()
-	if _, err := b.Grant(gold, amount, paid, expiresAt, priority, nil, CauseChange); err != nil {
+	if _, err := b.Grant(ValidOp{Currency: gold, Amount: amount, Paid: paid, ExpiresAt: expiresAt, Priority: priority}, CauseChange); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -169,7 +169,7 @@ func TestBookUndoTakesBackAWrite(t *testing.T) {
 						x := now.Add(time.Duration(r.IntN(4)) * time.Minute)
 						e = &x
 					}
-					_, _ = b.Grant(gold, Amount(1+r.IntN(5)), r.IntN(2) == 0, e, int32(r.IntN(2)), nil, CauseChange)
+					_, _ = b.Grant(ValidOp{Currency: gold, Amount: Amount(1 + r.IntN(5)), Paid: r.IntN(2) == 0, ExpiresAt: e, Priority: int32(r.IntN(2))}, CauseChange)
 				case 2:
 					b.Expire(nil)
 				case 3:

@@ -65,14 +65,14 @@ func goldHeld(t *testing.T, b *Book) Amount {
 
 func TestBookGrantOverflow(t *testing.T) {
 	b := newBook(t, &BookLot{ID: 1, Currency: 1, Amount: BalanceMax - 5})
-	if _, err := b.Grant(gold, 6, false, nil, 0, nil, CauseChange); ErrorCode(err) != CodeInvalid {
+	if _, err := b.Grant(ValidOp{Currency: gold, Amount: 6}, CauseChange); ErrorCode(err) != CodeInvalid {
 		t.Fatalf("grant past BalanceMax: %v", err)
 	}
-	if _, err := b.Grant(gold, 5, false, nil, 0, nil, CauseChange); err != nil {
+	if _, err := b.Grant(ValidOp{Currency: gold, Amount: 5}, CauseChange); err != nil {
 		t.Fatalf("grant to exactly BalanceMax: %v", err)
 	}
 	b = newBook(t, &BookLot{ID: 1, Currency: 1, Amount: math.MaxInt64 - 5})
-	if _, err := b.Grant(gold, 6, false, nil, 0, nil, CauseChange); ErrorCode(err) != CodeInvalid {
+	if _, err := b.Grant(ValidOp{Currency: gold, Amount: 6}, CauseChange); ErrorCode(err) != CodeInvalid {
 		t.Fatalf("grant past int64: %v", err)
 	}
 }
@@ -87,7 +87,7 @@ func TestBookRollbacksCannotOverflow(t *testing.T) {
 	if _, _, err := b.Consume(gold, half, CauseChange, true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Grant(gold, half, false, nil, 0, nil, CauseChange); ErrorCode(err) != CodeInvalid {
+	if _, err := b.Grant(ValidOp{Currency: gold, Amount: half}, CauseChange); ErrorCode(err) != CodeInvalid {
 		t.Fatalf("refill while a hold reserves the balance: %v", err)
 	}
 	ops, err := b.Release(1, half, 0)
@@ -237,10 +237,10 @@ func TestBookLotsMax(t *testing.T) {
 	}
 	lots = append(lots, &BookLot{ID: LotsMax, Currency: 1, Reserved: 1})
 	b := newBook(t, lots...)
-	if _, err := b.Grant(gold, 1, true, nil, 0, nil, CauseChange); ErrorCode(err) != CodeTooManyLots {
+	if _, err := b.Grant(ValidOp{Currency: gold, Amount: 1, Paid: true}, CauseChange); ErrorCode(err) != CodeTooManyLots {
 		t.Fatalf("grant of lot %d: %v", LotsMax+1, err)
 	}
-	if op, err := b.Grant(gold, 1, false, nil, 0, nil, CauseChange); err != nil || op.LotID != LotsMax {
+	if op, err := b.Grant(ValidOp{Currency: gold, Amount: 1}, CauseChange); err != nil || op.LotID != LotsMax {
 		t.Fatalf("free grant joining the reserved free lot: %+v %v", op, err)
 	}
 	// The free lot first (it stays held: it reserves), then a paid one,
@@ -248,7 +248,7 @@ func TestBookLotsMax(t *testing.T) {
 	if _, _, err := b.Consume(gold, 2, CauseChange, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Grant(gold, 1, true, nil, 0, nil, CauseChange); err != nil {
+	if _, err := b.Grant(ValidOp{Currency: gold, Amount: 1, Paid: true}, CauseChange); err != nil {
 		t.Fatalf("grant after a lot was spent: %v", err)
 	}
 }
@@ -277,7 +277,7 @@ func TestBookTrxOpsMax(t *testing.T) {
 			t.Fatalf("op %d: balance_after %d, want %d", i, op.BalanceAfter, want)
 		}
 	}
-	if _, err := b.Grant(gold, 1, false, nil, 0, nil, CauseChange); ErrorCode(err) != CodeTooManyLots {
+	if _, err := b.Grant(ValidOp{Currency: gold, Amount: 1}, CauseChange); ErrorCode(err) != CodeTooManyLots {
 		t.Fatalf("an op past TrxOpsMax: %v", err)
 	}
 }

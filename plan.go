@@ -2,7 +2,6 @@ package coffer
 
 import (
 	"encoding/json"
-	"slices"
 	"strconv"
 	"time"
 )
@@ -98,6 +97,10 @@ type Plan struct {
 	Inserts []TrxRow
 	Finish  *TrxFinish
 	Ops     []OpRow
+	// IDsShort, when not 0, tells the write was not planned: its player
+	// lacked that many new ids. Hand them (Player.GiveIDs) and plan it
+	// again.
+	IDsShort int
 }
 
 // Writes tells whether the plan writes anything.
@@ -139,16 +142,26 @@ type Player struct {
 	trx     map[TrxKey]*StoredTrx
 	orders  map[PurchaseKey]*OrderState
 	wrote   bool
+
+	// ids are the new ids the store drew for the player's writes, those
+	// before next taken (by a write kept or refused: as a sequence's, an
+	// id taken is not given again). short counts the ids the write being
+	// planned lacked.
+	ids   []int64
+	next  int
+	short int
 }
 
-// NewPlayer loads a player's state. newID hands out the ids of new trx
-// and lots. Errors: internal, when the lots are damaged (Book.Add).
-func NewPlayer(c *Catalog, st PlayerState, newID func() int64) (*Player, error) {
+// NewPlayer loads a player's state, with ids, the new ids its writes'
+// trx and lots take (Needs.IDs of its writes). Errors: internal, when
+// the lots are damaged (Book.Add).
+func NewPlayer(c *Catalog, st PlayerState, ids []int64) (*Player, error) {
 	if !st.LastWrite.Before(st.At) {
 		st.At = st.LastWrite.Add(time.Microsecond)
 	}
-	p := &Player{state: st, catalog: c, book: &Book{NewID: newID}, trx: make(map[TrxKey]*StoredTrx, len(st.Trx)),
-		orders: make(map[PurchaseKey]*OrderState, len(st.Orders))}
+	p := &Player{state: st, catalog: c, trx: make(map[TrxKey]*StoredTrx, len(st.Trx)),
+		orders: make(map[PurchaseKey]*OrderState, len(st.Orders)), ids: ids}
+	p.book = &Book{NewID: p.newID}
 	for _, l := range st.Lots {
 		if err := p.book.Add(l); err != nil {
 			return nil, err
@@ -164,6 +177,22 @@ func NewPlayer(c *Catalog, st PlayerState, newID func() int64) (*Player, error) 
 	return p, nil
 }
 
+// newID takes the next of the player's ids; when none is left it counts
+// the write short, and gives 0, which is never written: the write is
+// then taken back (draft.done).
+func (p *Player) newID() int64 {
+	if p.next == len(p.ids) {
+		p.short++
+		return 0
+	}
+	p.next++
+	return p.ids[p.next-1]
+}
+
+// GiveIDs hands the player more new ids, for a write whose plan asked for
+// them (Plan.IDsShort): planned again, it takes them.
+func (p *Player) GiveIDs(ids []int64) { p.ids = append(p.ids, ids...) }
+
 // Lots are the player's lots after the plans: the New ones to insert, the
 // Changed ones to update. The slice is the Player's own.
 func (p *Player) Lots() []*BookLot {
@@ -178,47 +207,66 @@ func (p *Player) Written() (version, pos int64, at time.Time, ok bool) {
 	return p.state.Version, p.state.Pos, p.state.At.Add(-time.Microsecond), p.wrote
 }
 
-// write is one write of the player in the making, on its book: the
+// draft is one write of the player in the making, on its book: the
 // player keeps it (done) only if the whole write is accepted; the book
 // takes back one that is not at the next write's begin (Book.begin).
-type write struct {
+type draft struct {
 	p       *Player
 	book    *Book
 	at      time.Time
 	version int64
 	pos     int64
 	plan    Plan
+	// stored is the trx the write files under its key, and credited its
+	// grants of purchases, for the player's writes after it: kept only
+	// with the write.
+	stored   *StoredTrx
+	credited []BookOp
+	// idsFrom is where the write's ids start in the player's: a write
+	// short of ids gives back those it took, to take them again.
+	idsFrom int
 }
 
 // begin starts a write at the player's next time and version.
-func (p *Player) begin() *write {
+func (p *Player) begin() *draft {
 	p.book.begin(p.state.At)
-	return &write{p: p, book: p.book, at: p.state.At, version: p.state.Version + 1, pos: p.state.Pos}
+	p.short = 0
+	return &draft{p: p, book: p.book, at: p.state.At, version: p.state.Version + 1, pos: p.state.Pos, idsFrom: p.next}
 }
 
-// done makes the write the player's. A player's writes have strictly
-// increasing times (the spend order and the finlog rely on it): the next
-// is a microsecond later, the precision PostgreSQL keeps.
-func (w *write) done() Plan {
+// done makes the write the player's, unless it lacked ids: then nothing
+// of it is kept, and its plan asks for the ids it lacked. A player's
+// writes have strictly increasing times (the spend order and the finlog
+// rely on it): the next is a microsecond later, the precision PostgreSQL
+// keeps.
+func (w *draft) done() Plan {
 	p := w.p
+	if p.short > 0 {
+		p.next = w.idsFrom
+		return Plan{IDsShort: p.short}
+	}
 	w.book.keepWrite()
 	p.state.Version, p.state.Pos, p.state.At, p.wrote = w.version, w.pos, w.at.Add(time.Microsecond), true
+	if w.stored != nil {
+		p.trx[TrxKey{w.stored.Emitter, w.stored.IdempotencyKey}] = w.stored
+	}
+	p.credit(w.credited)
 	return w.plan
 }
 
-func (w *write) nextPos() int64 {
+func (w *draft) nextPos() int64 {
 	w.pos++
 	return w.pos
 }
 
 // insert adds a trx row and its ops, each at the next position.
-func (w *write) insert(row TrxRow, ops []BookOp) {
+func (w *draft) insert(row TrxRow, ops []BookOp) {
 	row.Version, row.CreatedAt, row.Pos = w.version, w.at, w.nextPos()
 	w.plan.Inserts = append(w.plan.Inserts, row)
 	w.ops(row.ID, 0, ops)
 }
 
-func (w *write) ops(trxID int64, seq int32, ops []BookOp) {
+func (w *draft) ops(trxID int64, seq int32, ops []BookOp) {
 	for i, o := range ops {
 		w.plan.Ops = append(w.plan.Ops, OpRow{BookOp: o, TrxID: trxID, Seq: seq + int32(i), CreatedAt: w.at, Pos: w.nextPos()})
 	}
@@ -226,7 +274,7 @@ func (w *write) ops(trxID int64, seq int32, ops []BookOp) {
 
 // expiries records expire ops in a trx of their own (kind expire, emitter
 // 0), so that the finlog shows when and why currency left.
-func (w *write) expiries(ops []BookOp) {
+func (w *draft) expiries(ops []BookOp) {
 	if len(ops) == 0 {
 		return
 	}
@@ -236,14 +284,14 @@ func (w *write) expiries(ops []BookOp) {
 }
 
 // answer is a new committed trx of the ops, as answered to the client.
-func (w *write) answer(id int64, key string, kind TrxKind, reason string, meta json.RawMessage, ops []BookOp) Trx {
+func (w *draft) answer(id int64, key string, kind TrxKind, reason string, meta json.RawMessage, ops []BookOp) Trx {
 	return Trx{ID: id, IdempotencyKey: key, Kind: kind, Status: StatusCommitted, Reason: reason, Meta: meta,
 		CreatedAt: w.at.UTC(), Version: w.version, Ops: w.p.catalog.Ops(ops), Balances: w.p.catalog.BalancesAfter(ops)}
 }
 
 // keep files a new client trx under its key, for the requests after it.
-func (w *write) keep(trx Trx, emitter Emitter, hash []byte, pending []PendingGrant) {
-	w.p.trx[TrxKey{emitter, trx.IdempotencyKey}] = &StoredTrx{Trx: trx, Emitter: emitter, Hash: hash, PendingGrants: pending}
+func (w *draft) keep(trx Trx, emitter Emitter, hash []byte, pending []PendingGrant) {
+	w.stored = &StoredTrx{Trx: trx, Emitter: emitter, Hash: hash, PendingGrants: pending}
 }
 
 // replay answers a request whose key was used before: the original answer
@@ -294,7 +342,7 @@ func (p *Player) Change(v ValidChange) Plan {
 			pending = append(pending, PendingGrant{Currency: op.Currency.ID, Amount: op.Amount, Paid: op.Paid,
 				ExpiresAt: op.ExpiresAt, Priority: op.Priority, Purchase: op.Purchase})
 		default:
-			g, err := w.book.Grant(op.Currency, op.Amount, op.Paid, op.ExpiresAt, op.Priority, op.Purchase, CauseChange)
+			g, err := w.book.Grant(op, CauseChange)
 			if err != nil {
 				return Plan{Err: err}
 			}
@@ -311,7 +359,7 @@ func (p *Player) Change(v ValidChange) Plan {
 	w.insert(TrxRow{ID: id, Emitter: v.Emitter, IdempotencyKey: v.IdempotencyKey, Hash: v.Hash.Sum, Kind: trx.Kind,
 		Status: trx.Status, Reason: v.Reason, Meta: v.Meta, HoldExpiresAt: trx.HoldExpiresAt, PendingGrants: pending}, ops)
 	w.keep(trx, v.Emitter, v.Hash.Sum, pending)
-	p.credited(ops)
+	w.credited = ops
 	w.plan.Trx = trx
 	return w.done()
 }
@@ -354,7 +402,7 @@ func (p *Player) Exchange(v ValidExchange) Plan {
 		ops = append(ops, grants...)
 	}
 	if total > paid {
-		g, err := w.book.Grant(v.To, total-paid, false, nil, 0, nil, CauseExchange)
+		g, err := w.book.Grant(ValidOp{Currency: v.To, Amount: total - paid}, CauseExchange)
 		if err != nil {
 			return Plan{Err: err}
 		}
@@ -398,7 +446,7 @@ func exchangePaid(book *Book, v ValidExchange, ops []BookOp) ([]BookOp, error) {
 		}
 		from := book.byID[o.LotID].Worth
 		from.Value = -o.Value
-		g, err := book.grant(v.To, share, true, nil, 0, from, CauseExchange)
+		g, err := book.grant(ValidOp{Currency: v.To, Amount: share, Paid: true}, from, CauseExchange)
 		if err != nil {
 			return nil, err
 		}
@@ -413,18 +461,18 @@ func exchangePaid(book *Book, v ValidExchange, ops []BookOp) ([]BookOp, error) {
 // a replay. Errors: not_found, hold_not_pending (rolled back, or not a
 // hold), hold_expired, invalid_argument and too_many_lots (a grant past a
 // bound: the hold stays pending), internal.
-func (p *Player) Commit(k TrxKey) Plan { return p.finish(k, true, false) }
+func (p *Player) Commit(k TrxKey) Plan { return p.finish(k, FinishCommit) }
 
 // Rollback plans a pending hold's rollback: its reservations return to
 // the very lots they came from; no bound can refuse it. Rolling back a
 // rolled-back or expired hold is a replay. Errors: not_found,
 // hold_not_pending (committed, or not a hold), internal.
-func (p *Player) Rollback(k TrxKey) Plan { return p.finish(k, false, false) }
+func (p *Player) Rollback(k TrxKey) Plan { return p.finish(k, FinishRollback) }
 
 // ExpireHold plans the hold sweeper's rollback of a hold past its TTL
 // (status expired). A hold not due, or finished already, is left as it
 // is: the answer is its stored trx, as a replay.
-func (p *Player) ExpireHold(k TrxKey) Plan { return p.finish(k, false, true) }
+func (p *Player) ExpireHold(k TrxKey) Plan { return p.finish(k, FinishExpire) }
 
 // ExpireLots plans the lot sweeper's write: an expire op for every lot
 // that expired with an amount left, in every loaded currency. A player
@@ -439,13 +487,14 @@ func (p *Player) ExpireLots() Plan {
 	return w.done()
 }
 
-// finish commits or rolls back the hold of k; sweep is the hold sweeper's
-// call: roll back only a hold past its TTL. Due expiries in every loaded
+// finish ends the hold of k as step says; FinishExpire is the hold
+// sweeper's: it rolls back only a hold past its TTL. Due expiries in every loaded
 // currency are recorded first. A grant or a reservation may land on a lot
 // whose expiry has passed: it expires at once, in a trx of its own after
 // the hold's ops, so that no lot is left with a due expiry unrecorded
 // behind the lot sweeper's window.
-func (p *Player) finish(k TrxKey, commit, sweep bool) Plan {
+func (p *Player) finish(k TrxKey, step FinishStep) Plan {
+	commit, sweep := step == FinishCommit, step == FinishExpire
 	h := p.trx[k]
 	if h == nil {
 		return Plan{Err: Errorf(CodeNotFound, "no trx with idempotency_key %q", k.IdempotencyKey)}
@@ -492,12 +541,12 @@ func (p *Player) finish(k TrxKey, commit, sweep bool) Plan {
 	w.ops(h.ID, int32(len(settled)), ops)
 	w.expiries(expiredAfter)
 	if status == StatusCommitted {
-		p.credited(ops)
+		w.credited = ops
 	}
 	begin := h.Trx
 	finished := *h
 	finished.Trx, finished.Begin = out, &begin
-	p.trx[k] = &finished
+	w.stored = &finished
 	w.plan.Trx, w.plan.Err = out, after
 	return w.done()
 }
@@ -558,7 +607,7 @@ func commitHold(book *Book, c *Catalog, h *StoredTrx) ([]BookOp, error) {
 	}
 	var ops []BookOp
 	for _, g := range h.PendingGrants {
-		op, err := book.Grant(c.CurrencyOf(g.Currency), g.Amount, g.Paid, g.ExpiresAt, g.Priority, g.Purchase, CauseChange)
+		op, err := book.Grant(ValidOp{Currency: c.CurrencyOf(g.Currency), Amount: g.Amount, Paid: g.Paid, ExpiresAt: g.ExpiresAt, Priority: g.Priority, Purchase: g.Purchase}, CauseChange)
 		if err != nil {
 			return nil, err
 		}
@@ -584,27 +633,3 @@ func releaseHold(book *Book, h *StoredTrx) ([]BookOp, error) {
 	}
 	return ops, nil
 }
-
-// Currencies are the currencies of a change's ops: the lots its write
-// reads, and whose due expiries it records.
-func (v ValidChange) Currencies() []CurrencyID {
-	out := make([]CurrencyID, 0, len(v.Ops))
-	for _, op := range v.Ops {
-		if !slices.Contains(out, op.Currency.ID) {
-			out = append(out, op.Currency.ID)
-		}
-	}
-	return out
-}
-
-// Currencies are the two currencies of an exchange.
-func (v ValidExchange) Currencies() []CurrencyID { return []CurrencyID{v.From.ID, v.To.ID} }
-
-// IDsMax is how many new ids a change's plan may draw: its trx, a trx of
-// expiries, and a lot per grant.
-func (v ValidChange) IDsMax() int { return 2 + len(v.Ops) }
-
-// IDsMax is how many new ids an exchange's plan draws at least: its trx,
-// a trx of expiries, a paid and a free lot. One that consumes several
-// paid lots draws a paid lot for each; the store fetches the ids beyond.
-func (v ValidExchange) IDsMax() int { return 4 }

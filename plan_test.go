@@ -42,7 +42,7 @@ func testBuyer(t *testing.T, c *Catalog, lots []BookLot, orders []*OrderState, t
 		l := lots[i]
 		st.Lots = append(st.Lots, &l)
 	}
-	p, err := NewPlayer(c, st, func() int64 { next++; return next })
+	p, err := NewPlayer(c, st, draw(&next, 5000))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestPlanTimesNeverGoBack(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			id := int64(99)
-			p, err := NewPlayer(c, PlayerState{Namespace: 1, PlayerID: 42, At: planT0, LastWrite: tc.last}, func() int64 { id++; return id })
+			p, err := NewPlayer(c, PlayerState{Namespace: 1, PlayerID: 42, At: planT0, LastWrite: tc.last}, draw(&id, 10))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -263,6 +263,40 @@ func TestPlanTimesNeverGoBack(t *testing.T) {
 				t.Fatalf("write at %v (%v), want %v", plan.Trx.CreatedAt, plan.Err, tc.want)
 			}
 		})
+	}
+}
+
+// TestPlanShortOfIDs: a write whose player lacks the new ids it takes is
+// taken back whole and asks for those it lacked; given them, it plans as
+// it would have with enough from the start, and a write refused for its
+// own reasons answers so whatever its ids.
+func TestPlanShortOfIDs(t *testing.T) {
+	c := requestCatalog(t)
+	ops := []OpRequest{paidOp("gold", 1), paidOp("silver", 2), freeOp("credits", 3)}
+	next := int64(99)
+	enough, err := NewPlayer(c, PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0}, draw(&next, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := render(c, changeOf(t, c, "a", false, ops...)(enough))
+	next = 99
+	p, err := NewPlayer(c, PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0}, draw(&next, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := changeOf(t, c, "a", false, ops...)(p)
+	if short.IDsShort != 3 || short.Writes() || short.Err != nil {
+		t.Fatalf("a write short of 3 ids: %+v", short)
+	}
+	if v, pos, _, wrote := p.Written(); wrote || v != 3 || pos != 10 || len(p.Lots()) != 0 {
+		t.Fatalf("the short write was kept: v%d pos %d wrote %v, %d lots", v, pos, wrote, len(p.Lots()))
+	}
+	p.GiveIDs(draw(&next, short.IDsShort))
+	if got := render(c, changeOf(t, c, "a", false, ops...)(p)); got != want {
+		t.Fatalf("planned again:\n%s\nwant\n%s", got, want)
+	}
+	if refused := changeOf(t, c, "b", false, paidOp("gold", 1), freeOp("silver", -9))(p); ErrorCode(refused.Err) != CodeInsufficientFunds {
+		t.Fatalf("a write refused for funds, without ids: %+v", refused)
 	}
 }
 

@@ -181,10 +181,6 @@ type refundPayload struct {
 	Reason  string     `json:"reason"`
 }
 
-// IDsMax is how many new ids a refund's plan may draw: its trx and a trx
-// of expiries.
-func (v ValidRefund) IDsMax() int { return 2 }
-
 // Refund plans the refund of an order credited to the player. From each
 // of the order's lots, and each lot exchanges made of its coins
 // (follow), it takes what is left of the order's share: the lot's
@@ -237,10 +233,10 @@ func (p *Player) Refund(v ValidRefund) Plan {
 	return w.done()
 }
 
-// credited files the orders an accepted write's grants credit, so that
+// credit files the orders an accepted write's grants credit, so that
 // a refund planned after it in the same batch finds them, as it would
 // had it come alone after it.
-func (p *Player) credited(ops []BookOp) {
+func (p *Player) credit(ops []BookOp) {
 	for _, op := range ops {
 		if op.Kind != OpGrant || op.Purchase == nil {
 			continue

@@ -487,7 +487,7 @@ func TestRefundOfAnOrderSplitIntoManyLots(t *testing.T) {
 			p, err := NewPlayer(c, PlayerState{Namespace: 1, PlayerID: 42, Version: 3, Pos: 10, At: planT0, Lots: lots,
 				Orders: []*OrderState{{Key: PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o"},
 					Lots: []OrderLot{{LotID: 1, Currency: 1, Share: share, ShareValue: share}}, Exchanges: xs}}},
-				func() int64 { next++; return next })
+				draw(&next, 5000))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -38,7 +38,7 @@ func (s *Store) BatchChange(ctx context.Context, reqs []coffer.ChangeRequest) ([
 			out[i].Err = err
 			continue
 		}
-		r := &request{kind: writeChange, scope: req.Scope, change: v}
+		r := &request{scope: req.Scope, write: v}
 		db := s.database(req.PlayerID)
 		byDatabase[db], at[r] = append(byDatabase[db], r), i
 	}

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -162,14 +161,8 @@ type playerKey struct {
 type batchPlayer struct {
 	key   playerKey
 	shard coffer.ShardID
-	// all tells that a write reads all the player's lots; currencies are
-	// those the writes read otherwise.
-	all        bool
-	currencies []coffer.CurrencyID
-	keys       []coffer.TrxKey
-	// orders are those the player's refunds name.
-	orders []coffer.PurchaseKey
-	idsMax int
+	// needs is what the player's writes read, and the ids they take.
+	needs  coffer.Needs
 	writes int
 
 	locked bool
@@ -207,11 +200,10 @@ type attempt struct {
 
 // batchTx is a batch's transaction on one connection of its database.
 type batchTx struct {
-	s     *Store
-	conn  *pgxpool.Conn
-	ctx   context.Context
-	open  bool
-	idErr error
+	s    *Store
+	conn *pgxpool.Conn
+	ctx  context.Context
+	open bool
 }
 
 // attempt runs the batch once. unknown is an earlier attempt whose
@@ -260,10 +252,8 @@ func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *att
 			a.plans = append(a.plans, coffer.Plan{Err: p.err})
 			continue
 		}
-		plan, err := r.planOn(p.player)
-		// Ids that failed fail the batch, before a plan's own failure
-		// (one may come from the other).
-		if err := cmp.Or(t.idErr, err); err != nil {
+		plan, err := t.plan(r, p)
+		if err != nil {
 			a.err = err
 			return a
 		}
@@ -278,6 +268,23 @@ func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *att
 		a.err, a.uncertain = err, uncertain(err)
 	}
 	return a
+}
+
+// plan plans r on its player p. A plan that lacks ids gets them
+// (moreIDs) and is made again, once: then it has what it asked.
+func (t *batchTx) plan(r *request, p *batchPlayer) (coffer.Plan, error) {
+	plan, err := r.planOn(p.player)
+	if err != nil || plan.IDsShort == 0 {
+		return plan, err
+	}
+	short := plan.IDsShort
+	if err := t.moreIDs(p, short); err != nil {
+		return coffer.Plan{}, err
+	}
+	if plan, err = r.planOn(p.player); err == nil && plan.IDsShort > 0 {
+		err = coffer.Errorf(coffer.CodeInternal, "a write given the %d ids it lacked lacks %d more", short, plan.IDsShort)
+	}
+	return plan, err
 }
 
 // planLate tells whether an attempt whose time ends with ctx is too late
@@ -324,22 +331,7 @@ func (s *Store) batchPlayers(reqs []*request) (players []*batchPlayer, of []int)
 		of[i] = j
 		p := players[j]
 		p.writes++
-		if cs := r.currencies(); cs == nil {
-			p.all = true
-		} else {
-			for _, c := range cs {
-				if !slices.Contains(p.currencies, c) {
-					p.currencies = append(p.currencies, c)
-				}
-			}
-		}
-		if r.keyed() && !slices.Contains(p.keys, r.scope.Key()) {
-			p.keys = append(p.keys, r.scope.Key())
-		}
-		if r.kind == writeRefund && !slices.Contains(p.orders, r.refund.Order) {
-			p.orders = append(p.orders, r.refund.Order)
-		}
-		p.idsMax += r.idsMax()
+		p.needs.Add(r.write.Needs())
 	}
 	return players, of
 }
@@ -392,18 +384,18 @@ func (t *batchTx) load(players []*batchPlayer, check *mark) (token int64, err er
 	for _, p := range players {
 		byKey[p.key] = p
 		ns, id := int32(p.key.ns), int64(p.key.id)
-		lock.add(p.shard, ns, id, int32(p.idsMax))
-		if p.all {
+		lock.add(p.shard, ns, id, int32(p.needs.IDs))
+		if p.needs.AllLots {
 			lots.add(p.shard, ns, id, int32(0))
 		} else {
-			for _, c := range p.currencies {
+			for _, c := range p.needs.Currencies {
 				lots.add(p.shard, ns, id, int32(c))
 			}
 		}
-		for _, k := range p.keys {
+		for _, k := range p.needs.Keys {
 			keys.add(p.shard, ns, id, int32(k.Emitter), k.IdempotencyKey)
 		}
-		for _, o := range p.orders {
+		for _, o := range p.needs.Orders {
 			orders.add(p.shard, ns, id, o.Store, o.OrderID)
 			p.state.Orders = append(p.state.Orders, &coffer.OrderState{Key: o})
 		}
@@ -444,7 +436,7 @@ func (t *batchTx) load(players []*batchPlayer, check *mark) (token int64, err er
 			return 0, fmt.Errorf("player %d/%d: not locked", p.key.ns, p.key.id)
 		}
 		if p.err == nil {
-			p.player, p.err = coffer.NewPlayer(t.s.catalog, p.state, t.idsOf(p))
+			p.player, p.err = coffer.NewPlayer(t.s.catalog, p.state, p.ids)
 		}
 	}
 	return token, nil
@@ -560,26 +552,20 @@ func (l *loading) exchanges(rows pgx.Rows) error {
 	return rows.Err()
 }
 
-// idsOf hands out the ids the lock drew for p, then, if its plans need
-// more, fetches them (one more round trip). A failure is kept in t.idErr,
-// which fails the batch after the plan that asked, and yields id 0, which
-// is never written.
-func (t *batchTx) idsOf(p *batchPlayer) func() int64 {
-	return func() int64 {
-		if len(p.ids) == 0 && t.idErr == nil {
-			rows, err := t.conn.Query(t.ctx, t.s.q(p.shard).nextIDs, 8)
-			if err == nil {
-				p.ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-			}
-			t.idErr = err
-		}
-		if len(p.ids) == 0 {
-			return 0
-		}
-		id := p.ids[0]
-		p.ids = p.ids[1:]
-		return id
+// moreIDs draws n more ids of p's shard (one more round trip), for a
+// plan that lacked them (coffer.Plan.IDsShort), and hands them to p's
+// player.
+func (t *batchTx) moreIDs(p *batchPlayer, n int) error {
+	rows, err := t.conn.Query(t.ctx, t.s.q(p.shard).nextIDs, n)
+	if err != nil {
+		return err
 	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return err
+	}
+	p.player.GiveIDs(ids)
+	return nil
 }
 
 // persist is the second round trip: per shard, one statement that

@@ -64,14 +64,14 @@ func (s *Store) BatchWithBug(ctx context.Context, changes []coffer.ChangeRequest
 		if err != nil {
 			return nil, err
 		}
-		reqs = append(reqs, &request{kind: writeChange, scope: c.Scope, change: v})
+		reqs = append(reqs, &request{scope: c.Scope, write: v})
 	}
 	v, err := s.catalog.ValidateExchange(ex)
 	if err != nil {
 		return nil, err
 	}
 	v.Rate = coffer.Rate{}
-	reqs = slices.Insert(reqs, at, &request{kind: writeExchange, scope: ex.Scope, exchange: v})
+	reqs = slices.Insert(reqs, at, &request{scope: ex.Scope, write: v})
 	if err := s.write(ctx, reqs); err != nil {
 		return nil, err
 	}

@@ -3,7 +3,9 @@ package postgres_test
 import (
 	"context"
 	"sync/atomic"
+	"testing"
 
+	"github.com/cofferhq/coffer"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -41,4 +43,31 @@ func (e *env) roundTrips(f func()) (roundTrips, statements int64) {
 	n, st := e.sent.n.Load(), e.sent.statements.Load()
 	f()
 	return e.sent.n.Load() - n, e.sent.statements.Load() - st
+}
+
+// TestCommitOfManyGrantsDrawsTheIDsItLacks: a commit's ids are drawn
+// with its lock for a few grants; a hold of OpsMax paid grants, a lot
+// each, lacks the rest. Its plan says so (coffer.Plan.IDsShort), the
+// batch draws them, one round trip more, and plans it again: every lot
+// has an id of its own.
+func TestCommitOfManyGrantsDrawsTheIDsItLacks(t *testing.T) {
+	e := newEnv(t)
+	const p = 31
+	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "h"), Ops: paidLots("gold", coffer.OpsMax, "o"), Hold: true})
+	must(t, err)
+	trx, _, err := e.store.Commit(ctx, scope(p, "h"))
+	must(t, err)
+	lots := map[int64]bool{}
+	for _, o := range trx.Ops {
+		if o.Kind == coffer.OpGrant {
+			lots[o.LotID] = true
+		}
+	}
+	if len(lots) != coffer.OpsMax || lots[0] {
+		t.Fatalf("%d grants on %d lots of their own (lot 0: %v), want %d", len(trx.Ops), len(lots), lots[0], coffer.OpsMax)
+	}
+	if b := e.balance(p, "gold"); b.Total != coffer.OpsMax || b.Paid != coffer.OpsMax {
+		t.Fatalf("gold after the commit: %+v", b)
+	}
+	e.auditClean()
 }

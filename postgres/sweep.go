@@ -33,7 +33,10 @@ func (s *Store) SweepHolds(ctx context.Context, limit int) (int, error) {
 			var sc coffer.Scope
 			return sc, r.Scan(&sc.Namespace, &sc.PlayerID, &sc.Emitter, &sc.IdempotencyKey)
 		},
-		func(due []coffer.Scope) (int, []coffer.Scope, error) { return s.sweepWrites(ctx, writeExpireHold, due) }, nil)
+		func(due []coffer.Scope) (int, []coffer.Scope, error) {
+			return s.sweepWrites(ctx, due, func(sc coffer.Scope) coffer.Write { return coffer.Finish{Key: sc.Key(), Step: coffer.FinishExpire} },
+				func(r *request) bool { return !r.plan.Replay && r.plan.Trx.Status == coffer.StatusExpired })
+		}, nil)
 }
 
 // sweepOverlap is how far before a complete pass's start the lot sweeper's
@@ -83,7 +86,8 @@ func (s *Store) SweepExpiredLots(ctx context.Context, limit int) (int, error) {
 					players = append(players, sc)
 				}
 			}
-			return s.sweepWrites(ctx, writeExpireLots, players)
+			return s.sweepWrites(ctx, players, func(coffer.Scope) coffer.Write { return coffer.ExpireLots{} },
+				func(r *request) bool { return r.plan.Writes() })
 		},
 		func(ctx context.Context, pool *pgxpool.Pool, id coffer.ShardID, started time.Time) error {
 			return s.lotsSwept(ctx, pool, id, windows[id], started)
@@ -216,20 +220,21 @@ func (s *Store) sweep(ctx context.Context, limit int, failed *failedSweeps,
 	return n, errors.Join(errs...)
 }
 
-// sweepWrites runs a sweeper's writes of one shard as one job, through
-// the batches that run the clients' writes (the same player locks, in the
-// same order), and returns how many wrote: a hold rolled back as expired,
+// sweepWrites runs a sweeper's writes of one shard, write(sc) for each
+// due scope, as one job, through the batches that run the clients'
+// writes (the same player locks, in the same order), and returns how many
+// wrote (as wrote tells): a hold rolled back as expired,
 // a player's expiries recorded. A write that finds nothing to do (a hold
 // finished meanwhile, expiries another instance recorded) is not counted.
 // It returns too the candidates whose writes failed (all of them, if the
 // job failed as a whole).
-func (s *Store) sweepWrites(ctx context.Context, kind writeKind, due []coffer.Scope) (int, []coffer.Scope, error) {
+func (s *Store) sweepWrites(ctx context.Context, due []coffer.Scope, write func(coffer.Scope) coffer.Write, wrote func(*request) bool) (int, []coffer.Scope, error) {
 	if len(due) == 0 {
 		return 0, nil, nil
 	}
 	reqs := make([]*request, len(due))
 	for i, sc := range due {
-		reqs[i] = &request{kind: kind, scope: sc}
+		reqs[i] = &request{scope: sc, write: write(sc)}
 	}
 	if err := s.write(ctx, reqs); err != nil {
 		return 0, due, err
@@ -238,12 +243,10 @@ func (s *Store) sweepWrites(ctx context.Context, kind writeKind, due []coffer.Sc
 	var failed []coffer.Scope
 	var errs []error
 	for _, r := range reqs {
-		trx, replayed, err := r.answer()
-		switch {
-		case err != nil:
+		if _, _, err := r.answer(); err != nil {
 			failed = append(failed, r.scope)
 			errs = append(errs, fmt.Errorf("player %d/%d: %w", r.scope.Namespace, r.scope.PlayerID, err))
-		case kind == writeExpireLots && r.plan.Writes(), kind == writeExpireHold && !replayed && trx.Status == coffer.StatusExpired:
+		} else if wrote(r) {
 			n++
 		}
 	}

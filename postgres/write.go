@@ -8,28 +8,13 @@ import (
 	"github.com/cofferhq/coffer"
 )
 
-// writeKind is what a write asks of its player's plan.
-type writeKind int
-
-const (
-	writeChange writeKind = iota
-	writeExchange
-	writeCommit
-	writeRollback
-	writeExpireHold
-	writeExpireLots
-	writeRefund
-)
-
-// request is one write waiting for its batch (committer). The batch sets
-// plan, what the domain decided, or err, when the batch could not run it.
+// request is one write waiting for its batch (committer): its player's
+// scope and the write. The batch sets plan, what the domain decided, or
+// err, when the batch could not run it.
 type request struct {
-	ctx      context.Context
-	kind     writeKind
-	scope    coffer.Scope
-	change   coffer.ValidChange
-	exchange coffer.ValidExchange
-	refund   coffer.ValidRefund
+	ctx   context.Context
+	scope coffer.Scope
+	write coffer.Write
 
 	// plan is the write's answer once its batch committed or refused it;
 	// err once it failed. Either is set once: a later part of a split
@@ -52,57 +37,7 @@ func (r *request) planOn(p *coffer.Player) (plan coffer.Plan, err error) {
 				Err: fmt.Errorf("panic: %v\n%s", v, debug.Stack())}}
 		}
 	}()
-	switch r.kind {
-	case writeChange:
-		return p.Change(r.change), nil
-	case writeExchange:
-		return p.Exchange(r.exchange), nil
-	case writeCommit:
-		return p.Commit(r.scope.Key()), nil
-	case writeRollback:
-		return p.Rollback(r.scope.Key()), nil
-	case writeExpireHold:
-		return p.ExpireHold(r.scope.Key()), nil
-	case writeRefund:
-		return p.Refund(r.refund), nil
-	}
-	return p.ExpireLots(), nil
-}
-
-// currencies are those whose lots the plan reads; nil means all of the
-// player's (a hold's commit or rollback returns to lots of any currency,
-// the lot sweeper records every expiry, a refund's order is known only
-// once loaded).
-func (r *request) currencies() []coffer.CurrencyID {
-	switch r.kind {
-	case writeChange:
-		return r.change.Currencies()
-	case writeExchange:
-		return r.exchange.Currencies()
-	}
-	return nil
-}
-
-// keyed tells whether the plan reads the stored trx of the write's key.
-func (r *request) keyed() bool { return r.kind != writeExpireLots }
-
-// idsMax is how many new ids the batch draws for the write with its
-// lock. A commit's is a guess (its pending grants are not read yet); a
-// plan that needs more fetches them, one more round trip.
-func (r *request) idsMax() int {
-	switch r.kind {
-	case writeChange:
-		return r.change.IDsMax()
-	case writeExchange:
-		return r.exchange.IDsMax()
-	case writeRefund:
-		return r.refund.IDsMax()
-	case writeCommit:
-		return 2 + coffer.OpsMax/8
-	case writeExpireLots:
-		return 1
-	}
-	return 2
+	return r.write.Plan(p), nil
 }
 
 // answer is the write's answer to its caller.
@@ -171,7 +106,7 @@ func (s *Store) Change(ctx context.Context, req coffer.ChangeRequest) (coffer.Tr
 	if err := s.claimPurchases(ctx, v); err != nil {
 		return coffer.Trx{}, false, err
 	}
-	return s.writeOne(ctx, &request{kind: writeChange, scope: req.Scope, change: v})
+	return s.writeOne(ctx, &request{scope: req.Scope, write: v})
 }
 
 // Exchange consumes From in spend order and grants To at the rate
@@ -181,7 +116,7 @@ func (s *Store) Exchange(ctx context.Context, req coffer.ExchangeRequest) (coffe
 	if err != nil {
 		return coffer.Trx{}, false, err
 	}
-	return s.writeOne(ctx, &request{kind: writeExchange, scope: req.Scope, exchange: v})
+	return s.writeOne(ctx, &request{scope: req.Scope, write: v})
 }
 
 // Refund takes a store order credited to the player back
@@ -193,7 +128,7 @@ func (s *Store) Refund(ctx context.Context, req coffer.RefundRequest) (coffer.Tr
 	if err != nil {
 		return coffer.Trx{}, false, err
 	}
-	return s.writeOne(ctx, &request{kind: writeRefund, scope: req.Scope, refund: v})
+	return s.writeOne(ctx, &request{scope: req.Scope, write: v})
 }
 
 // Commit applies a pending hold's grants (coffer.Player.Commit).
@@ -201,7 +136,7 @@ func (s *Store) Commit(ctx context.Context, sc coffer.Scope) (coffer.Trx, bool, 
 	if err := sc.Validate(); err != nil {
 		return coffer.Trx{}, false, err
 	}
-	return s.writeOne(ctx, &request{kind: writeCommit, scope: sc})
+	return s.writeOne(ctx, &request{scope: sc, write: coffer.Finish{Key: sc.Key(), Step: coffer.FinishCommit}})
 }
 
 // Rollback returns a pending hold's reservations to their lots
@@ -210,5 +145,5 @@ func (s *Store) Rollback(ctx context.Context, sc coffer.Scope) (coffer.Trx, bool
 	if err := sc.Validate(); err != nil {
 		return coffer.Trx{}, false, err
 	}
-	return s.writeOne(ctx, &request{kind: writeRollback, scope: sc})
+	return s.writeOne(ctx, &request{scope: sc, write: coffer.Finish{Key: sc.Key(), Step: coffer.FinishRollback}})
 }

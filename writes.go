@@ -1,0 +1,135 @@
+package coffer
+
+import "slices"
+
+// Write is one write of a player: a value that says what its plan reads
+// (Needs), which the store loads under the player's lock, and plans
+// itself on the player (Plan). The writes are ValidChange, ValidExchange,
+// ValidRefund, Finish and ExpireLots.
+type Write interface {
+	Needs() Needs
+	Plan(p *Player) Plan
+}
+
+// Needs is what the plans of a player's writes read, loaded under its
+// lock, and how many new ids they take.
+type Needs struct {
+	// AllLots tells a plan reads every lot of the player that holds
+	// something; Currencies are those it reads otherwise.
+	AllLots    bool
+	Currencies []CurrencyID
+	// Keys are the stored trx a plan reads by key.
+	Keys []TrxKey
+	// Orders are the store orders a refund reads.
+	Orders []PurchaseKey
+	// IDs is how many new ids the plans take, as far as the writes alone
+	// tell: a plan that finds it needs more asks for them (Plan.IDsShort).
+	IDs int
+}
+
+// Add joins o's needs to n's: a batch loads once what its writes of one
+// player need.
+func (n *Needs) Add(o Needs) {
+	n.AllLots = n.AllLots || o.AllLots
+	for _, c := range o.Currencies {
+		if !slices.Contains(n.Currencies, c) {
+			n.Currencies = append(n.Currencies, c)
+		}
+	}
+	for _, k := range o.Keys {
+		if !slices.Contains(n.Keys, k) {
+			n.Keys = append(n.Keys, k)
+		}
+	}
+	for _, k := range o.Orders {
+		if !slices.Contains(n.Orders, k) {
+			n.Orders = append(n.Orders, k)
+		}
+	}
+	n.IDs += o.IDs
+}
+
+// Needs: the lots of the change's currencies, its key's trx; ids for its
+// trx, a trx of expiries and a lot per op.
+func (v ValidChange) Needs() Needs {
+	return Needs{Currencies: v.Currencies(), Keys: []TrxKey{v.Key()}, IDs: 2 + len(v.Ops)}
+}
+
+// Plan plans the change (Player.Change).
+func (v ValidChange) Plan(p *Player) Plan { return p.Change(v) }
+
+// Currencies are the currencies of a change's ops: the lots its write
+// reads, and whose due expiries it records.
+func (v ValidChange) Currencies() []CurrencyID {
+	out := make([]CurrencyID, 0, len(v.Ops))
+	for _, op := range v.Ops {
+		if !slices.Contains(out, op.Currency.ID) {
+			out = append(out, op.Currency.ID)
+		}
+	}
+	return out
+}
+
+// Needs: the lots of the exchange's two currencies, its key's trx; ids
+// for its trx, a trx of expiries, a paid and a free lot (one that
+// consumes several paid lots asks for a paid lot's id for each).
+func (v ValidExchange) Needs() Needs {
+	return Needs{Currencies: v.Currencies(), Keys: []TrxKey{v.Key()}, IDs: 4}
+}
+
+// Currencies are the two currencies of an exchange.
+func (v ValidExchange) Currencies() []CurrencyID { return []CurrencyID{v.From.ID, v.To.ID} }
+
+// Plan plans the exchange (Player.Exchange).
+func (v ValidExchange) Plan(p *Player) Plan { return p.Exchange(v) }
+
+// Needs: every lot (the order's coins may be in any currency its
+// exchanges made), the refund's key's trx and its order; ids for its trx
+// and a trx of expiries.
+func (v ValidRefund) Needs() Needs {
+	return Needs{AllLots: true, Keys: []TrxKey{v.Key()}, Orders: []PurchaseKey{v.Order}, IDs: 2}
+}
+
+// Plan plans the refund (Player.Refund).
+func (v ValidRefund) Plan(p *Player) Plan { return p.Refund(v) }
+
+// FinishStep is how a Finish ends a pending hold.
+type FinishStep int
+
+// Finish steps: a client's commit or rollback, or the hold sweeper's
+// rollback of a hold past its TTL.
+const (
+	FinishCommit FinishStep = iota
+	FinishRollback
+	FinishExpire
+)
+
+// Finish ends the pending hold of Key (Player.Commit, Player.Rollback,
+// Player.ExpireHold).
+type Finish struct {
+	Key  TrxKey
+	Step FinishStep
+}
+
+// Needs: every lot (a hold returns to, or grants in, lots of any
+// currency) and the hold's trx; ids for two trx of expiries and, for a
+// commit, a few of its grants' lots (a hold with more asks for them).
+func (f Finish) Needs() Needs {
+	n := Needs{AllLots: true, Keys: []TrxKey{f.Key}, IDs: 2}
+	if f.Step == FinishCommit {
+		n.IDs += OpsMax / 8
+	}
+	return n
+}
+
+// Plan plans the finish.
+func (f Finish) Plan(p *Player) Plan { return p.finish(f.Key, f.Step) }
+
+// ExpireLots is the lot sweeper's write of a player (Player.ExpireLots).
+type ExpireLots struct{}
+
+// Needs: every lot; an id for the trx of expiries.
+func (ExpireLots) Needs() Needs { return Needs{AllLots: true, IDs: 1} }
+
+// Plan plans the player's expiries.
+func (ExpireLots) Plan(p *Player) Plan { return p.ExpireLots() }
