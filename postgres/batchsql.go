@@ -1,10 +1,6 @@
 package postgres
 
 import (
-	"regexp"
-	"strconv"
-	"strings"
-
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
 )
@@ -19,11 +15,7 @@ import (
 // costs (docs/adr/0012-group-commit.md).
 //
 // The rows come as one array per column, unnested side by side in a
-// select list, (SELECT unnest($1) AS a, unnest($2) AS b) AS u: PostgreSQL
-// zips them row by row (ProjectSet). The shorter unnest($1, $2) AS u(a, b)
-// is a Function Scan that first copies each array into a tuplestore of
-// its own, set up and torn down at every statement: coffer bench measured
-// 0.46 ms of PostgreSQL CPU per write with it, 0.33–0.38 without.
+// select list (writeTable.from says why).
 
 // keyedJoins is sent first in every batch's transaction. The batch
 // statements join arrays of keys (unnest) to the shard tables, prepared
@@ -53,7 +45,7 @@ var batchStatements = batchSQL{
 	// in a cycle. A player without a row gets one (version 0, which no trx
 	// has). The update changes nothing: it takes the lock; the batch
 	// stores the version, position and time its writes leave
-	// (writeBranches, players). It returns the stored version, position
+	// (writeParts, playerTable). It returns the stored version, position
 	// and time of the player's last write, the database's time (which
 	// of the two the next write takes is coffer.NewPlayer's to say) and
 	// the ids the batch asked for ($3).
@@ -127,59 +119,6 @@ func (b batchSQL) forShard(id coffer.ShardID) batchSQL {
 	return batchSQL{lock: n(b.lock), lots: n(b.lots), trx: n(b.trx), orders: n(b.orders), exchanges: n(b.exchanges), balances: n(b.balances)}
 }
 
-// writeBranches are the parts of a batch's write on one shard, in the
-// order the batch's rows bind to them: each inserts or updates the rows
-// of one table, from its own arrays ($1 … of its own; writeSQL numbers
-// them on). cols is how many arrays it takes.
-var writeBranches = []struct {
-	name, sql string
-	cols      int
-}{
-	// A hold begun and finished in one batch is inserted finished: one
-	// statement sees one snapshot and may not change a row twice.
-	{"trx", `INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
-		kind, status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at, refund, begin_version)
-	SELECT ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
-		kind::trx_kind, status::trx_status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at, refund, begin_version
-	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::timestamptz[]) AS created_at, unnest($4::bigint[]) AS trx_id,
-		unnest($5::int[]) AS emitter, unnest($6::text[]) AS idempotency_key, unnest($7::bytea[]) AS request_hash, unnest($8::text[]) AS kind,
-		unnest($9::text[]) AS status, unnest($10::text[]) AS reason, unnest($11::text[]) AS meta, unnest($12::timestamptz[]) AS hold_expires_at,
-		unnest($13::jsonb[]) AS pending_grants, unnest($14::bigint[]) AS version, unnest($15::bigint[]) AS pos, unnest($16::timestamptz[]) AS finished_at,
-		unnest($17::jsonb[]) AS refund, unnest($18::bigint[]) AS begin_version) AS u`, 18},
-	// An op of a lot without a value (fiat NULL) stores no value.
-	{"ops", `INSERT INTO op_N (trx_id, seq, ns, player_id, currency, lot_id, kind, cause, amount, paid,
-		balance_after, paid_after, created_at, purchase, pos, fiat, value)
-	SELECT trx_id, seq, ns, player_id, currency, lot_id, kind::op_kind, cause::op_cause, amount, paid,
-		balance_after, paid_after, created_at, purchase, pos, NULLIF(fiat, ''), CASE WHEN fiat <> '' THEN value END
-	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::timestamptz[]) AS created_at, unnest($4::bigint[]) AS trx_id,
-		unnest($5::int[]) AS seq, unnest($6::int[]) AS currency, unnest($7::bigint[]) AS lot_id, unnest($8::text[]) AS kind,
-		unnest($9::text[]) AS cause, unnest($10::bigint[]) AS amount, unnest($11::bool[]) AS paid, unnest($12::bigint[]) AS balance_after,
-		unnest($13::bigint[]) AS paid_after, unnest($14::jsonb[]) AS purchase, unnest($15::bigint[]) AS pos, unnest($16::text[]) AS fiat,
-		unnest($17::bigint[]) AS value) AS u`, 17},
-	{"new_lots", `INSERT INTO lot_N (ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id,
-		store, order_id, fiat, value, value_reserved, owed, exchanged)
-	SELECT ns, player_id, lot_id, currency, paid, amount, reserved, expires_at, priority, created_at, trx_id,
-		NULLIF(store, ''), NULLIF(order_id, ''), NULLIF(fiat, ''), value, value_reserved, owed, exchanged
-	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::bigint[]) AS lot_id, unnest($4::int[]) AS currency,
-		unnest($5::bool[]) AS paid, unnest($6::bigint[]) AS amount, unnest($7::bigint[]) AS reserved, unnest($8::timestamptz[]) AS expires_at,
-		unnest($9::int[]) AS priority, unnest($10::timestamptz[]) AS created_at, unnest($11::bigint[]) AS trx_id, unnest($12::text[]) AS store,
-		unnest($13::text[]) AS order_id, unnest($14::text[]) AS fiat, unnest($15::bigint[]) AS value, unnest($16::bigint[]) AS value_reserved,
-		unnest($17::bigint[]) AS owed, unnest($18::bool[]) AS exchanged) AS u`, 18},
-	{"lots", `UPDATE lot_N l SET amount = u.amount, reserved = u.reserved, value = u.value, value_reserved = u.value_reserved, owed = u.owed
-	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::int[]) AS currency, unnest($4::bigint[]) AS lot_id,
-		unnest($5::bigint[]) AS amount, unnest($6::bigint[]) AS reserved, unnest($7::bigint[]) AS value, unnest($8::bigint[]) AS value_reserved,
-		unnest($9::bigint[]) AS owed) AS u
-	WHERE l.ns = u.ns AND l.player_id = u.player_id AND l.currency = u.currency AND l.lot_id = u.lot_id`, 9},
-	{"finished", `UPDATE trx_N t SET status = u.status::trx_status, version = u.version, finished_at = u.finished_at, begin_version = u.begin_version
-	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::timestamptz[]) AS created_at, unnest($4::bigint[]) AS trx_id,
-		unnest($5::text[]) AS status, unnest($6::bigint[]) AS version, unnest($7::timestamptz[]) AS finished_at, unnest($8::bigint[]) AS begin_version) AS u
-	WHERE t.ns = u.ns AND t.player_id = u.player_id AND t.created_at = u.created_at AND t.trx_id = u.trx_id`, 8},
-	{"players", `UPDATE balance_N b SET version = u.version, pos = u.pos, updated_at = u.updated_at
-	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::bigint[]) AS version, unnest($4::bigint[]) AS pos,
-		unnest($5::timestamptz[]) AS updated_at) AS u
-	WHERE b.ns = u.ns AND b.player_id = u.player_id`, 5},
-}
-
 // Statements on a committer's mark (batchTx.persist, batchTx.load,
 // Store.SweepMarks). setMark only raises the token: a transaction given
 // up on (its outcome unread) that commits after a later batch of its
@@ -198,25 +137,3 @@ const (
 		(SELECT committer FROM batch_mark WHERE marked_at < now() - interval '1 day' LIMIT $1)
 		AND marked_at < now() - interval '1 day'`
 )
-
-var param = regexp.MustCompile(`\$([0-9]+)`)
-
-// writeSQL is the one statement that writes a batch's rows on shard id:
-// a data-modifying WITH per table that has rows (bit i of parts for
-// writeBranches[i]), none touching a row another touches.
-func writeSQL(id coffer.ShardID, parts uint) string {
-	var with []string
-	offset := 0
-	for i, br := range writeBranches {
-		if parts&(1<<i) == 0 {
-			continue
-		}
-		sql := param.ReplaceAllStringFunc(br.sql, func(p string) string {
-			n, _ := strconv.Atoi(p[1:])
-			return "$" + strconv.Itoa(n+offset)
-		})
-		with = append(with, br.name+" AS ("+sql+")")
-		offset += br.cols
-	}
-	return shard.Tables("WITH "+strings.Join(with, ",\n")+"\nSELECT 1", id)
-}

@@ -19,7 +19,7 @@ func BatchReads(id coffer.ShardID) (settings string, reads map[string]string) {
 }
 
 // BatchWrite is the batch's write statement on shard id with every table.
-func BatchWrite(id coffer.ShardID) string { return writeSQL(id, 1<<len(writeBranches)-1) }
+func BatchWrite(id coffer.ShardID) string { return writeSQL(id, 1<<len(writeParts)-1) }
 
 // Lots are a player's lots holding something, as a batch loads them
 // (loading.lots).

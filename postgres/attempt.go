@@ -1,0 +1,198 @@
+package postgres
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// batchPlayer is one player of a batch: what the batch loads for it, and
+// the coffer.Player that plans its writes.
+type batchPlayer struct {
+	key   playerKey
+	shard coffer.ShardID
+	// needs is what the player's writes read, and the ids they take.
+	needs  coffer.Needs
+	writes int
+
+	locked bool
+	state  coffer.PlayerState
+	ids    []int64
+	player *coffer.Player
+	// err answers the player's writes when its state is damaged.
+	err error
+}
+
+// attempt is one run of a batch: the plans, in the order of the writes
+// (of the first writes only, when its time ran short), and the token its
+// COMMIT sets in its committer's mark, or the error that stopped it. uncertain tells the error cut off the second round trip,
+// which holds the COMMIT: the batch may have been applied. unapplied
+// tells the attempt read that the earlier one it was given, uncertain,
+// was not applied.
+type attempt struct {
+	plans     []coffer.Plan
+	token     int64
+	err       error
+	uncertain bool
+	unapplied bool
+}
+
+// batchTx is a batch's transaction on one connection of its database.
+type batchTx struct {
+	s    *Store
+	conn *pgxpool.Conn
+	ctx  context.Context
+	open bool
+}
+
+// attempt runs the batch once. unknown is an earlier attempt whose
+// COMMIT may have been applied: if the mark, read under the players'
+// locks, holds its token, it was, and its plans are the answers, as new
+// writes (they are not replays of another request). It plans the writes
+// in order, the first always, each next one only while half of Timeout
+// is left (planLate): the writes past that are not planned, and the
+// plans made so far are persisted, so that a batch too long to plan
+// commits what it planned in time instead of failing as a whole.
+func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *attempt {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	defer cancel()
+	players, of := s.batchPlayers(reqs)
+	conn, err := s.router.Database(db).Acquire(ctx)
+	if err != nil {
+		return &attempt{err: err}
+	}
+	t := &batchTx{s: s, conn: conn, ctx: ctx}
+	defer t.end()
+	if err := t.setSession(); err != nil {
+		return &attempt{err: err}
+	}
+	var check *mark
+	if unknown != nil {
+		check = m
+	}
+	token, err := t.load(players, check)
+	if err != nil {
+		return &attempt{err: err}
+	}
+	if unknown != nil && token == unknown.token {
+		return &attempt{plans: unknown.plans}
+	}
+	a := &attempt{plans: make([]coffer.Plan, 0, len(reqs)), unapplied: unknown != nil}
+	for i, r := range reqs {
+		if i > 0 && s.planLate(ctx) {
+			break
+		}
+		p := players[of[i]]
+		if p.err != nil {
+			if p.writes > 1 {
+				a.err = &writesFailure{p.err}
+				return a
+			}
+			a.plans = append(a.plans, coffer.Plan{Err: p.err})
+			continue
+		}
+		plan, err := t.plan(r, p)
+		if err != nil {
+			a.err = err
+			return a
+		}
+		a.plans = append(a.plans, plan)
+	}
+	if !slices.ContainsFunc(a.plans, coffer.Plan.Writes) {
+		return a // nothing to write: end rolls back
+	}
+	m.token++
+	a.token = m.token
+	if err := t.persist(players, of, a.plans, m); err != nil {
+		a.err, a.uncertain = err, uncertain(err)
+	}
+	return a
+}
+
+// plan plans r on its player p. A plan that lacks ids gets them
+// (moreIDs) and is made again, once: then it has what it asked.
+func (t *batchTx) plan(r *request, p *batchPlayer) (coffer.Plan, error) {
+	plan, err := r.planOn(p.player)
+	if err != nil || plan.IDsShort == 0 {
+		return plan, err
+	}
+	short := plan.IDsShort
+	if err := t.moreIDs(p, short); err != nil {
+		return coffer.Plan{}, err
+	}
+	if plan, err = r.planOn(p.player); err == nil && plan.IDsShort > 0 {
+		err = coffer.Errorf(coffer.CodeInternal, "a write given the %d ids it lacked lacks %d more", short, plan.IDsShort)
+	}
+	return plan, err
+}
+
+// planLate tells whether an attempt whose time ends with ctx is too late
+// to plan another write: less than half of Timeout is left, which is for
+// persisting the plans made. A write's plan is bounded (OpsMax ops,
+// TrxOpsMax lots, a Book whose cost follows the work), so one more never
+// takes much of it.
+func (s *Store) planLate(ctx context.Context) bool {
+	deadline, _ := ctx.Deadline()
+	return time.Until(deadline) < s.opts.Timeout/2
+}
+
+// batchPlayers groups the writes by player, in the order players first
+// appear, and tells each write's player (of).
+func (s *Store) batchPlayers(reqs []*request) (players []*batchPlayer, of []int) {
+	at := map[playerKey]int{}
+	of = make([]int, len(reqs))
+	for i, r := range reqs {
+		k := playerKey{r.scope.Namespace, r.scope.PlayerID}
+		j, ok := at[k]
+		if !ok {
+			j = len(players)
+			at[k] = j
+			players = append(players, &batchPlayer{key: k, shard: s.router.Map().ShardOf(k.id)})
+		}
+		of[i] = j
+		p := players[j]
+		p.writes++
+		p.needs.Add(r.write.Needs())
+	}
+	return players, of
+}
+
+// end rolls back a transaction still open. It runs on its own short
+// deadline, so that a batch whose time ran out still releases its locks;
+// a connection that cannot roll back is closed rather than handed to
+// the next batch.
+func (t *batchTx) end() {
+	if t.open {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if _, err := t.conn.Exec(ctx, "ROLLBACK"); err != nil {
+			_ = t.conn.Conn().Close(ctx)
+		}
+	}
+	t.conn.Release()
+}
+
+// setSession sets, once per connection (one round trip, before its first
+// batch), the session's lock_timeout to LockTimeout and its
+// idle_in_transaction_session_timeout to Timeout (Store.session): set
+// inside a batch's transaction they would cost a statement per batch, and
+// a batch that rolls back would undo them. The second ends on the server
+// a batch's transaction whose coffer is gone without a word (a network
+// partition: no FIN arrives) within Timeout, the longest a batch runs,
+// instead of leaving it holding its players' locks and its committer's
+// mark until TCP gives up, hours later.
+func (t *batchTx) setSession() error {
+	data := t.conn.Conn().PgConn().CustomData()
+	if data["coffer.session"] == t.s.session {
+		return nil
+	}
+	if _, err := t.conn.Exec(t.ctx, "SELECT set_config('lock_timeout', $1, false), set_config('idle_in_transaction_session_timeout', $2, false)",
+		t.s.session.lockTimeout, t.s.session.idleInTransaction); err != nil {
+		return err
+	}
+	data["coffer.session"] = t.s.session
+	return nil
+}

@@ -1,0 +1,104 @@
+package postgres
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cofferhq/coffer"
+)
+
+// columns gathers rows column by column, for a statement that unnests
+// one array per column: the first row fixes each column's type. A column
+// is a typed slice (col), appended to by a type assertion: appending by
+// reflection cost 6–8 % of coffer serve's CPU on writes.
+type columns struct {
+	n    int
+	cols []column
+}
+
+func (c *columns) add(values ...any) {
+	if c.cols == nil {
+		c.cols = make([]column, len(values))
+		for i, v := range values {
+			c.cols[i] = newColumn(v)
+		}
+	}
+	for i, v := range values {
+		c.cols[i].append(v)
+	}
+	c.n++
+}
+
+// args are the columns as the statement's parameters.
+func (c *columns) args() []any {
+	out := make([]any, len(c.cols))
+	for i, col := range c.cols {
+		out[i] = col.values()
+	}
+	return out
+}
+
+// column is one column's values, as a slice of its type.
+type column interface {
+	append(v any)
+	values() any
+}
+
+type col[T any] []T
+
+func (c *col[T]) append(v any) { *c = append(*c, v.(T)) }
+func (c *col[T]) values() any  { return []T(*c) }
+
+// newColumn makes the column for values of v's type: the types the batch
+// statements bind.
+func newColumn(v any) column {
+	switch v.(type) {
+	case int32:
+		return newCol[int32]()
+	case int64:
+		return newCol[int64]()
+	case bool:
+		return newCol[bool]()
+	case string:
+		return newCol[string]()
+	case []byte:
+		return newCol[[]byte]()
+	case time.Time:
+		return newCol[time.Time]()
+	case *time.Time:
+		return newCol[*time.Time]()
+	case *int64:
+		return newCol[*int64]()
+	case *string:
+		return newCol[*string]()
+	}
+	panic(fmt.Sprintf("postgres: no column for %T", v))
+}
+
+func newCol[T any]() column {
+	c := make(col[T], 0, 8)
+	return &c
+}
+
+// perShard gathers the rows of one statement per shard.
+type perShard map[coffer.ShardID]*columns
+
+func (p perShard) add(id coffer.ShardID, values ...any) {
+	c := p[id]
+	if c == nil {
+		c = &columns{}
+		p[id] = c
+	}
+	c.add(values...)
+}
+
+// shards are the shards with rows, in ascending order.
+func (p perShard) shards() []coffer.ShardID {
+	ids := make([]coffer.ShardID, 0, len(p))
+	for id := range p {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}

@@ -1,0 +1,205 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/jackc/pgx/v5"
+)
+
+// load is the first round trip: BEGIN, and for each
+// shard the players' locks and ids (batchSQL.lock), their lots, their
+// trx under the batch's keys and the orders their refunds name; then, if
+// check is set, its token (0 without a row). It makes each player's
+// coffer.Player.
+func (t *batchTx) load(players []*batchPlayer, check *mark) (token int64, err error) {
+	byKey := make(map[playerKey]*batchPlayer, len(players))
+	lock, lots, keys, orders := perShard{}, perShard{}, perShard{}, perShard{}
+	for _, p := range players {
+		byKey[p.key] = p
+		ns, id := int32(p.key.ns), int64(p.key.id)
+		lock.add(p.shard, ns, id, int32(p.needs.IDs))
+		if p.needs.AllLots {
+			lots.add(p.shard, ns, id, int32(0))
+		} else {
+			for _, c := range p.needs.Currencies {
+				lots.add(p.shard, ns, id, int32(c))
+			}
+		}
+		for _, k := range p.needs.Keys {
+			keys.add(p.shard, ns, id, int32(k.Emitter), k.IdempotencyKey)
+		}
+		for _, o := range p.needs.Orders {
+			orders.add(p.shard, ns, id, o.Store, o.OrderID)
+			p.state.Orders = append(p.state.Orders, &coffer.OrderState{Key: o})
+		}
+	}
+	l := &loading{s: t.s, byKey: byKey}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(keyedJoins)
+	// Shard after shard, so that the locks are taken in one order.
+	for _, id := range lock.shards() {
+		q := &t.s.q(id).batch
+		b.Queue(q.lock, lock[id].args()...).Query(l.locks)
+		if lots[id] != nil {
+			b.Queue(q.lots, lots[id].args()...).Query(l.lots)
+		}
+		if keys[id] != nil {
+			b.Queue(q.trx, keys[id].args()...).Query(l.trx)
+		}
+		if orders[id] != nil {
+			b.Queue(q.orders, orders[id].args()...).Query(l.orders)
+			b.Queue(q.exchanges, orders[id].args()...).Query(l.exchanges)
+		}
+	}
+	// After the locks: the cut attempt held them until it ended, so the
+	// mark is read once its COMMIT has run or never will.
+	if check != nil {
+		b.Queue(readMark, check.committer).Query(func(rows pgx.Rows) error {
+			_, err := pgx.ForEachRow(rows, []any{&token}, func() error { return nil })
+			return err
+		})
+	}
+	t.open = true
+	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
+		return 0, err
+	}
+	for _, p := range players {
+		if !p.locked {
+			return 0, fmt.Errorf("player %d/%d: not locked", p.key.ns, p.key.id)
+		}
+		if p.err == nil {
+			p.player, p.err = coffer.NewPlayer(t.s.catalog, p.state, p.ids)
+		}
+	}
+	return token, nil
+}
+
+// loading files what the first round trip reads under its player.
+type loading struct {
+	s     *Store
+	byKey map[playerKey]*batchPlayer
+}
+
+// locks reads the players' rows as the lock returns them, and their ids.
+func (l *loading) locks(rows pgx.Rows) error {
+	for rows.Next() {
+		var k playerKey
+		var version, pos int64
+		var last, now time.Time
+		var ids []int64
+		if err := rows.Scan(&k.ns, &k.id, &version, &pos, &last, &now, &ids); err != nil {
+			return err
+		}
+		if p := l.byKey[k]; p != nil {
+			p.locked, p.ids = true, ids
+			p.state.Namespace, p.state.PlayerID, p.state.Version, p.state.Pos, p.state.LastWrite, p.state.At = k.ns, k.id, version, pos, last, now
+		}
+	}
+	return rows.Err()
+}
+
+func (l *loading) lots(rows pgx.Rows) error {
+	for rows.Next() {
+		var k playerKey
+		lot, err := scanLot(rows, &k.ns, &k.id)
+		if err != nil {
+			return err
+		}
+		if p := l.byKey[k]; p != nil {
+			p.state.Lots = append(p.state.Lots, lot)
+		}
+	}
+	return rows.Err()
+}
+
+func (l *loading) trx(rows pgx.Rows) error {
+	for rows.Next() {
+		var k playerKey
+		st, err := l.s.scanTrx(rows, &k.ns, &k.id)
+		var bad *undecodable
+		switch p := l.byKey[k]; {
+		case errors.As(err, &bad) && p != nil:
+			// The player's writes answer it; the batch's others go on.
+			p.err = &coffer.Error{Code: coffer.CodeInternal, Message: "a stored trx of the player does not decode: its row is damaged", Err: err}
+		case err != nil:
+			return err
+		case p != nil:
+			p.state.Trx = append(p.state.Trx, &st.StoredTrx)
+		}
+	}
+	return rows.Err()
+}
+
+// orders reads the orders' lots and refunds (batchSQL.orders).
+func (l *loading) orders(rows pgx.Rows) error {
+	for rows.Next() {
+		var k playerKey
+		var order coffer.PurchaseKey
+		var lot coffer.OrderLot
+		var refundedBy, pos int64
+		if err := rows.Scan(&k.ns, &k.id, &order.Store, &order.OrderID, &lot.LotID, &lot.Currency, &lot.Share, &lot.ShareValue, &refundedBy, &pos); err != nil {
+			return err
+		}
+		p := l.byKey[k]
+		if p == nil {
+			continue
+		}
+		order.Namespace = k.ns
+		for _, o := range p.state.Orders {
+			switch {
+			case o.Key != order:
+			case refundedBy != 0:
+				o.RefundedBy = refundedBy
+			default:
+				o.Lots = append(o.Lots, lot)
+			}
+		}
+	}
+	return rows.Err()
+}
+
+// exchanges reads the exchanges that made lots of the orders
+// (batchSQL.exchanges).
+func (l *loading) exchanges(rows pgx.Rows) error {
+	for rows.Next() {
+		var k playerKey
+		var order coffer.PurchaseKey
+		var op coffer.ExchangeOp
+		var kind, cause string
+		if err := rows.Scan(&k.ns, &k.id, &order.Store, &order.OrderID, &op.TrxID, &op.LotID, &op.Currency, &kind, &cause, &op.Paid, &op.Amount); err != nil {
+			return err
+		}
+		p := l.byKey[k]
+		if p == nil {
+			continue
+		}
+		order.Namespace = k.ns
+		op.Kind, op.Cause = coffer.OpKind(kind), coffer.OpCause(cause)
+		for _, o := range p.state.Orders {
+			if o.Key == order {
+				o.Exchanges = append(o.Exchanges, op)
+			}
+		}
+	}
+	return rows.Err()
+}
+
+// moreIDs draws n more ids of p's shard (one more round trip), for a
+// plan that lacked them (coffer.Plan.IDsShort), and hands them to p's
+// player.
+func (t *batchTx) moreIDs(p *batchPlayer, n int) error {
+	rows, err := t.conn.Query(t.ctx, t.s.q(p.shard).nextIDs, n)
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return err
+	}
+	p.player.GiveIDs(ids)
+	return nil
+}
