@@ -136,7 +136,7 @@ func (t *batchTx) plan(r *request, p *batchPlayer) (coffer.Plan, error) {
 // takes much of it.
 func (s *Store) planLate(ctx context.Context) bool {
 	deadline, _ := ctx.Deadline()
-	return time.Until(deadline) < s.opts.Timeout/2
+	return deadline.Sub(s.now()) < s.opts.Timeout/2
 }
 
 // batchPlayers groups the writes by player, in the order players first

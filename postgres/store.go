@@ -84,6 +84,10 @@ type Store struct {
 	// holdSweeps and lotSweeps are what the sweepers remember of their
 	// last pass (sweep).
 	holdSweeps, lotSweeps failedSweeps
+	// now is the clock planLate reads: time.Now, or a test's clock
+	// (stall_export_test.go) that makes planning run late at the writes
+	// it chooses, which real time cannot do without a timing bet.
+	now func() time.Time
 }
 
 // sessionSettings are a batch connection's lock_timeout and
@@ -127,7 +131,7 @@ func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
 	}
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }
 	s := &Store{router: router, catalog: catalog, opts: opts, reports: shed.NewGate("revenue reports in flight", opts.ReportsMax),
-		session: sessionSettings{lockTimeout: ms(opts.LockTimeout), idleInTransaction: ms(opts.Timeout)}}
+		session: sessionSettings{lockTimeout: ms(opts.LockTimeout), idleInTransaction: ms(opts.Timeout)}, now: time.Now}
 	for i := range router.Map().Databases() {
 		s.writers = append(s.writers, newCommitter(s, i, "writes", opts.Committers, s.settler, failWrites, unanswered))
 		s.readers = append(s.readers, newCommitter(s, i, "reads", opts.Readers, func() func(int, []*readRequest) { return s.runReads }, failReads, nil))
