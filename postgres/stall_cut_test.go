@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/postgres"
 	"github.com/cofferhq/coffer/shard"
+	"github.com/jackc/pgx/v5"
 )
 
 // lateClock is a store's planning clock (Store.SetPlanClock) that
@@ -243,4 +245,140 @@ func TestCutCallFindsTheQueueFull(t *testing.T) {
 	if b := e.balance(heavy, "gold"); b.Total != 97 {
 		t.Fatalf("the player holds %d gold, want 97", b.Total)
 	}
+}
+
+// retryHook is an observed Observer that runs onRetry at the first
+// attempt told retried: on the committer, before the batch's next
+// attempt.
+type retryHook struct {
+	observed
+	onRetry func()
+	once    sync.Once
+}
+
+func (h *retryHook) Attempt(database, outcome string) {
+	h.observed.Attempt(database, outcome)
+	if outcome == postgres.AttemptRetried {
+		h.once.Do(h.onRetry)
+	}
+}
+
+// leftAndStayed queues on store, behind a write of blocker, a grant of
+// left, whose caller leaves at the batch's first retry (h), and one of
+// stayed: they leave as one batch, which waits for stayed, locked
+// elsewhere (the returned transaction). Once its COMMIT runs, answered
+// receives the answers of left and stayed, in order. (queuedBehind, but
+// for a store reached through a commitCutter, whose database has another
+// name.)
+func (e *env) leftAndStayed(store *postgres.Store, h *retryHook, blocker, left, stayed coffer.PlayerID) (stayedLocked pgx.Tx, answered <-chan [2]coffer.ChangeResult) {
+	e.t.Helper()
+	stayedLocked = e.lockElsewhere(stayed)
+	blockerLocked := e.lockElsewhere(blocker)
+	leftCtx, leave := context.WithCancel(ctx)
+	e.t.Cleanup(leave)
+	h.onRetry = leave
+	var got [3]coffer.ChangeResult
+	done := make(chan struct{}, 3)
+	change := func(c context.Context, p coffer.PlayerID, r *coffer.ChangeResult) {
+		r.Trx, r.Replay, r.Err = store.Change(c, coffer.ChangeRequest{Scope: scope(p, "g"), Ops: []coffer.OpRequest{free("gold", 1)}})
+		done <- struct{}{}
+	}
+	go change(ctx, blocker, &got[2])
+	e.waitForBackend(0, "%locked%")
+	go change(leftCtx, left, &got[0])
+	for writesQueued(store) < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	go change(ctx, stayed, &got[1])
+	for writesQueued(store) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	must(e.t, blockerLocked.Rollback(ctx))
+	<-done
+	must(e.t, got[2].Err) // the blocker's
+	out := make(chan [2]coffer.ChangeResult, 1)
+	go func() {
+		<-done
+		<-done
+		out <- [2]coffer.ChangeResult{got[0], got[1]}
+	}()
+	return stayedLocked, out
+}
+
+// writesQueued is how many jobs of writes wait for store's committers,
+// on all its databases.
+func writesQueued(store *postgres.Store) int {
+	n := 0
+	store.Queues(func(_, kind string, jobs int) {
+		if kind == "writes" {
+			n += jobs
+		}
+	})
+	return n
+}
+
+// TestRetryDropsWritesWhoseCallerLeft: a batch of two callers' grants
+// loses its connection while it waits for a player's lock; one caller
+// leaves before the batch runs again. The retry runs without that
+// caller's write: it is not applied (nobody waits for its answer), and
+// the other is.
+func TestRetryDropsWritesWhoseCallerLeft(t *testing.T) {
+	e := newEnv(t)
+	h := &retryHook{}
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: 20 * time.Second, Observer: h})
+	defer store.Close()
+	ps := e.playersOn(0, 1, 3)
+	blocker, left, stayed := ps[0], ps[1], ps[2]
+	stayedLocked, answered := e.leftAndStayed(store, h, blocker, left, stayed)
+	pid := e.waitForBackend(0, "%locked%")
+	var killed bool
+	must(t, e.router.Database(0).QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed))
+	if !killed {
+		t.Fatalf("backend %d not terminated", pid)
+	}
+	e.waitForBackend(0, "%locked%", pid) // the retry
+	must(t, stayedLocked.Rollback(ctx))
+	got := <-answered
+	wantCode(t, got[0].Err, coffer.CodeUnavailable)
+	must(t, got[1].Err)
+	h.want(t, "", postgres.AttemptCommitted, postgres.AttemptRetried, postgres.AttemptCommitted)
+	if _, err := e.store.Trx(ctx, scope(left, "g")); coffer.ErrorCode(err) != coffer.CodeNotFound {
+		t.Fatalf("the write whose caller left before the retry: %v, want not applied", err)
+	}
+	if b := e.balance(stayed, "gold"); b.Total != 1 {
+		t.Fatalf("the caller that stayed: %d gold, want 1", b.Total)
+	}
+}
+
+// TestCutCommitKeepsTheWritesOfCallersThatLeft: the answer to a batch's
+// COMMIT is lost, and one of its two callers leaves before the batch
+// runs again. The retry reads that the COMMIT was applied and answers
+// from its plans, write for write: the write whose caller left was
+// applied with the rest, and the other caller gets its own answer.
+func TestCutCommitKeepsTheWritesOfCallersThatLeft(t *testing.T) {
+	e := newEnv(t)
+	h := &retryHook{}
+	cutter, _, store := e.storeThroughCutter(postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: 20 * time.Second, Observer: h})
+	ps := e.playersOn(0, 1, 3)
+	blocker, left, stayed := ps[0], ps[1], ps[2]
+	stayedLocked, answered := e.leftAndStayed(store, h, blocker, left, stayed)
+	e.waitForBackend(0, "%locked%")
+	cutter.armed.Store(true)
+	must(t, stayedLocked.Rollback(ctx))
+	got := <-answered
+	if cutter.cuts.Load() != 1 {
+		t.Fatalf("%d COMMIT answers cut, want 1", cutter.cuts.Load())
+	}
+	wantCode(t, got[0].Err, coffer.CodeUnavailable)
+	h.want(t, "", postgres.AttemptCommitted, postgres.AttemptRetried, postgres.AttemptCommitted)
+	if _, err := e.store.Trx(ctx, scope(left, "g")); err != nil {
+		t.Fatalf("the write whose caller left after its COMMIT: %v, want applied", err)
+	}
+	must(t, got[1].Err)
+	if got[1].Replay {
+		t.Fatal("the caller that stayed: answered a replay")
+	}
+	stored, err := e.store.Trx(ctx, scope(stayed, "g"))
+	must(t, err)
+	sameAnswer(t, got[1].Trx, stored)
 }
