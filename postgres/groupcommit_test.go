@@ -594,13 +594,23 @@ func (e *env) storeThroughCutter(opts postgres.Options) (*commitCutter, *shard.R
 }
 
 // TestDeadlockIsRetried: a transaction holds the second player of a batch
-// and then asks for the first, which the batch holds: one of the two is
-// chosen to fail (the batch, whose deadlock check runs first); the batch
-// runs again once the other is done, and answers as if nothing happened.
+// and then asks for the first, which the batch holds: the batch is chosen
+// to fail; it runs again once the other is done, and answers as if
+// nothing happened.
+//
+// PostgreSQL checks a lock wait for a deadlock once, deadlock_timeout
+// after the wait began, and the first waiter to check after the cycle
+// closed is the one that fails. The batch waits for the other before the
+// other can wait for it, so its check would find the cycle only if the
+// test's next step came within the server's deadlock_timeout. Instead a
+// third transaction shares the second player's lock with the other, and
+// the batch waits for it first; it ends once the other waits for the
+// batch. The batch's wait for the other then begins with the cycle
+// closed, and its check comes a day before the other's.
 func TestDeadlockIsRetried(t *testing.T) {
 	e := newEnv(t)
 	o := &observed{}
-	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 20 * time.Second, Observer: o})
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 20 * time.Second, LockTimeout: 20 * time.Second, Observer: o})
 	defer store.Close()
 	// Two players of one shard: the batch locks the smaller id first.
 	id := e.router.Map().ShardOf(1)
@@ -618,11 +628,17 @@ func TestDeadlockIsRetried(t *testing.T) {
 		return n
 	}
 	before := deadlocks()
-	other := begin(t, e.router.Shard(id))
-	_, err := other.Exec(ctx, `SET LOCAL deadlock_timeout = '10s'`)
+	lock := fmt.Sprintf(`SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = $1 FOR %%s`, id)
+	// The third transaction shares ps[1] first: the batch waits for it
+	// before it waits for the other (the sharers of a row are waited for
+	// in the order of their transaction ids).
+	third := begin(t, e.router.Shard(id))
+	_, err := third.Exec(ctx, fmt.Sprintf(lock, "SHARE"), ps[1])
 	must(t, err)
-	lock := fmt.Sprintf(`SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = $1 FOR UPDATE`, id)
-	_, err = other.Exec(ctx, lock, ps[1])
+	other := begin(t, e.router.Shard(id))
+	_, err = other.Exec(ctx, `SET LOCAL deadlock_timeout = '1d'`)
+	must(t, err)
+	_, err = other.Exec(ctx, fmt.Sprintf(lock, "SHARE"), ps[1])
 	must(t, err)
 
 	reqs := []coffer.ChangeRequest{{Scope: scope(ps[0], "a"), Ops: []coffer.OpRequest{free("gold", -3)}},
@@ -633,9 +649,16 @@ func TestDeadlockIsRetried(t *testing.T) {
 		defer close(done)
 		got, err = store.BatchChange(ctx, reqs)
 	}()
-	e.waitForBackend(e.router.DatabaseIndex(id), "%locked_%")
-	_, err2 := other.Exec(ctx, lock, ps[0]) // waits for the batch, until the batch gives up
-	must(t, err2)
+	db := e.router.DatabaseIndex(id)
+	batch := e.waitForBackend(db, "%locked_%")
+	otherDone := make(chan error, 1)
+	go func() {
+		_, err := other.Exec(ctx, fmt.Sprintf(lock, "UPDATE"), ps[0]) // waits for the batch, until the batch gives up
+		otherDone <- err
+	}()
+	e.waitForBackend(db, "%FOR UPDATE", batch)
+	must(t, third.Rollback(ctx))
+	must(t, <-otherDone)
 	must(t, other.Rollback(ctx))
 	<-done
 	must(t, err)
