@@ -122,10 +122,10 @@ func TestBatchEnvelope(t *testing.T) {
 	}
 }
 
-// TestBatchTimeoutBoundsTheWholeBatch: the store's timeout bounds a batch
-// as it bounds a call: changes of a player locked elsewhere answer
-// shard_unavailable by then, all of them, not one timeout each; another
-// player's change applies.
+// TestBatchTimeoutBoundsTheWholeBatch: the store's bounds hold for a
+// batch as for a call: changes of a player locked elsewhere answer
+// shard_unavailable after one wait for the lock, all of them, in one
+// attempt, not one wait each; another player's change applies.
 func TestBatchTimeoutBoundsTheWholeBatch(t *testing.T) {
 	e := newEnv(t)
 	e.mustChange(19, "a", free("gold", 5))
@@ -133,26 +133,24 @@ func TestBatchTimeoutBoundsTheWholeBatch(t *testing.T) {
 	tx := begin(t, e.router.Shard(id))
 	_, err := tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = 19 FOR UPDATE`, id))
 	must(t, err)
-	const timeout = 300 * time.Millisecond
+	// The lock is held until the test ends, so a short wait for it ends
+	// the same on a busy machine; the other player's change has a call's
+	// time.
 	o := &observed{}
-	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: timeout, Observer: o})
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 20 * time.Second, LockTimeout: 100 * time.Millisecond, Observer: o})
 	var reqs []coffer.ChangeRequest
 	for i := range 4 {
 		reqs = append(reqs, coffer.ChangeRequest{Scope: scope(19, fmt.Sprint("b", i)), Ops: []coffer.OpRequest{free("gold", 1)}})
 	}
 	reqs = append(reqs, coffer.ChangeRequest{Scope: scope(20, "c"), Ops: []coffer.OpRequest{free("gold", 1)}})
-	began := time.Now()
 	got, err := store.BatchChange(ctx, reqs)
 	must(t, err)
-	if took := time.Since(began); took > 3*timeout {
-		t.Fatalf("the batch took %v: a timeout per change (%v), not one for the batch", took, timeout)
-	}
 	for i := range 4 {
 		wantCode(t, got[i].Err, coffer.CodeUnavailable)
 	}
 	must(t, got[4].Err)
 	// The locked player's writes all wait for its lock: a lock timeout
-	// is not split.
+	// is not split, and one attempt failed for all four.
 	o.want(t, e.router.Map().Databases()[e.router.DatabaseIndex(id)].Name(), postgres.AttemptFailed)
 }
 

@@ -246,26 +246,22 @@ func TestAuditChecksClaims(t *testing.T) {
 
 // TestClaimWaitsForAClaimInFlight: a claim that meets another request's
 // claim not yet committed waits for it, and then, though its statement
-// could not see that claim, reads it and is refused.
+// could not see that claim, reads it and is refused. The claim waits
+// while the test sees it wait, so it has a call's time, not a default.
 func TestClaimWaitsForAClaimInFlight(t *testing.T) {
 	e := newEnv(t)
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 20 * time.Second})
+	defer store.Close()
 	at := e.router.Map().ShardOfPurchase(coffer.PurchaseKey{Namespace: 1, Store: "steam", OrderID: "o-flight"})
-	db := e.router.Shard(at)
-	tx := begin(t, db)
+	tx := begin(t, e.router.Shard(at))
 	_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO purchase_claim_%d VALUES (1, 'steam', 'o-flight', 91, 7, 'first', now())`, at))
 	must(t, err)
 	done := make(chan error)
 	go func() {
-		_, err := e.change(90, "buy", paid("gold", 1, "o-flight"))
+		_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(90, "buy"), Ops: []coffer.OpRequest{paid("gold", 1, "o-flight")}})
 		done <- err
 	}()
-	for waiting, tries := 0, 0; waiting == 0; tries++ {
-		if tries == 100 {
-			t.Fatal("the claim never waited for the one in flight")
-		}
-		time.Sleep(20 * time.Millisecond)
-		must(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting))
-	}
+	e.waitForBackend(e.router.DatabaseIndex(at), "%purchase_claim_%")
 	must(t, tx.Commit(ctx))
 	wantCode(t, <-done, coffer.CodePurchaseAlreadyCredited)
 }
