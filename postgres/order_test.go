@@ -48,19 +48,19 @@ func TestExpiryAfterAHoldSortsAfterIt(t *testing.T) {
 			e := newEnv(t)
 			const p = 17
 			useLow := e.withLowIDs(p)
-			soon := time.Now().Add(time.Second)
+			later := time.Now().Add(time.Hour)
 			ops := []coffer.OpRequest{free("gold", -8)}
 			if commit {
 				// The commit grants a lot whose expiry has passed.
-				ops = []coffer.OpRequest{{Currency: "gold", Amount: 6, ExpiresAt: &soon}}
+				ops = []coffer.OpRequest{{Currency: "gold", Amount: 6, ExpiresAt: &later}}
 			}
-			e.mustChange(p, "seed", coffer.OpRequest{Currency: "gold", Amount: 10, ExpiresAt: &soon}, free("gold", 5))
+			e.mustChange(p, "seed", coffer.OpRequest{Currency: "gold", Amount: 10, ExpiresAt: &later}, free("gold", 5))
 			_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "h"), Hold: true, Ops: ops})
 			must(t, err)
 			for i := 0; i < 4; i++ {
 				e.mustChange(p, fmt.Sprint("more", i), free("silver", 1))
 			}
-			time.Sleep(time.Until(soon) + 50*time.Millisecond)
+			e.expireNow(p)
 			useLow()
 			finish := e.store.Rollback
 			if commit {

@@ -215,11 +215,14 @@ func TestReplayOfSpentConsume(t *testing.T) {
 // that expiry is refused and writes nothing.
 func TestReplayAfterTheExpiryPassed(t *testing.T) {
 	e := newEnv(t)
-	soon := time.Now().Add(500 * time.Millisecond)
-	one := []coffer.OpRequest{{Currency: "gold", Amount: 5, ExpiresAt: &soon}}
+	later := time.Now().Add(time.Hour)
+	one := []coffer.OpRequest{{Currency: "gold", Amount: 5, ExpiresAt: &later}}
 	two := append(one, free("silver", 1))
 	first := []coffer.Trx{e.mustChange(44, "one", one...), e.mustChange(44, "two", two...)}
-	time.Sleep(600 * time.Millisecond)
+	// The retries' time passes the expiry they carry: a player's writes
+	// never go back in time (coffer.NewPlayer), so the next comes after
+	// its last, moved to the expiry.
+	e.exec(44, `UPDATE balance_N SET updated_at = $2 WHERE ns = 1 AND player_id = $1`, 44, later)
 	for i, ops := range [][]coffer.OpRequest{one, two} {
 		again, replayed, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(44, first[i].IdempotencyKey), Ops: ops, Reason: "test"})
 		if err != nil || !replayed {
@@ -408,11 +411,11 @@ func TestExchange(t *testing.T) {
 
 func TestExpiryAndBalanceAt(t *testing.T) {
 	e := newEnv(t)
-	soon := time.Now().Add(800 * time.Millisecond)
-	e.mustChange(11, "a", coffer.OpRequest{Currency: "gold", Amount: 40, ExpiresAt: &soon}, free("gold", 10))
+	later := time.Now().Add(time.Hour)
+	e.mustChange(11, "a", coffer.OpRequest{Currency: "gold", Amount: 40, ExpiresAt: &later}, free("gold", 10))
 	t1 := time.Now()
 	e.mustChange(11, "b", free("gold", -5))
-	time.Sleep(time.Second)
+	e.expireNow(11)
 	if b := e.balance(11, "gold"); b.Total != 10 {
 		t.Fatalf("expired lot still counted: %+v", b)
 	}
@@ -500,10 +503,10 @@ func TestBalanceAtVersionAcrossHolds(t *testing.T) {
 // lots.
 func TestWriteRecordsItsCurrenciesExpiries(t *testing.T) {
 	e := newEnv(t)
-	soon := time.Now().Add(800 * time.Millisecond)
-	e.mustChange(12, "a", coffer.OpRequest{Currency: "gold", Amount: 40, ExpiresAt: &soon}, free("gold", 10),
-		coffer.OpRequest{Currency: "silver", Amount: 7, ExpiresAt: &soon}, free("silver", 3))
-	time.Sleep(time.Second)
+	later := time.Now().Add(time.Hour)
+	e.mustChange(12, "a", coffer.OpRequest{Currency: "gold", Amount: 40, ExpiresAt: &later}, free("gold", 10),
+		coffer.OpRequest{Currency: "silver", Amount: 7, ExpiresAt: &later}, free("silver", 3))
+	e.expireNow(12)
 
 	trx := e.mustChange(12, "b", free("gold", 1))
 	if got := e.expiries(12); len(got) != 1 || got[0].Currency != "gold" || got[0].Amount != -40 || got[0].BalanceAfter != 10 {
@@ -541,16 +544,30 @@ func (e *env) expiries(player coffer.PlayerID) []coffer.Op {
 	return ops
 }
 
+// expireNow moves every expiry of the player still to come, its lots' and
+// its pending holds' grants', to the database's present, as if their time
+// had come: a test that gives them an expiry a moment ahead and sleeps
+// past it fails on a busy machine whenever its writes before that moment
+// take longer. The writes, reads and sweeps after it find them expired.
+func (e *env) expireNow(player coffer.PlayerID) {
+	e.t.Helper()
+	e.exec(player, `UPDATE lot_N SET expires_at = now() WHERE ns = 1 AND player_id = $1 AND expires_at > now()`, player)
+	e.exec(player, `UPDATE trx_N SET pending_grants = (
+		SELECT jsonb_agg(CASE WHEN (g->>'e')::timestamptz > now() THEN jsonb_set(g, '{e}', to_jsonb(now())) ELSE g END ORDER BY i)
+		FROM jsonb_array_elements(pending_grants) WITH ORDINALITY AS a(g, i))
+		WHERE ns = 1 AND player_id = $1 AND status = 'pending' AND pending_grants IS NOT NULL`, player)
+}
+
 // TestHoldCommitRecordsAPastExpiry: a hold's grant whose expiry passed
 // before the commit expires at once, recorded by the commit, so that the
 // lot sweeper, which looks back only so far, has nothing left behind.
 func TestHoldCommitRecordsAPastExpiry(t *testing.T) {
 	e := newEnv(t)
-	soon := time.Now().Add(800 * time.Millisecond)
+	later := time.Now().Add(time.Hour)
 	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(15, "h"), Hold: true,
-		Ops: []coffer.OpRequest{{Currency: "gold", Amount: 10, ExpiresAt: &soon}}})
+		Ops: []coffer.OpRequest{{Currency: "gold", Amount: 10, ExpiresAt: &later}}})
 	must(t, err)
-	time.Sleep(time.Second)
+	e.expireNow(15)
 	trx, _, err := e.store.Commit(ctx, scope(15, "h"))
 	if err != nil || trx.Status != coffer.StatusCommitted {
 		t.Fatalf("commit: %+v %v", trx, err)
