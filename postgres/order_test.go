@@ -20,6 +20,7 @@ func (e *env) withLowIDs(player coffer.PlayerID) (useLow func()) {
 	pool := e.router.Shard(id)
 	low, err := pool.Acquire(ctx)
 	must(e.t, err)
+	e.t.Cleanup(low.Release) // a test that fails before useLow: the router's Close waits for it
 	_, err = low.Exec(ctx, fmt.Sprintf(`SELECT nextval('id_seq_%d')`, id))
 	must(e.t, err)
 	_, err = pool.Exec(ctx, fmt.Sprintf(`SELECT setval('id_seq_%d', 1000000000)`, id))
