@@ -66,9 +66,6 @@ func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *att
 	}
 	t := &batchTx{s: s, conn: conn, ctx: ctx}
 	defer t.end()
-	if err := t.setSession(); err != nil {
-		return &attempt{err: err}
-	}
 	var check *mark
 	if unknown != nil {
 		check = m
@@ -173,26 +170,4 @@ func (t *batchTx) end() {
 		}
 	}
 	t.conn.Release()
-}
-
-// setSession sets, once per connection (one round trip, before its first
-// batch), the session's lock_timeout to LockTimeout and its
-// idle_in_transaction_session_timeout to Timeout (Store.session): set
-// inside a batch's transaction they would cost a statement per batch, and
-// a batch that rolls back would undo them. The second ends on the server
-// a batch's transaction whose coffer is gone without a word (a network
-// partition: no FIN arrives) within Timeout, the longest a batch runs,
-// instead of leaving it holding its players' locks and its committer's
-// mark until TCP gives up, hours later.
-func (t *batchTx) setSession() error {
-	data := t.conn.Conn().PgConn().CustomData()
-	if data["coffer.session"] == t.s.session {
-		return nil
-	}
-	if _, err := t.conn.Exec(t.ctx, "SELECT set_config('lock_timeout', $1, false), set_config('idle_in_transaction_session_timeout', $2, false)",
-		t.s.session.lockTimeout, t.s.session.idleInTransaction); err != nil {
-		return err
-	}
-	data["coffer.session"] = t.s.session
-	return nil
 }

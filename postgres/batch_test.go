@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -184,40 +185,46 @@ func TestTimeoutBeforeTheCommitIsNotRetried(t *testing.T) {
 	}
 }
 
-// TestBatchSessionsEndAbandonedTransactions: the connections batches run
-// on end a transaction left idle longer than the store's Timeout (its
-// coffer gone without a word: a partition), so that its players' locks
-// and its committer's mark do not stay held until TCP gives up.
+// TestBatchSessionsEndAbandonedTransactions: a batch's transaction whose
+// coffer is gone without a word after its first round trip (a partition:
+// no FIN reaches the server) is ended by the server within the store's
+// Timeout, which frees its players' locks instead of holding them until
+// TCP gives up; and the connections batches ran on keep the server's own
+// lock and idle timeouts for their other users (claims, reports).
 func TestBatchSessionsEndAbandonedTransactions(t *testing.T) {
 	e := newEnv(t)
 	p := e.playersOn(0, 1, 1)[0]
-	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 300 * time.Millisecond, LockTimeout: 100 * time.Millisecond})
-	defer store.Close()
-	if _, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "a"), Ops: []coffer.OpRequest{free("gold", 1)}}); err != nil {
-		t.Fatal(err)
+	cutter, _, cut := e.storeThroughCutter(postgres.Options{Timeout: 2 * time.Second, LockTimeout: 2 * time.Second})
+	// The clock is read before the batch's second write is planned, once
+	// its first round trip holds the player's lock: the client's side is
+	// cut there, and the server's transaction is left idle.
+	clock := newLateClock(1)
+	var once sync.Once
+	clock.late = func() { once.Do(cutter.cutClients) }
+	cut.SetPlanClock(clock.now)
+	_, err := cut.BatchChange(ctx, []coffer.ChangeRequest{{Scope: scope(p, "a"), Ops: []coffer.OpRequest{free("gold", 1)}},
+		{Scope: scope(p, "b"), Ops: []coffer.OpRequest{free("gold", 2)}}})
+	must(t, err)
+	// Another instance's write waits for the player's lock as long as it
+	// takes: it passes once the server has ended the abandoned
+	// transaction, and fails after a minute if it never does.
+	other := postgres.New(e.router, e.catalog, postgres.Options{Timeout: time.Minute, LockTimeout: time.Minute})
+	defer other.Close()
+	if _, _, err := other.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "c"), Ops: []coffer.OpRequest{free("gold", 4)}}); err != nil {
+		t.Fatalf("a write after the abandoned batch: %v", err)
 	}
-	// The batch's connection is back in the pool, idle, with the others.
 	conns := e.router.Database(0).AcquireAllIdle(ctx)
-	ended := 0
-	for _, c := range conns {
-		var lock string
-		must(t, c.QueryRow(ctx, "SHOW lock_timeout").Scan(&lock))
-		if lock != "100ms" {
-			continue
+	defer func() {
+		for _, c := range conns {
+			c.Release()
 		}
-		_, err := c.Exec(ctx, "BEGIN")
-		must(t, err)
-		time.Sleep(600 * time.Millisecond)
-		if _, err := c.Exec(ctx, "SELECT 1"); err == nil {
-			t.Errorf("a batch's session kept a transaction idle for 600 ms")
-		}
-		ended++
-	}
+	}()
 	for _, c := range conns {
-		c.Release() // the pool drops those closed or still in a transaction
-	}
-	if ended == 0 {
-		t.Fatalf("no idle connection of the %d ran the batch", len(conns))
+		var lock, idle string
+		must(t, c.QueryRow(ctx, "SELECT current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout')").Scan(&lock, &idle))
+		if lock != "0" || idle != "0" {
+			t.Errorf("a connection batches ran on keeps lock_timeout %s and idle_in_transaction_session_timeout %s, want the server's 0", lock, idle)
+		}
 	}
 }
 

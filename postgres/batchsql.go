@@ -17,7 +17,8 @@ import (
 // The rows come as one array per column, unnested side by side in a
 // select list (writeTable.from says why).
 
-// keyedJoins is sent first in every batch's transaction. The batch
+// keyedJoins is sent first in the transaction of every batch of reads,
+// and heads batchSettings, which every batch of writes sends first. The batch
 // statements join arrays of keys (unnest) to the shard tables, prepared
 // once per connection. Left to itself PostgreSQL plans them again at
 // every execution (a custom plan: it guesses the rows of unnest better
@@ -31,6 +32,19 @@ import (
 // over the indexes are right at any size. Set for the transaction only,
 // so other queries on the connection plan as usual.
 const keyedJoins = `SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+
+// batchSettings is sent first in every batch of writes' transaction:
+// keyedJoins, then, for the transaction only, lock_timeout ($1:
+// LockTimeout) and idle_in_transaction_session_timeout ($2: Timeout;
+// Store.session). The second ends on the server a batch's transaction
+// whose coffer is gone without a word (a network partition: no FIN
+// arrives) within Timeout, the longest a batch runs, instead of leaving it
+// holding its players' locks and its committer's mark until TCP gives up,
+// hours later. For the transaction only, so that the pool connection's
+// other users (claims, reports, the sweepers' listings) run with the
+// server's own settings, whichever connection they get; in the statement
+// a batch sends anyway, so they cost no round trip.
+const batchSettings = keyedJoins + `, set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)`
 
 // batchSQL are the statements of a batch on one shard, written for shard
 // N (shard.Tables names the tables).

@@ -26,9 +26,6 @@ import (
 func TestBatchIsTwoRoundTrips(t *testing.T) {
 	e := newEnv(t)
 	players := e.playersOn(0, 1, 40)
-	// A connection's first batch sets its lock timeout: one round trip
-	// more, once.
-	e.mustChange(players[1], "warm", free("gold", 1))
 	one := []coffer.ChangeRequest{{Scope: scope(players[0], "one"), Ops: []coffer.OpRequest{free("gold", 5)}}}
 	var many []coffer.ChangeRequest
 	for i := range 300 {

@@ -39,7 +39,7 @@ func (t *batchTx) load(players []*batchPlayer, check *mark) (token int64, err er
 	l := &loading{s: t.s, byKey: byKey}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(keyedJoins)
+	b.Queue(batchSettings, t.s.session.lockTimeout, t.s.session.idleInTransaction)
 	// Shard after shard, so that the locks are taken in one order.
 	for _, id := range lock.shards() {
 		q := &t.s.q(id).batch

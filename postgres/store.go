@@ -78,8 +78,8 @@ type Store struct {
 	// writers and readers are the batches of each database (by index).
 	writers []*committer[*request]
 	readers []*committer[*readRequest]
-	// session is what a batch's connection runs with
-	// (batchTx.setSession), built once.
+	// session is what a batch of writes' transaction runs with
+	// (batchSettings), built once.
 	session sessionSettings
 	// holdSweeps and lotSweeps are what the sweepers remember of their
 	// last pass (sweep).
@@ -90,7 +90,7 @@ type Store struct {
 	now func() time.Time
 }
 
-// sessionSettings are a batch connection's lock_timeout and
+// sessionSettings are a batch transaction's lock_timeout and
 // idle_in_transaction_session_timeout, as PostgreSQL reads them.
 type sessionSettings struct{ lockTimeout, idleInTransaction string }
 
