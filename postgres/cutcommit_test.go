@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -304,9 +305,14 @@ func cutBatchThenAnotherInstance(t *testing.T, clockBehind bool) {
 	e := newEnv(t)
 	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: 20 * time.Second})
 	defer store.Close()
+	// A batch locks its players shard after shard, then by id: granted
+	// before holder, so that the gate below stops the batch's next
+	// attempt before it reaches holder.
 	ps := e.playersOn(0, 1, 3)
-	holder, granted, blocker := ps[0], ps[1], ps[2]
+	sortByLockOrder(e, ps)
+	granted, holder, blocker := ps[0], ps[1], ps[2]
 	e.mustChange(holder, "seed", free("gold", 10))
+	e.mustChange(granted, "seed", free("silver", 1)) // its row exists: the gate below locks it
 	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(holder, "h"), Hold: true,
 		Ops: []coffer.OpRequest{free("gold", -4), free("silver", 3)}})
 	must(t, err)
@@ -337,20 +343,36 @@ func cutBatchThenAnotherInstance(t *testing.T, clockBehind bool) {
 	// its player: it waits for the lock before the batch is cut. Its lock
 	// wait spans the test's polling and the kill, so, as store's, it lasts
 	// as long as the batch: the kill, not a clock, ends it.
-	another := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 20 * time.Second, LockTimeout: 20 * time.Second})
-	defer another.Close()
+	instance := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 20 * time.Second, LockTimeout: 20 * time.Second})
+	defer instance.Close()
 	other := make(chan error, 1)
 	go func() {
-		_, _, err := another.Commit(ctx, scope(holder, "h"))
+		_, _, err := instance.Commit(ctx, scope(holder, "h"))
 		other <- err
 	}()
-	e.waitForBackend(0, "%locked%", pid)
+	another := e.waitForBackend(0, "%locked%", pid)
+	// The gate queues for granted's lock behind the batch, as another
+	// does for holder's: when the batch is killed, each takes its lock
+	// first, so the batch's next attempt, which locks granted first,
+	// waits at the gate until another has committed the hold. Without
+	// it, that attempt could lock holder first (another's wake-up is
+	// slow on a busy machine) and then wait for the rogue trx, holding
+	// holder until another's time runs out.
+	gate := begin(t, e.router.Shard(e.router.Map().ShardOf(granted)))
+	gated := make(chan error, 1)
+	go func() {
+		_, err := gate.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = $1 FOR UPDATE`, e.router.Map().ShardOf(granted)), granted)
+		gated <- err
+	}()
+	e.waitForBackend(0, "%FOR UPDATE%", pid, another)
 	var killed bool
 	must(t, e.router.Database(0).QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed))
 	if !killed {
 		t.Fatalf("backend %d not terminated", pid)
 	}
 	must(t, <-other)
+	must(t, <-gated)
+	must(t, gate.Rollback(ctx))
 	must(t, rogue.Rollback(ctx))
 	<-answered
 	<-answered
@@ -449,4 +471,11 @@ func TestCutAttemptReadUnappliedLetsTheBatchSplit(t *testing.T) {
 	// Cut, then split; the waiting player's part fails, the other's
 	// commits.
 	o.want(t, "", postgres.AttemptRetried, postgres.AttemptSplit, postgres.AttemptFailed, postgres.AttemptCommitted)
+}
+
+// sortByLockOrder sorts players as a batch locks them: by shard, then id.
+func sortByLockOrder(e *env, players []coffer.PlayerID) {
+	slices.SortFunc(players, func(a, b coffer.PlayerID) int {
+		return cmp.Or(cmp.Compare(e.router.Map().ShardOf(a), e.router.Map().ShardOf(b)), cmp.Compare(a, b))
+	})
 }
