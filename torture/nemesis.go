@@ -135,13 +135,14 @@ type FailoverTimes struct {
 	EveryWrote time.Duration
 }
 
-// Run applies the plan from start until it ends, end (the workload's)
-// passes, or ctx ends. Every fault is healed before Run returns.
+// Run applies the plan from start until it ends, end (the latest a
+// fault may begin) passes, or ctx ends. Every fault is healed before Run
+// returns.
 func Run(ctx context.Context, t Target, plan []Fault, start, end time.Time) *Injected {
 	in := &Injected{Recovery: map[string][]time.Duration{}, Outage: map[int]time.Duration{}}
 	for _, f := range plan {
-		// Failovers can take longer than planned; a fault that would
-		// begin after the workload's end is dropped.
+		// Failovers can take longer than planned, and shift the faults
+		// after them; one that would begin after end is dropped.
 		if time.Now().After(end) {
 			break
 		}

@@ -107,8 +107,11 @@ type Workload struct {
 	// coffer.LotsMax and coffer.TrxOpsMax.
 	Collectors []coffer.PlayerID
 	Seed       uint64
-	// Until ends new writes; GiveUpAt ends retries of unknown outcomes.
+	// Until ends new writes, unless Hold is set and still open: then
+	// they go on until it is closed. GiveUpAt ends retries of unknown
+	// outcomes.
 	Until, GiveUpAt time.Time
+	Hold            <-chan struct{}
 	// FinlogPage is how many trx a finlog page Verify reads holds; 0
 	// means coffer.FinlogLimitMax.
 	FinlogPage int
@@ -119,10 +122,23 @@ type Workload struct {
 	orders  []*Record // purchases sent, whatever their outcome: what later purchases and refunds present again
 }
 
+// writing tells whether the clients still send new writes.
+func (w *Workload) writing() bool {
+	if time.Now().Before(w.Until) {
+		return true
+	}
+	select {
+	case <-w.Hold:
+		return false
+	default:
+		return w.Hold != nil
+	}
+}
+
 // Records are the books, once Run has returned.
 func (w *Workload) Records() []*Record { return w.records }
 
-// Run runs n clients until Until.
+// Run runs n clients until Until, and past it while Hold is open.
 func (w *Workload) Run(ctx context.Context, n int) {
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
@@ -130,7 +146,7 @@ func (w *Workload) Run(ctx context.Context, n int) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(w.Seed, uint64(i)))
-			for seq := 0; ctx.Err() == nil && time.Now().Before(w.Until); seq++ {
+			for seq := 0; ctx.Err() == nil && w.writing(); seq++ {
 				if rng.IntN(10) == 0 {
 					w.batch(ctx, rng, fmt.Sprintf("t%d-%d", i, seq))
 					continue

@@ -162,8 +162,14 @@ func (t *tortureRun) run(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	start := time.Now()
-	w := &torture.Workload{Instances: t.instances, Seed: t.seed, Until: start.Add(t.duration), GiveUpAt: start.Add(t.duration + 30*time.Second),
-		FinlogPage: t.finlogPage}
+	// The clients write for the duration and, while the nemesis still
+	// has faults of its plan to inject (failovers slower than planned, on
+	// a busy machine), until it is done: every planned fault is injected
+	// under load. Up to three times the duration: the nemesis drops what
+	// is planned past that.
+	last, hold := start.Add(3*t.duration), make(chan struct{})
+	w := &torture.Workload{Instances: t.instances, Seed: t.seed, Until: start.Add(t.duration), Hold: hold,
+		GiveUpAt: last.Add(30 * time.Second), FinlogPage: t.finlogPage}
 	for p := coffer.PlayerID(1); p <= 64; p++ {
 		w.Players = append(w.Players, p)
 	}
@@ -172,7 +178,11 @@ func (t *tortureRun) run(ctx context.Context) ([]string, error) {
 	fmt.Fprintf(t.out, "coffer torture: %d clients for %s, seed %d, %d faults planned\n", t.clients, t.duration, t.seed, len(plan))
 	var injected *torture.Injected
 	done := make(chan struct{})
-	go func() { injected = torture.Run(ctx, t, plan, start, w.Until); close(done) }()
+	go func() {
+		injected = torture.Run(ctx, t, plan, start, last)
+		close(hold)
+		close(done)
+	}()
 	w.Run(ctx, t.clients)
 	<-done
 	// Let abandoned holds pass their TTL and the sweepers roll them back.
