@@ -120,6 +120,9 @@ func (l *loading) trx(rows pgx.Rows) error {
 	for rows.Next() {
 		var k playerKey
 		st, err := l.s.scanTrx(rows, &k.ns, &k.id)
+		if err == nil {
+			err = l.s.withBegin(st)
+		}
 		var bad *undecodable
 		switch p := l.byKey[k]; {
 		case errors.As(err, &bad) && p != nil:

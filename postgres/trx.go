@@ -14,6 +14,10 @@ import (
 type storedTrx struct {
 	coffer.StoredTrx
 	pos int64
+	// beginVersion and begun are a finished hold's begin version and
+	// ops, from which withBegin rebuilds its first answer.
+	beginVersion *int64
+	begun        []coffer.BookOp
 }
 
 // pendingGrant is a hold's grant as trx.pending_grants stores it.
@@ -76,15 +80,13 @@ func decodeStored(raw []byte, v any) error {
 
 // scanTrx reads one row of trxColumns, after the columns in head. The
 // answer is rebuilt as the write answered it: its ops, the balances its
-// last step left, and a pending hold's grants; a finished hold's first
-// answer too, as its begin gave it. A row whose JSON does not decode, or
-// a finished hold without its begin's version, is *undecodable.
+// last step left, and a pending hold's grants. A row whose JSON does not
+// decode is *undecodable.
 func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 	var t storedTrx
 	var meta, pending, refund, ops []byte
-	var beginVersion *int64
 	err := row.Scan(append(head, &t.ID, &t.Emitter, &t.IdempotencyKey, &t.Kind, &t.Status, &t.Reason, &meta, &t.CreatedAt,
-		&t.HoldExpiresAt, &pending, &t.Hash, &t.Version, &beginVersion, &t.pos, &refund, &ops)...)
+		&t.HoldExpiresAt, &pending, &t.Hash, &t.Version, &t.beginVersion, &t.pos, &refund, &ops)...)
 	if err != nil {
 		return nil, err
 	}
@@ -105,14 +107,14 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 	all := make([]coffer.BookOp, len(sops))
 	// A trx has one step, or two (a hold's begin and its finish): the
 	// ops not of its last step are its begin's.
-	var last, begun []coffer.BookOp
+	var last []coffer.BookOp
 	for i, o := range sops {
 		all[i] = coffer.BookOp{Currency: o.Currency, LotID: o.LotID, Kind: o.Kind, Cause: o.Cause, Amount: o.Amount,
 			Paid: o.Paid, BalanceAfter: o.BalanceAfter, PaidAfter: o.PaidAfter, Purchase: o.Purchase, Fiat: o.Fiat, Value: o.Value}
 		if o.Last {
 			last = append(last, all[i])
 		} else {
-			begun = append(begun, all[i])
+			t.begun = append(t.begun, all[i])
 		}
 	}
 	t.Ops = s.catalog.Ops(all)
@@ -127,14 +129,23 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 		}
 		t.Ops = append(t.Ops, s.catalog.PendingOps(t.Status, t.PendingGrants)...)
 	}
-	if t.Kind == coffer.TrxHold && t.Status != coffer.StatusPending {
-		if beginVersion == nil {
-			return nil, &undecodable{fmt.Errorf("finished hold %d has no begin_version", t.ID)}
-		}
-		begin := s.catalog.BeginAnswer(t.Trx, *beginVersion, begun, t.PendingGrants)
-		t.Begin = &begin
-	}
 	return &t, nil
+}
+
+// withBegin rebuilds a finished hold's first answer, as its begin gave
+// it, for a replay of the begin (coffer.StoredTrx.Begin). Only a write's
+// load needs it: reads answer the trx as it is now. A finished hold
+// without its begin's version is *undecodable.
+func (s *Store) withBegin(t *storedTrx) error {
+	if t.Kind != coffer.TrxHold || t.Status == coffer.StatusPending {
+		return nil
+	}
+	if t.beginVersion == nil {
+		return &undecodable{fmt.Errorf("finished hold %d has no begin_version", t.ID)}
+	}
+	begin := s.catalog.BeginAnswer(t.Trx, *t.beginVersion, t.begun, t.PendingGrants)
+	t.Begin = &begin
+	return nil
 }
 
 // scanLot reads one row of lotColumns, after the columns in head.
