@@ -178,12 +178,13 @@ func NewPlayer(c *Catalog, st PlayerState, ids []int64) (*Player, error) {
 }
 
 // newID takes the next of the player's ids; when none is left it counts
-// the write short, and gives 0, which is never written: the write is
-// then taken back (draft.done).
+// the write short and gives a negative stand-in, unique in the write (the
+// Book tells lots apart by id) and never written: the write is then taken
+// back (draft.done).
 func (p *Player) newID() int64 {
 	if p.next == len(p.ids) {
 		p.short++
-		return 0
+		return -int64(p.short)
 	}
 	p.next++
 	return p.ids[p.next-1]
