@@ -139,18 +139,13 @@ func (s *Store) planLate(ctx context.Context) bool {
 // batchPlayers groups the writes by player, in the order players first
 // appear, and tells each write's player (of).
 func (s *Store) batchPlayers(reqs []*request) (players []*batchPlayer, of []int) {
-	at := map[playerKey]int{}
-	of = make([]int, len(reqs))
+	keys, of := byPlayer(reqs)
+	players = make([]*batchPlayer, len(keys))
+	for j, k := range keys {
+		players[j] = &batchPlayer{key: k, shard: s.router.Map().ShardOf(k.id)}
+	}
 	for i, r := range reqs {
-		k := playerKey{r.scope.Namespace, r.scope.PlayerID}
-		j, ok := at[k]
-		if !ok {
-			j = len(players)
-			at[k] = j
-			players = append(players, &batchPlayer{key: k, shard: s.router.Map().ShardOf(k.id)})
-		}
-		of[i] = j
-		p := players[j]
+		p := players[of[i]]
 		p.writes++
 		p.needs.Add(r.write.Needs())
 	}

@@ -120,17 +120,10 @@ func split(reqs []*request, err error) [][]*request {
 	if len(reqs) < 2 || !isolable(err) {
 		return nil
 	}
-	var parts [][]*request
-	at := map[playerKey]int{}
-	for _, r := range reqs {
-		k := playerKey{r.scope.Namespace, r.scope.PlayerID}
-		i, ok := at[k]
-		if !ok {
-			i = len(parts)
-			at[k] = i
-			parts = append(parts, nil)
-		}
-		parts[i] = append(parts[i], r)
+	players, of := byPlayer(reqs)
+	parts := make([][]*request, len(players))
+	for i, r := range reqs {
+		parts[of[i]] = append(parts[of[i]], r)
 	}
 	if len(parts) > 1 {
 		return parts
@@ -148,6 +141,24 @@ func split(reqs []*request, err error) [][]*request {
 type playerKey struct {
 	ns coffer.Namespace
 	id coffer.PlayerID
+}
+
+// byPlayer groups writes by player: the players in the order they first
+// appear, and each write's player (of, an index into players).
+func byPlayer(reqs []*request) (players []playerKey, of []int) {
+	at := map[playerKey]int{}
+	of = make([]int, len(reqs))
+	for i, r := range reqs {
+		k := playerKey{r.scope.Namespace, r.scope.PlayerID}
+		j, ok := at[k]
+		if !ok {
+			j = len(players)
+			at[k] = j
+			players = append(players, k)
+		}
+		of[i] = j
+	}
+	return players, of
 }
 
 // writesFailure is an attempt's error that comes from some of its
