@@ -13,7 +13,6 @@ import (
 // is a typed slice (col), appended to by a type assertion: appending by
 // reflection cost 6–8 % of coffer serve's CPU on writes.
 type columns struct {
-	n    int
 	cols []column
 }
 
@@ -27,7 +26,6 @@ func (c *columns) add(values ...any) {
 	for i, v := range values {
 		c.cols[i].append(v)
 	}
-	c.n++
 }
 
 // args are the columns as the statement's parameters.
@@ -84,13 +82,16 @@ func newCol[T any]() column {
 // perShard gathers the rows of one statement per shard.
 type perShard map[coffer.ShardID]*columns
 
-func (p perShard) add(id coffer.ShardID, values ...any) {
+func (p perShard) add(id coffer.ShardID, values ...any) { p.of(id).add(values...) }
+
+// of is shard id's rows, made empty at its first.
+func (p perShard) of(id coffer.ShardID) *columns {
 	c := p[id]
 	if c == nil {
 		c = &columns{}
 		p[id] = c
 	}
-	c.add(values...)
+	return c
 }
 
 // shards are the shards with rows, in ascending order.

@@ -56,13 +56,17 @@ func (t *writeTable[R]) part(offset int) string {
 	return t.name + " AS (" + strings.Replace(t.sql, "FROM u", "FROM "+t.from(offset), 1) + ")"
 }
 
-// add files row r of shard id in rows, a value per column.
+// add files row r of shard id in rows, a value per column, straight into
+// the columns (the first row makes them).
 func (t *writeTable[R]) add(rows perShard, id coffer.ShardID, r R) {
-	values := make([]any, len(t.columns))
-	for i, c := range t.columns {
-		values[i] = c.value(&r)
+	c := rows.of(id)
+	for i, col := range t.columns {
+		v := col.value(&r)
+		if i == len(c.cols) {
+			c.cols = append(c.cols, newColumn(v))
+		}
+		c.cols[i].append(v)
 	}
-	rows.add(id, values...)
 }
 
 // writePart is a writeTable of any row type, as writeSQL builds it.
