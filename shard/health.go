@@ -10,8 +10,8 @@ type Health struct {
 	// Up tells the database takes requests: its schema verified, and the
 	// last probe reached a server that accepts writes.
 	Up bool
-	// Verified tells its schema was found compatible once; it is not
-	// checked again.
+	// Verified tells its schema was found compatible (SetVerified): it is
+	// not checked again until it is set unverified.
 	Verified bool
 	// Err is why it is not up, or what the probe warned of; empty if
 	// nothing.
@@ -53,9 +53,12 @@ func (r *Router) Check(ctx context.Context, i int, verify func(context.Context) 
 	return was, now, err
 }
 
-// Health is database i's last check; the zero Health before the first.
+// Health is database i's last check (the zero Health before the first),
+// with whether its schema is verified as the router holds it now.
 func (r *Router) Health(i int) Health {
 	r.healthMu.Lock()
-	defer r.healthMu.Unlock()
-	return r.health[i]
+	h := r.health[i]
+	r.healthMu.Unlock()
+	h.Verified = !r.dbs[i].unverified.Load()
+	return h
 }
