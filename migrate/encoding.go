@@ -3,7 +3,6 @@ package migrate
 import (
 	"fmt"
 
-	"github.com/cofferhq/coffer/shard"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -13,10 +12,11 @@ import (
 // character is a byte, and LATIN1 cannot hold most characters at all, so
 // a request coffer accepted would fail in the database, as internal. The
 // server reports its encoding when a connection starts: no round trip.
-func checkEncoding(db shard.Database, conn *pgx.Conn) error {
-	if enc := conn.PgConn().ParameterStatus("server_encoding"); enc != "UTF8" {
-		return fmt.Errorf("%s: the database's encoding is %s; coffer needs UTF8 (CREATE DATABASE %s ENCODING 'UTF8' TEMPLATE template0)",
-			db.Label(), enc, pgx.Identifier{db.Config.Name}.Sanitize())
+// It is the first check of plan, which Apply, Status and Verify share.
+func checkEncoding(s *session) error {
+	if enc := s.conn.PgConn().ParameterStatus("server_encoding"); enc != "UTF8" {
+		return fmt.Errorf("the database's encoding is %s; coffer needs UTF8 (CREATE DATABASE %s ENCODING 'UTF8' TEMPLATE template0)",
+			enc, pgx.Identifier{s.db.Config.Name}.Sanitize())
 	}
 	return nil
 }

@@ -150,9 +150,6 @@ func (e *Engine) open(ctx context.Context, wait bool) ([]*session, error) {
 		}
 		s := &session{db: db, conn: conn}
 		sessions = append(sessions, s)
-		if err := checkEncoding(db, conn); err != nil {
-			return sessions, err
-		}
 		if err := e.lock(ctx, s, run, wait); err != nil {
 			return sessions, fmt.Errorf("%s: take migration lock: %w", db.Label(), err)
 		}
@@ -282,6 +279,9 @@ func (e *Engine) readState(ctx context.Context, conn *pgx.Conn) (state, error) {
 // plan checks the database's state against the config and the files and
 // lists the migrations to apply.
 func (e *Engine) plan(s *session, opts Options) error {
+	if err := checkEncoding(s); err != nil {
+		return err
+	}
 	st := s.state
 	for _, a := range st.applied {
 		if why, ok := e.Retired[a.name]; ok {

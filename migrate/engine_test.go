@@ -519,5 +519,9 @@ func TestDatabaseNotUTF8IsRefused(t *testing.T) {
 		if err == nil || errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), want) {
 			t.Fatalf("%s: verify: %v", enc, err)
 		}
+		st, err := e.Status(context.Background())
+		if err != nil || len(st) != 2 || st[0].Problem != "" || !strings.Contains(st[1].Problem, "the database's encoding is "+enc) {
+			t.Fatalf("%s: status: %+v, %v; want the encoding as database #1's problem", enc, st, err)
+		}
 	}
 }

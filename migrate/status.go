@@ -127,9 +127,6 @@ func (e *Engine) Verify(ctx context.Context, db shard.Database) error {
 		return fmt.Errorf("%s: %w: %v", db.Label(), ErrUnreachable, err)
 	}
 	defer conn.Close(context.Background())
-	if err := checkEncoding(db, conn); err != nil {
-		return err
-	}
 	s := &session{db: db, conn: conn}
 	if s.state, err = e.readState(cctx, conn); err != nil {
 		return fmt.Errorf("%s: %w: read migration state: %v", db.Label(), ErrUnreachable, err)
