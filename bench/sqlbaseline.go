@@ -58,7 +58,7 @@ func (b *Baseline) eachShard(ctx context.Context, sql string) error {
 
 // grantSteps are the statements of a baseline write after the trx insert:
 // insert the op, upsert the version, upsert the balance. They are written
-// once, with the :name parameters of a pgbench script (PgbenchScript);
+// once, with the :name parameters of a pgbench script (PgbenchTransaction);
 // Write sends them with $n ones.
 var grantSteps = []string{
 	`INSERT INTO bench_op_N (trx_id, ns, player_id, currency, amount, balance_after)
