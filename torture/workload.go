@@ -107,11 +107,11 @@ type Workload struct {
 	// coffer.LotsMax and coffer.TrxOpsMax.
 	Collectors []coffer.PlayerID
 	Seed       uint64
-	// Until ends new writes, unless Hold is set and still open: then
-	// they go on until it is closed. GiveUpAt ends retries of unknown
-	// outcomes.
+	// Until ends new writes, unless NemesisDone is set and still open:
+	// then they go on until it is closed. GiveUpAt ends retries of
+	// unknown outcomes.
 	Until, GiveUpAt time.Time
-	Hold            <-chan struct{}
+	NemesisDone     <-chan struct{}
 	// FinlogPage is how many trx a finlog page Verify reads holds; 0
 	// means coffer.FinlogLimitMax.
 	FinlogPage int
@@ -128,17 +128,17 @@ func (w *Workload) writing() bool {
 		return true
 	}
 	select {
-	case <-w.Hold:
+	case <-w.NemesisDone:
 		return false
 	default:
-		return w.Hold != nil
+		return w.NemesisDone != nil
 	}
 }
 
 // Records are the books, once Run has returned.
 func (w *Workload) Records() []*Record { return w.records }
 
-// Run runs n clients until Until, and past it while Hold is open.
+// Run runs n clients until Until, and past it while NemesisDone is open.
 func (w *Workload) Run(ctx context.Context, n int) {
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {

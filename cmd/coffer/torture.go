@@ -167,8 +167,8 @@ func (t *tortureRun) run(ctx context.Context) ([]string, error) {
 	// a busy machine), until it is done: every planned fault is injected
 	// under load. Up to three times the duration: the nemesis drops what
 	// is planned past that.
-	last, hold := start.Add(3*t.duration), make(chan struct{})
-	w := &torture.Workload{Instances: t.instances, Seed: t.seed, Until: start.Add(t.duration), Hold: hold,
+	last, done := start.Add(3*t.duration), make(chan struct{})
+	w := &torture.Workload{Instances: t.instances, Seed: t.seed, Until: start.Add(t.duration), NemesisDone: done,
 		GiveUpAt: last.Add(30 * time.Second), FinlogPage: t.finlogPage}
 	for p := coffer.PlayerID(1); p <= 64; p++ {
 		w.Players = append(w.Players, p)
@@ -177,10 +177,8 @@ func (t *tortureRun) run(ctx context.Context) ([]string, error) {
 	plan := torture.Plan(t.seed, t.kinds, t.duration, len(t.probes), t.Instances())
 	fmt.Fprintf(t.out, "coffer torture: %d clients for %s, seed %d, %d faults planned\n", t.clients, t.duration, t.seed, len(plan))
 	var injected *torture.Injected
-	done := make(chan struct{})
 	go func() {
 		injected = torture.Run(ctx, t, plan, start, last)
-		close(hold)
 		close(done)
 	}()
 	w.Run(ctx, t.clients)
