@@ -24,7 +24,7 @@ import (
 
 // Pgbench is the baseline run by PostgreSQL's own benchmark tool: the
 // write workload's grants as a pgbench script of the SQL baseline's
-// statements (PgbenchTransaction), drawn as the workload draws
+// statements (pgbenchTransaction), drawn as the workload draws
 // them. Each shard database gets one pgbench process, with one script per
 // shard weighted by the shard's players, and a share of the run's clients
 // as large as its share of the players (at least one).
@@ -39,7 +39,7 @@ type Pgbench struct {
 // it before the runs) and returns the baseline, run by the pgbench binary
 // bin.
 func NewPgbench(ctx context.Context, bin string, router *shard.Router, scale float64) (*Pgbench, error) {
-	players, err := NewBaseline(router).SetupPgbench(ctx, int64(PlayersPerScale*scale))
+	players, err := NewBaseline(router).setupPgbench(ctx, int64(PlayersPerScale*scale))
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func pgbenchScript(id coffer.ShardID, players int64, keys string) string {
 \set amount random(1, 10000)
 \set i random(0, %d)
 \set n :n + 1
-`, Namespaces, zipfS, Currencies, zipfS, players-1) + PgbenchTransaction(id, keys)
+`, Namespaces, zipfS, Currencies, zipfS, players-1) + pgbenchTransaction(id, keys)
 }
 
 // stderrKeptMax bounds what is kept of a pgbench's standard error: its

@@ -16,10 +16,10 @@ import (
 const pgbenchPlayersSchema = `DROP TABLE IF EXISTS bench_player_N;
 CREATE TABLE bench_player_N (i integer PRIMARY KEY, player_id bigint NOT NULL)`
 
-// SetupPgbench creates the baseline tables and numbers, in every shard,
-// its players among 1 … players, for PgbenchTransaction. It returns how
+// setupPgbench creates the baseline tables and numbers, in every shard,
+// its players among 1 … players, for pgbenchTransaction. It returns how
 // many players each shard holds, by shard id.
-func (b *Baseline) SetupPgbench(ctx context.Context, players int64) ([]int64, error) {
+func (b *Baseline) setupPgbench(ctx context.Context, players int64) ([]int64, error) {
 	if err := b.Setup(ctx); err != nil {
 		return nil, err
 	}
@@ -46,14 +46,14 @@ func (b *Baseline) SetupPgbench(ctx context.Context, players int64) ([]int64, er
 	return counts, nil
 }
 
-// PgbenchTransaction is a baseline write on shard id as pgbench script
+// pgbenchTransaction is a baseline write on shard id as pgbench script
 // lines: BEGIN; insert the trx; then Write's statements (grantSteps);
 // END. It reads the pgbench variables ns, currency, amount, i (the
 // player's number in bench_player_N) and n (the client's count of its
 // transactions); the idempotency key is keyPrefix, the client id and n.
 // The one difference from Write: the trx insert reads the player from
 // bench_player_N, an index lookup in a table of a few thousand rows.
-func PgbenchTransaction(id coffer.ShardID, keyPrefix string) string {
+func pgbenchTransaction(id coffer.ShardID, keyPrefix string) string {
 	key := "'" + strings.ReplaceAll(keyPrefix, "'", "''") + "' || :client_id || '-' || :n"
 	lines := []string{"BEGIN;",
 		`INSERT INTO bench_trx_N (ns, player_id, created_at, idempotency_key, amount)

@@ -15,7 +15,7 @@ func TestBaselineStatementsAreOneText(t *testing.T) {
 	if !strings.Contains(p.sql, "VALUES ($1, $2, $3, $4, $5, $5)") || !reflect.DeepEqual(p.names, []string{"trx_id", "ns", "player_id", "currency", "amount"}) {
 		t.Fatalf("positional: %q %v", p.sql, p.names)
 	}
-	script := PgbenchTransaction(7, "k'1-")
+	script := pgbenchTransaction(7, "k'1-")
 	for _, st := range grantSteps {
 		if !strings.Contains(script, shard.Tables(st, 7)+";") {
 			t.Errorf("the pgbench transaction lacks %q:\n%s", st, script)

@@ -41,11 +41,6 @@ func (b *Baseline) Setup(ctx context.Context) error {
 	return b.eachShard(ctx, baselineSchema)
 }
 
-// Drop removes the baseline tables.
-func (b *Baseline) Drop(ctx context.Context) error {
-	return b.eachShard(ctx, `DROP TABLE IF EXISTS bench_trx_N, bench_op_N, bench_version_N, bench_balance_N`)
-}
-
 func (b *Baseline) eachShard(ctx context.Context, sql string) error {
 	for s := 0; s < b.router.Map().ShardCount(); s++ {
 		id := coffer.ShardID(s)
@@ -58,7 +53,7 @@ func (b *Baseline) eachShard(ctx context.Context, sql string) error {
 
 // grantSteps are the statements of a baseline write after the trx insert:
 // insert the op, upsert the version, upsert the balance. They are written
-// once, with the :name parameters of a pgbench script (PgbenchTransaction);
+// once, with the :name parameters of a pgbench script (pgbenchTransaction);
 // Write sends them with $n ones.
 var grantSteps = []string{
 	`INSERT INTO bench_op_N (trx_id, ns, player_id, currency, amount, balance_after)
@@ -144,8 +139,8 @@ func (b *Baseline) Read(ctx context.Context, ns coffer.Namespace, player coffer.
 	return rows.Err()
 }
 
-// ServerStats are the counters the benchmark reads before and after a run.
-type ServerStats struct {
+// serverStats are the counters the benchmark reads before and after a run.
+type serverStats struct {
 	// WALBytes is pg_current_wal_lsn() in bytes, summed over the servers.
 	WALBytes int64
 	// SizeBytes is the size of the databases.
@@ -161,10 +156,10 @@ type ServerStats struct {
 	Transactions int64
 }
 
-// ReadServerStats reads the counters of every database of router. WAL is
+// readServerStats reads the counters of every database of router. WAL is
 // per server, so it is read once per distinct address.
-func ReadServerStats(ctx context.Context, router *shard.Router) (ServerStats, error) {
-	var st ServerStats
+func readServerStats(ctx context.Context, router *shard.Router) (serverStats, error) {
+	var st serverStats
 	servers := map[string]bool{}
 	for i, db := range router.Map().Databases() {
 		pool := router.Database(i)

@@ -9,9 +9,9 @@ import (
 	"github.com/cofferhq/coffer/shard"
 )
 
-// StatementStats are one statement's pg_stat_statements counters, summed
+// statementStats are one statement's pg_stat_statements counters, summed
 // over every shard: the shard number in table names is replaced by N.
-type StatementStats struct {
+type statementStats struct {
 	Query string
 	// Nested statements ran inside a function (seen with
 	// pg_stat_statements.track = all); the call's own counters include
@@ -22,15 +22,15 @@ type StatementStats struct {
 	WALBytes int64
 }
 
-// AddStatement adds st's counters to its statement's entry in m.
-func AddStatement(m map[string]*StatementStats, st StatementStats) {
+// addStatement adds st's counters to its statement's entry in m.
+func addStatement(m map[string]*statementStats, st statementStats) {
 	key := st.Query
 	if st.Nested {
 		key = "nested " + key
 	}
 	sum, ok := m[key]
 	if !ok {
-		sum = &StatementStats{Query: st.Query, Nested: st.Nested}
+		sum = &statementStats{Query: st.Query, Nested: st.Nested}
 		m[key] = sum
 	}
 	sum.Calls += st.Calls
@@ -52,8 +52,8 @@ func CreateStatementsExtension(ctx context.Context, router *shard.Router) error 
 	return nil
 }
 
-// ResetStatements empties pg_stat_statements on every server of router.
-func ResetStatements(ctx context.Context, router *shard.Router) error {
+// resetStatements empties pg_stat_statements on every server of router.
+func resetStatements(ctx context.Context, router *shard.Router) error {
 	return eachServer(router, func(i int) error {
 		if _, err := router.Database(i).Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
 			return fmt.Errorf("%s: %w", statementsHint, err)
@@ -62,10 +62,10 @@ func ResetStatements(ctx context.Context, router *shard.Router) error {
 	})
 }
 
-// ReadStatements reads pg_stat_statements on every server of router. One
+// readStatements reads pg_stat_statements on every server of router. One
 // database per server is enough: the view shows the statements of all.
-func ReadStatements(ctx context.Context, router *shard.Router) (map[string]*StatementStats, error) {
-	out := map[string]*StatementStats{}
+func readStatements(ctx context.Context, router *shard.Router) (map[string]*statementStats, error) {
+	out := map[string]*statementStats{}
 	err := eachServer(router, func(i int) error {
 		rows, err := router.Database(i).Query(ctx, `SELECT query, NOT toplevel, calls, total_exec_time, wal_bytes::bigint
 			FROM pg_stat_statements`)
@@ -74,12 +74,12 @@ func ReadStatements(ctx context.Context, router *shard.Router) (map[string]*Stat
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var s StatementStats
+			var s statementStats
 			if err := rows.Scan(&s.Query, &s.Nested, &s.Calls, &s.ExecMs, &s.WALBytes); err != nil {
 				return err
 			}
 			s.Query = statementText(s.Query, s.Nested)
-			AddStatement(out, s)
+			addStatement(out, s)
 		}
 		return rows.Err()
 	})

@@ -31,11 +31,11 @@ func TestStatementsNeedTheLibrary(t *testing.T) {
 	if err := CreateStatementsExtension(ctx, router); err != nil {
 		t.Fatal(err)
 	}
-	err = ResetStatements(ctx, router)
+	err = resetStatements(ctx, router)
 	if err == nil || !strings.Contains(err.Error(), "shared_preload_libraries") {
 		t.Fatalf("reset without the library: %v", err)
 	}
-	if _, err := ReadStatements(ctx, router); err == nil {
+	if _, err := readStatements(ctx, router); err == nil {
 		t.Fatal("read without the library: no error")
 	}
 }

@@ -189,7 +189,7 @@ type Report struct {
 
 // counters are the readings around a run.
 type counters struct {
-	db                         ServerStats
+	db                         serverStats
 	pgCPU, cofferCPU, benchCPU float64
 	machine, steal             int64
 	haveDB, haveProcess        bool
@@ -200,7 +200,7 @@ func (e *Env) read(ctx context.Context) (counters, error) {
 	if e.Router != nil {
 		// Statistics reach pg_stat_* up to a second after a commit.
 		time.Sleep(1100 * time.Millisecond)
-		st, err := ReadServerStats(ctx, e.Router)
+		st, err := readServerStats(ctx, e.Router)
 		if err != nil {
 			return c, fmt.Errorf("database counters: %w", err)
 		}
@@ -225,7 +225,7 @@ type sideTotals struct {
 	pgCPU, cofferCPU         float64
 	benchCPU                 float64
 	machine, steal           int64
-	statements               map[string]*StatementStats
+	statements               map[string]*statementStats
 }
 
 func (s *sideTotals) add(before, after counters, ops int64) {
@@ -268,12 +268,12 @@ func (s *sideTotals) side() Side {
 }
 
 // addStatements adds one run's pg_stat_statements to the side's.
-func (s *sideTotals) addStatements(run map[string]*StatementStats) {
+func (s *sideTotals) addStatements(run map[string]*statementStats) {
 	if s.statements == nil {
-		s.statements = map[string]*StatementStats{}
+		s.statements = map[string]*statementStats{}
 	}
 	for _, st := range run {
-		AddStatement(s.statements, *st)
+		addStatement(s.statements, *st)
 	}
 }
 
@@ -404,7 +404,7 @@ func runSide(ctx context.Context, o Options, env Env, side Runner, round int, to
 	}
 	statements := o.Statements && env.Router != nil
 	if statements {
-		if err := ResetStatements(ctx, env.Router); err != nil {
+		if err := resetStatements(ctx, env.Router); err != nil {
 			return nil, err
 		}
 	}
@@ -417,7 +417,7 @@ func runSide(ctx context.Context, o Options, env Env, side Runner, round int, to
 		return nil, err
 	}
 	if statements {
-		run, err := ReadStatements(ctx, env.Router)
+		run, err := readStatements(ctx, env.Router)
 		if err != nil {
 			return nil, err
 		}

@@ -32,7 +32,7 @@ type Engine struct {
 	ConnectTimeout time.Duration
 	// Retired names migrations of a chain that Migrations replaced, each
 	// with why a database that applied one is refused (coffer's schema:
-	// SchemaRetired). Without it such a database would be refused as if
+	// schemaRetired). Without it such a database would be refused as if
 	// a file had been renamed or removed.
 	Retired map[string]string
 }
