@@ -48,15 +48,27 @@ func (e *env) roundTrips(f func()) (roundTrips, statements int64) {
 // TestCommitOfManyGrantsDrawsTheIDsItLacks: a commit's ids are drawn
 // with its lock for a few grants; a hold of OpsMax paid grants, a lot
 // each, lacks the rest. Its plan says so (coffer.Plan.IDsShort), the
-// batch draws them, one round trip more, and plans it again: every lot
-// has an id of its own.
+// batch draws them, one round trip more than a commit of one grant, and
+// plans it again: every lot has an id of its own.
 func TestCommitOfManyGrantsDrawsTheIDsItLacks(t *testing.T) {
 	e := newEnv(t)
 	const p = 31
 	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "h"), Ops: paidLots("gold", coffer.OpsMax, "o"), Hold: true})
 	must(t, err)
-	trx, _, err := e.store.Commit(ctx, scope(p, "h"))
+	_, _, err = e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "one"), Ops: paidLots("silver", 1, "o1"), Hold: true})
 	must(t, err)
+	one, _ := e.roundTrips(func() {
+		_, _, err = e.store.Commit(ctx, scope(p, "one"))
+		must(t, err)
+	})
+	var trx coffer.Trx
+	many, _ := e.roundTrips(func() {
+		trx, _, err = e.store.Commit(ctx, scope(p, "h"))
+		must(t, err)
+	})
+	if many != one+1 {
+		t.Errorf("the commit of %d grants took %d round trips, one of one grant %d; want one more, for the ids", coffer.OpsMax, many, one)
+	}
 	lots := map[int64]bool{}
 	for _, o := range trx.Ops {
 		if o.Kind == coffer.OpGrant {
