@@ -202,10 +202,21 @@ func TestPlayerTakesBackARefusedWrite(t *testing.T) {
 	p := testPlayer(t, c, []BookLot{{ID: 1, Currency: 1, Amount: 5, CreatedAt: planT0.Add(-time.Hour)}})
 	want := fmt.Sprintf("%+v", *p.Lots()[0])
 	// A grant of a lot of its own, then a consume the balance lacks.
-	if plan := changeOf(t, c, "a", false, paidOp("gold", 3), freeOp("gold", -9))(p); ErrorCode(plan.Err) != CodeInsufficientFunds {
+	refuse := changeOf(t, c, "a", false, paidOp("gold", 3), freeOp("gold", -9))
+	if plan := refuse(p); ErrorCode(plan.Err) != CodeInsufficientFunds {
 		t.Fatalf("refused write: %+v", plan)
 	}
 	if lots := p.Lots(); len(lots) != 1 || !reflect.DeepEqual(fmt.Sprintf("%+v", *lots[0]), want) {
 		t.Fatalf("lots after a refused write: %+v", lots)
+	}
+	// The next write, not the store, is the first to meet the Book after
+	// a refused write: it spends the 5 coins of lot 1, which the refused
+	// grant's lot, taken back, no longer stands before.
+	if plan := refuse(p); ErrorCode(plan.Err) != CodeInsufficientFunds {
+		t.Fatalf("refused write again: %+v", plan)
+	}
+	plan := changeOf(t, c, "b", false, freeOp("gold", -5))(p)
+	if plan.Err != nil || len(plan.Ops) != 1 || plan.Ops[0].LotID != 1 || plan.Ops[0].BalanceAfter != 0 {
+		t.Fatalf("the write after a refused one: %s", render(c, plan))
 	}
 }
