@@ -516,22 +516,34 @@ func (e *env) queuedBehind(store *postgres.Store, blocker coffer.PlayerID, calls
 	e.waitForBackend(0, "%locked%")
 	for i, call := range calls {
 		go func() { out <- call() }()
-		for queued(store, e.router.Map().Databases()[0].Name(), "writes") < i+1 {
-			time.Sleep(time.Millisecond)
+		if !waitQueued(store, i+1) {
+			e.t.Fatalf("call %d did not queue", i)
 		}
 	}
 	return tx, out
 }
 
-// queued is how many jobs of kind wait for database's committers.
-func queued(store *postgres.Store, database, kind string) int {
-	n := -1
-	store.Queues(func(db, k string, jobs int) {
-		if db == database && k == kind {
-			n = jobs
+// writesQueued is how many jobs of writes wait in store's queues.
+func writesQueued(store *postgres.Store) int {
+	n := 0
+	store.Queues(func(_, kind string, jobs int) {
+		if kind == "writes" {
+			n += jobs
 		}
 	})
 	return n
+}
+
+// waitQueued waits until n jobs of writes wait in store's queues, and
+// tells whether they did within 10 s (a queue that never fills is a
+// defect, not a slow machine).
+func waitQueued(store *postgres.Store, n int) bool {
+	for deadline := time.Now().Add(10 * time.Second); writesQueued(store) < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 // observed records what a store's committers tell its Observer: each

@@ -173,8 +173,8 @@ func TestCutCallRunsAlone(t *testing.T) {
 	e.waitForBackend(0, "%locked%")
 	bErr := make(chan error, 1)
 	go func() { bErr <- grant(b)() }()
-	for queued(store, e.router.Map().Databases()[0].Name(), "writes") < 1 {
-		time.Sleep(time.Millisecond)
+	if !waitQueued(store, 1) {
+		t.Fatal("B did not queue")
 	}
 	must(t, aLocked.Rollback(ctx))
 	must(t, <-errs)
@@ -219,8 +219,8 @@ func TestCutCallFindsTheQueueFull(t *testing.T) {
 				_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(other, "g"), Ops: []coffer.OpRequest{free("gold", 1)}})
 				otherErr <- err
 			}()
-			for queued(store, e.router.Map().Databases()[0].Name(), "writes") < 1 {
-				time.Sleep(time.Millisecond)
+			if !waitQueued(store, 1) {
+				t.Error("the other grant did not queue")
 			}
 		})
 	}
@@ -263,58 +263,34 @@ func (h *retryHook) Attempt(database, outcome string) {
 	}
 }
 
-// leftAndStayed queues on store, behind a write of blocker, a grant of
-// left, whose caller leaves at the batch's first retry (h), and one of
-// stayed: they leave as one batch, which waits for stayed, locked
-// elsewhere (the returned transaction). Once its COMMIT runs, answered
-// receives the answers of left and stayed, in order. (queuedBehind, but
-// for a store reached through a commitCutter, whose database has another
-// name.)
+// leftAndStayed queues on store, behind a write of blocker
+// (queuedBehind), a grant of left, whose caller leaves at the batch's
+// first retry (h), and one of stayed: they leave as one batch, which
+// waits for stayed, locked elsewhere (the returned transaction). Once its
+// COMMIT runs, answered receives the answers of left and stayed, in order.
 func (e *env) leftAndStayed(store *postgres.Store, h *retryHook, blocker, left, stayed coffer.PlayerID) (stayedLocked pgx.Tx, answered <-chan [2]coffer.ChangeResult) {
 	e.t.Helper()
 	stayedLocked = e.lockElsewhere(stayed)
-	blockerLocked := e.lockElsewhere(blocker)
 	leftCtx, leave := context.WithCancel(ctx)
 	e.t.Cleanup(leave)
 	h.onRetry = leave
-	var got [3]coffer.ChangeResult
-	done := make(chan struct{}, 3)
-	change := func(c context.Context, p coffer.PlayerID, r *coffer.ChangeResult) {
-		r.Trx, r.Replay, r.Err = store.Change(c, coffer.ChangeRequest{Scope: scope(p, "g"), Ops: []coffer.OpRequest{free("gold", 1)}})
-		done <- struct{}{}
+	var got [2]coffer.ChangeResult
+	change := func(c context.Context, p coffer.PlayerID, r *coffer.ChangeResult) func() error {
+		return func() error {
+			r.Trx, r.Replay, r.Err = store.Change(c, coffer.ChangeRequest{Scope: scope(p, "g"), Ops: []coffer.OpRequest{free("gold", 1)}})
+			return nil
+		}
 	}
-	go change(ctx, blocker, &got[2])
-	e.waitForBackend(0, "%locked%")
-	go change(leftCtx, left, &got[0])
-	for writesQueued(store) < 1 {
-		time.Sleep(time.Millisecond)
-	}
-	go change(ctx, stayed, &got[1])
-	for writesQueued(store) < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	blockerLocked, errs := e.queuedBehind(store, blocker, change(leftCtx, left, &got[0]), change(ctx, stayed, &got[1]))
 	must(e.t, blockerLocked.Rollback(ctx))
-	<-done
-	must(e.t, got[2].Err) // the blocker's
+	must(e.t, <-errs) // the blocker's
 	out := make(chan [2]coffer.ChangeResult, 1)
 	go func() {
-		<-done
-		<-done
-		out <- [2]coffer.ChangeResult{got[0], got[1]}
+		<-errs
+		<-errs
+		out <- got
 	}()
 	return stayedLocked, out
-}
-
-// writesQueued is how many jobs of writes wait for store's committers,
-// on all its databases.
-func writesQueued(store *postgres.Store) int {
-	n := 0
-	store.Queues(func(_, kind string, jobs int) {
-		if kind == "writes" {
-			n += jobs
-		}
-	})
-	return n
 }
 
 // TestRetryDropsWritesWhoseCallerLeft: a batch of two callers' grants
