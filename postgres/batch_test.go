@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,11 +201,20 @@ func TestBatchSessionsEndAbandonedTransactions(t *testing.T) {
 	// cut there, and the server's transaction is left idle.
 	clock := newLateClock(1)
 	var once sync.Once
-	clock.late = func() { once.Do(cutter.cutClients) }
+	var wasCut atomic.Bool
+	clock.late = func() {
+		once.Do(func() {
+			cutter.cutClients()
+			wasCut.Store(true)
+		})
+	}
 	cut.SetPlanClock(clock.now)
 	_, err := cut.BatchChange(ctx, []coffer.ChangeRequest{{Scope: scope(p, "a"), Ops: []coffer.OpRequest{free("gold", 1)}},
 		{Scope: scope(p, "b"), Ops: []coffer.OpRequest{free("gold", 2)}}})
 	must(t, err)
+	if !wasCut.Load() {
+		t.Fatal("the batch was not cut after its first round trip")
+	}
 	// Another instance's write waits for the player's lock as long as it
 	// takes: it passes once the server has ended the abandoned
 	// transaction, and fails after a minute if it never does.
@@ -214,6 +224,9 @@ func TestBatchSessionsEndAbandonedTransactions(t *testing.T) {
 		t.Fatalf("a write after the abandoned batch: %v", err)
 	}
 	conns := e.router.Database(0).AcquireAllIdle(ctx)
+	if len(conns) == 0 {
+		t.Fatal("no idle connection: the other instance's batch ran on one")
+	}
 	defer func() {
 		for _, c := range conns {
 			c.Release()

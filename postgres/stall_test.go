@@ -53,7 +53,9 @@ func TestHeavyBatchCallStallsOnlyItself(t *testing.T) {
 	for _, sameBatch := range []bool{false, true} {
 		t.Run(fmt.Sprint("same batch=", sameBatch), func(t *testing.T) {
 			e := newEnv(t)
-			opts := postgres.Options{Committers: 1, Timeout: 5 * time.Second}
+			// The blocker's lock wait spans the test's queueing of the
+			// heavy call: its end, not a clock, ends it (queuedBehind).
+			opts := postgres.Options{Committers: 1, Timeout: 5 * time.Second, LockTimeout: 5 * time.Second}
 			if sameBatch {
 				opts.BatchSizeMax = coffer.BatchChangesMax + 1
 			}
