@@ -141,60 +141,75 @@ func TestBatchShortOfTimeCommitsWhatItPlanned(t *testing.T) {
 // player, locked elsewhere), is merged with it, and each runs in the
 // batch after at most one of the call's.
 func TestCutCallRunsAlone(t *testing.T) {
-	e := newEnv(t)
-	o := &observed{}
-	// A batch of 7 writes at most: A does not join the call's first.
-	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, BatchSizeMax: 7,
-		Timeout: 20 * time.Second, LockTimeout: 20 * time.Second, Observer: o})
-	defer store.Close()
-	store.SetPlanClock(newLateClock(3).now)
-	ps := e.playersOn(0, 1, 4)
-	blocker, heavy, a, b := ps[0], ps[1], ps[2], ps[3]
-	e.mustChange(heavy, "seed", free("gold", 100))
-	grant := func(p coffer.PlayerID) func() error {
-		return func() error {
-			_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "g"), Ops: []coffer.OpRequest{free("gold", 1)}})
-			return err
-		}
-	}
-	aLocked := e.lockElsewhere(a)
-	reqs, keys := spends(heavy, 7)
-	var got []coffer.ChangeResult
-	tx, errs := e.queuedBehind(store, blocker,
-		func() (err error) {
-			got, err = store.BatchChange(ctx, reqs)
-			return err
-		},
-		grant(a))
-	must(t, tx.Rollback(ctx))
-	must(t, <-errs) // the blocker's
-	// The call's first batch is done, A's waits: B queues behind the
-	// call's rest.
-	e.waitForBackend(0, "%locked%")
-	bErr := make(chan error, 1)
-	go func() { bErr <- grant(b)() }()
-	if !waitQueued(store, 1) {
-		t.Fatal("B did not queue")
-	}
-	must(t, aLocked.Rollback(ctx))
-	must(t, <-errs)
-	must(t, <-errs)
-	must(t, <-bErr)
-	for i, r := range got {
-		if r.Err != nil || r.Replay {
-			t.Fatalf("change %d: replay %v, %v; want applied", i, r.Replay, r.Err)
-		}
-	}
-	// The blocker, the call, A, the call's rest, B, its last.
-	e.wantBatches(o, 1, 7, 1, 4, 1, 1)
-	groups, txs := e.together(heavy, keys)
-	if w := [][]string{{"w0", "w1", "w2"}, {"w3", "w4", "w5"}, {"w6"}}; fmt.Sprint(groups) != fmt.Sprint(w) {
-		t.Fatalf("committed together: %q, want %q", groups, w)
-	}
-	for _, p := range []coffer.PlayerID{a, b} {
-		if tx := e.txOf(p, "g"); slices.Contains(txs, tx) {
-			t.Fatalf("player %d's grant was committed with the cut call's writes", p)
-		}
+	// Batches of 7 writes at most: A does not join the call's first; the
+	// blocker, the call, A, the call's rest, B, its last. Of 8: A joins
+	// it, is not reached by the cut, and leads the next batch, which B
+	// joins, before the call's rest; the clock's reads in that batch move
+	// the next cuts by one.
+	for _, c := range []struct {
+		size    int
+		batches []int
+		groups  string
+	}{
+		{7, []int{1, 7, 1, 4, 1, 1}, "[[w0 w1 w2] [w3 w4 w5] [w6]]"},
+		{8, []int{1, 8, 2, 4, 2}, "[[w0 w1 w2] [w3 w4] [w5 w6]]"},
+	} {
+		size := c.size
+		t.Run(fmt.Sprint("batches of ", size), func(t *testing.T) {
+			e := newEnv(t)
+			o := &observed{}
+			store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, BatchSizeMax: size,
+				Timeout: 20 * time.Second, LockTimeout: 20 * time.Second, Observer: o})
+			defer store.Close()
+			store.SetPlanClock(newLateClock(3).now)
+			ps := e.playersOn(0, 1, 4)
+			blocker, heavy, a, b := ps[0], ps[1], ps[2], ps[3]
+			e.mustChange(heavy, "seed", free("gold", 100))
+			grant := func(p coffer.PlayerID) func() error {
+				return func() error {
+					_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "g"), Ops: []coffer.OpRequest{free("gold", 1)}})
+					return err
+				}
+			}
+			aLocked := e.lockElsewhere(a)
+			reqs, keys := spends(heavy, 7)
+			var got []coffer.ChangeResult
+			tx, errs := e.queuedBehind(store, blocker,
+				func() (err error) {
+					got, err = store.BatchChange(ctx, reqs)
+					return err
+				},
+				grant(a))
+			must(t, tx.Rollback(ctx))
+			must(t, <-errs) // the blocker's
+			// The call's first batch is done, A's waits: B queues behind the
+			// call's rest.
+			e.waitForBackend(0, "%locked%")
+			bErr := make(chan error, 1)
+			go func() { bErr <- grant(b)() }()
+			if !waitQueued(store, 1) {
+				t.Fatal("B did not queue")
+			}
+			must(t, aLocked.Rollback(ctx))
+			must(t, <-errs)
+			must(t, <-errs)
+			must(t, <-bErr)
+			for i, r := range got {
+				if r.Err != nil || r.Replay {
+					t.Fatalf("change %d: replay %v, %v; want applied", i, r.Replay, r.Err)
+				}
+			}
+			e.wantBatches(o, c.batches...)
+			groups, txs := e.together(heavy, keys)
+			if fmt.Sprint(groups) != c.groups {
+				t.Fatalf("committed together: %v, want %s", groups, c.groups)
+			}
+			for _, p := range []coffer.PlayerID{a, b} {
+				if tx := e.txOf(p, "g"); slices.Contains(txs, tx) {
+					t.Fatalf("player %d's grant was committed with the cut call's writes", p)
+				}
+			}
+		})
 	}
 }
 
