@@ -213,7 +213,6 @@ func (p *Player) Written() (version, pos int64, at time.Time, ok bool) {
 // takes back one that is not at the next write's begin (Book.begin).
 type draft struct {
 	p       *Player
-	book    *Book
 	at      time.Time
 	version int64
 	pos     int64
@@ -232,7 +231,7 @@ type draft struct {
 func (p *Player) begin() *draft {
 	p.book.begin(p.state.At)
 	p.short = 0
-	return &draft{p: p, book: p.book, at: p.state.At, version: p.state.Version + 1, pos: p.state.Pos, idsFrom: p.next}
+	return &draft{p: p, at: p.state.At, version: p.state.Version + 1, pos: p.state.Pos, idsFrom: p.next}
 }
 
 // done makes the write the player's, unless it lacked ids: then nothing
@@ -246,7 +245,7 @@ func (w *draft) done() Plan {
 		p.next = w.idsFrom
 		return Plan{IDsShort: p.short}
 	}
-	w.book.keepWrite()
+	w.p.book.keepWrite()
 	p.state.Version, p.state.Pos, p.state.At, p.wrote = w.version, w.pos, w.at.Add(time.Microsecond), true
 	if w.stored != nil {
 		p.trx[TrxKey{w.stored.Emitter, w.stored.IdempotencyKey}] = w.stored
@@ -326,15 +325,15 @@ func (p *Player) Change(v ValidChange) Plan {
 		return Plan{Err: err}
 	}
 	w := p.begin()
-	expired := w.book.Expire(v.Currencies())
-	id := w.book.NewID()
-	w.book.TrxID = id
+	expired := w.p.book.Expire(v.Currencies())
+	id := w.p.book.NewID()
+	w.p.book.TrxID = id
 	var ops []BookOp
 	var pending []PendingGrant
 	for _, op := range v.Ops {
 		switch {
 		case op.Amount < 0:
-			taken, _, err := w.book.Consume(op.Currency, -op.Amount, CauseChange, v.Hold)
+			taken, _, err := w.p.book.Consume(op.Currency, -op.Amount, CauseChange, v.Hold)
 			if err != nil {
 				return Plan{Err: err}
 			}
@@ -343,7 +342,7 @@ func (p *Player) Change(v ValidChange) Plan {
 			pending = append(pending, PendingGrant{Currency: op.Currency.ID, Amount: op.Amount, Paid: op.Paid,
 				ExpiresAt: op.ExpiresAt, Priority: op.Priority, Purchase: op.Purchase})
 		default:
-			g, err := w.book.Grant(op, CauseChange)
+			g, err := w.p.book.Grant(op, CauseChange)
 			if err != nil {
 				return Plan{Err: err}
 			}
@@ -377,14 +376,14 @@ func (p *Player) Exchange(v ValidExchange) Plan {
 		return replay(st, v.Hash)
 	}
 	w := p.begin()
-	expired := w.book.Expire(v.Currencies())
-	id := w.book.NewID()
-	w.book.TrxID = id
+	expired := w.p.book.Expire(v.Currencies())
+	id := w.p.book.NewID()
+	w.p.book.TrxID = id
 	cause := CauseChange
 	if v.To.Paid {
 		cause = CauseExchange
 	}
-	ops, paidTaken, err := w.book.Consume(v.From, v.Amount, cause, false)
+	ops, paidTaken, err := w.p.book.Consume(v.From, v.Amount, cause, false)
 	if err != nil {
 		return Plan{Err: err}
 	}
@@ -396,14 +395,14 @@ func (p *Player) Exchange(v ValidExchange) Plan {
 	// rounds to nothing: the paid coins that made no paid lot became free
 	// ones, their consume is revenue (exchangePaid).
 	if v.To.Paid {
-		grants, err := exchangePaid(w.book, v, ops)
+		grants, err := exchangePaid(w.p.book, v, ops)
 		if err != nil {
 			return Plan{Err: err}
 		}
 		ops = append(ops, grants...)
 	}
 	if total > paid {
-		g, err := w.book.Grant(ValidOp{Currency: v.To, Amount: total - paid}, CauseExchange)
+		g, err := w.p.book.Grant(ValidOp{Currency: v.To, Amount: total - paid}, CauseExchange)
 		if err != nil {
 			return Plan{Err: err}
 		}
@@ -480,7 +479,7 @@ func (p *Player) ExpireHold(k TrxKey) Plan { return p.finish(k, FinishExpire) }
 // with none writes nothing.
 func (p *Player) ExpireLots() Plan {
 	w := p.begin()
-	expired := w.book.Expire(nil)
+	expired := w.p.book.Expire(nil)
 	if len(expired) == 0 {
 		return Plan{}
 	}
@@ -511,19 +510,19 @@ func (p *Player) finish(k TrxKey, step FinishStep) Plan {
 		return Plan{Trx: h.Trx, Replay: err == nil, Err: err}
 	}
 	w := p.begin()
-	expired := w.book.Expire(nil)
-	w.book.TrxID = h.ID
+	expired := w.p.book.Expire(nil)
+	w.p.book.TrxID = h.ID
 	status, after := StatusCommitted, error(nil)
 	var ops []BookOp
 	var err error
 	if commit && !due {
-		ops, err = commitHold(w.book, p.catalog, h)
+		ops, err = commitHold(w.p.book, p.catalog, h)
 	} else {
 		status = StatusRolledBack
 		if due {
 			status = StatusExpired
 		}
-		ops, err = releaseHold(w.book, h)
+		ops, err = releaseHold(w.p.book, h)
 		if commit {
 			after = holdExpired(h)
 		}
@@ -531,7 +530,7 @@ func (p *Player) finish(k TrxKey, step FinishStep) Plan {
 	if err != nil {
 		return Plan{Err: err}
 	}
-	expiredAfter := w.book.Expire(nil)
+	expiredAfter := w.p.book.Expire(nil)
 	settled := settledOps(h.Ops)
 	out := h.Trx
 	out.Status, out.Version = status, w.version

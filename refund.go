@@ -214,10 +214,10 @@ func (p *Player) Refund(v ValidRefund) Plan {
 		return Plan{Err: err}
 	}
 	w := p.begin()
-	expired := w.book.Expire(currenciesOf(lots))
-	id := w.book.NewID()
-	w.book.TrxID = id
-	ops, exchanged, shortfall, err := refundOrder(w.book, p.catalog, o, lots)
+	expired := w.p.book.Expire(currenciesOf(lots))
+	id := w.p.book.NewID()
+	w.p.book.TrxID = id
+	ops, exchanged, shortfall, err := refundOrder(w.p.book, p.catalog, o, lots)
 	if err != nil {
 		return Plan{Err: err}
 	}

@@ -28,10 +28,11 @@ type batchPlayer struct {
 
 // attempt is one run of a batch: the plans, in the order of the writes
 // (of the first writes only, when its time ran short), and the token its
-// COMMIT sets in its committer's mark, or the error that stopped it. uncertain tells the error cut off the second round trip,
-// which holds the COMMIT: the batch may have been applied. unapplied
-// tells the attempt read that the earlier one it was given, uncertain,
-// was not applied.
+// COMMIT sets in its committer's mark, or the error that stopped it.
+// uncertain tells the error cut off the second round trip, which holds
+// the COMMIT: the batch may have been applied. unapplied tells the
+// attempt read that the earlier one it was given, uncertain, was not
+// applied.
 type attempt struct {
 	plans     []coffer.Plan
 	token     int64

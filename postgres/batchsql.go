@@ -7,8 +7,9 @@ import (
 
 // The statements of a batch on one shard: a batch sends them for every
 // shard its writes (or reads) touch, in shard order, all in the same round
-// trip, each with the rows of that shard in arrays (unnest): three to read
-// (the locks, the lots, the trx) and one to write (writeSQL). A statement
+// trip, each with the rows of that shard in arrays (unnest): to read (the
+// locks, the lots, the trx, a refund's orders and their exchanges) and
+// one to write (writeSQL). A statement
 // over every shard of a database, a data-modifying WITH per shard, was
 // tried first: PostgreSQL opens every table it names and its indexes,
 // touched or not, and each branch cost about what a statement of its own
@@ -91,8 +92,8 @@ var batchStatements = batchSQL{
 		JOIN trx_N t ON t.ns = u.ns AND t.player_id = u.player_id AND t.emitter = u.emitter AND t.idempotency_key = u.idempotency_key`,
 	// The orders the players' refunds name: the lots their grants created
 	// and what each grant cost (op_N_order), in the order of the grants,
-	// and the trx that refunded
-	// each, if any (trx_N_refund; a row with refunded_by > 0).
+	// and the trx that refunded each, if any (trx_N_refund; a row with
+	// refunded_by > 0).
 	orders: `SELECT u.ns, u.player_id, u.store, u.order_id, o.lot_id, o.currency, o.amount, COALESCE(o.value, 0), 0::bigint AS refunded_by, o.pos
 		FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::text[]) AS store, unnest($4::text[]) AS order_id) AS u
 		JOIN op_N o ON o.ns = u.ns AND o.player_id = u.player_id AND o.purchase IS NOT NULL

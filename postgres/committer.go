@@ -12,11 +12,10 @@ import (
 // its goroutines (Committers for writes, Readers for reads) takes one job
 // (blocking), adds the jobs queued behind it while the batch stays within
 // BatchSizeMax, without waiting for more, runs the batch and answers its
-// jobs. There is no timer: an
-// idle database runs each call at once, a busy one runs the calls that
-// queued while its connections were busy in one go. Items are the
-// writes (*request) or the balance reads (*readRequest) of a job, kind
-// says which ("writes" or "reads").
+// jobs. There is no timer: an idle database runs each call at once, a
+// busy one runs the calls that queued while its connections were busy in
+// one go. Items are the writes (*request) or the balance reads
+// (*readRequest) of a job, kind says which ("writes" or "reads").
 type committer[R any] struct {
 	s  *Store
 	db int

@@ -9,11 +9,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// load is the first round trip: BEGIN, and for each
-// shard the players' locks and ids (batchSQL.lock), their lots, their
-// trx under the batch's keys and the orders their refunds name; then, if
-// check is set, its token (0 without a row). It makes each player's
-// coffer.Player.
+// load is the first round trip: BEGIN and the batch's settings, and for
+// each shard the players' locks and ids (batchSQL.lock), their lots,
+// their trx under the batch's keys and the orders their refunds name;
+// then, if check is set, its token (0 without a row). It makes each
+// player's coffer.Player.
 func (t *batchTx) load(players []*batchPlayer, check *mark) (token int64, err error) {
 	byKey := make(map[playerKey]*batchPlayer, len(players))
 	lock, lots, keys, orders := perShard{}, perShard{}, perShard{}, perShard{}

@@ -33,7 +33,7 @@ const trxColumns = `t.trx_id, t.emitter, t.idempotency_key, t.kind, t.status, t.
 func newQueries(id coffer.ShardID) *queries {
 	n := func(sql string) string { return shard.Tables(sql, id) }
 	return &queries{
-		// Ids a batch needs beyond those its lock drew (batchQueries.lock).
+		// Ids a batch needs beyond those its lock drew (batchSQL.lock).
 		nextIDs: n(`SELECT nextval('id_seq_N') FROM generate_series(1, $1)`),
 		trxByKey: n(`SELECT ` + trxColumns + ` FROM trx_N t
 			WHERE t.ns = $1 AND t.player_id = $2 AND t.emitter = $3 AND t.idempotency_key = $4`),
