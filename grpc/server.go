@@ -179,9 +179,9 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 // to readFactor times the batch limit before any interceptor runs;
 // without this, a caller with no key, or with a key of another
 // permission (read or ops only), could make the server hold that much
-// for every stream it opens. The client the key names
-// goes on in the call's context (clientOf), for intercept to authorize
-// in the message's namespace.
+// for every stream it opens. The client the key names goes on in the
+// call's context (clientOf), for intercept to authorize in the message's
+// namespace.
 func (s *Server) admit(ctx context.Context, info *tap.Info) (context.Context, error) {
 	rpc := rpcName(info.FullMethodName)
 	perm := api.Permission(rpc) // "" for a name the caller made up: gRPC answers it, reading nothing

@@ -138,8 +138,9 @@ func TestLotSweeperWindowWaitsForACompletePass(t *testing.T) {
 		}
 	}
 
-	// A player locked elsewhere: its pass fails, the next finds it.
-	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 300 * time.Millisecond})
+	// A player locked elsewhere: its pass fails (its lock wait is cut at
+	// 100 ms), the next finds it; the passes that must succeed have 20 s.
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 20 * time.Second, LockTimeout: 100 * time.Millisecond})
 	dueAnHourAgo(players[0], players[1])
 	tx := begin(t, e.router.Shard(id))
 	_, err := tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = %d FOR UPDATE`, id, players[0]))
