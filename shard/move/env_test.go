@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -93,6 +94,19 @@ func (e *env) openRouter() *shard.Router {
 	e.t.Cleanup(r.Close)
 	must(e.t, r.Refresh(ctx))
 	return r
+}
+
+// schema is coffer's schema and the migrations of more after it, on the
+// map the store's router reads now.
+func (e *env) schema(t *testing.T, more fstest.MapFS) *migrate.Engine {
+	t.Helper()
+	must(t, e.router.Refresh(ctx))
+	engine, err := migrate.SchemaEngine(e.router.Map(), nil)
+	must(t, err)
+	ms, err := migrate.Load(more, "test")
+	must(t, err)
+	engine.Migrations = append(engine.Migrations, ms...)
+	return engine
 }
 
 // name is database i's name (shard.Database.Name).

@@ -7,8 +7,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/fstest"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/internal/pgserver"
+	"github.com/cofferhq/coffer/internal/pgtest"
+	"github.com/cofferhq/coffer/migrate"
 	"github.com/cofferhq/coffer/shard"
 	"github.com/cofferhq/coffer/shard/move"
 )
@@ -193,7 +197,25 @@ func TestMoveCarriesOnAfterStops(t *testing.T) {
 		t.Fatalf("gold = %d, want 2", got)
 	}
 	e.auditClean()
+
+	// A later migration goes to each shard where it is now.
+	must(t, e.schema(t, later).Apply(ctx, migrate.Options{TargetVersion: -1}))
+	for _, c := range []struct {
+		db    int
+		table string
+	}{{0, "trx_0"}, {2, "trx_1"}, {2, "trx_2"}, {1, "trx_3"}} {
+		if n := e.count(c.db, "SELECT count(*) FROM information_schema.columns WHERE table_name = $1 AND column_name = 'note'", c.table); n != 1 {
+			t.Errorf("database %d: %s has no column note", c.db, c.table)
+		}
+	}
+	if n := e.count(0, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'trx_1_moved' AND column_name = 'note'"); n != 0 {
+		t.Error("the migration went to the old copy of shard 1")
+	}
+	must(t, e.grant(p, "noted"))
 }
+
+// later is a migration after coffer's schema, for every shard.
+var later = fstest.MapFS{"V9000__TRX_SHARD__note.sql": {Data: []byte("ALTER TABLE trx_<shard_id> ADD COLUMN note text;")}}
 
 // TestAbortLeavesNothing aborts a move once copied: no publication,
 // subscription or replication slot is left on either server, the target
@@ -273,6 +295,19 @@ func TestMoveRefusals(t *testing.T) {
 	}
 	if err := e.mover.Cleanup(ctx, 0, false); err == nil || !strings.Contains(err.Error(), "is not done") {
 		t.Errorf("cleanup of a move in progress: %v", err)
+	}
+	if err := e.schema(t, later).Apply(ctx, migrate.Options{TargetVersion: -1}); err == nil || !strings.Contains(err.Error(), "is being moved") {
+		t.Errorf("migrate during a move: %v", err)
+	}
+	must(t, e.mover.Abort(ctx, 0))
+
+	// A database in the config without coffer's schema.
+	bare := pgtest.NewDB(t, 1)
+	e.cfg.Databases = append(e.cfg.Databases, shard.DatabaseConfig{Name: bare.Name, Host: "127.0.0.1", Port: bare.Server.Port(),
+		User: pgserver.Superuser, Password: pgserver.Password, Shards: []shard.Range{}})
+	mover := &move.Mover{Router: e.openRouter(), Engine: e.mover.Engine}
+	if _, err := mover.Move(ctx, 0, mover.Router.Map().Databases()[3].Name()); err == nil || !strings.Contains(err.Error(), "holds no coffer schema") {
+		t.Errorf("a move to a database without the schema: %v", err)
 	}
 	for i := range e.dbs {
 		if got := e.leftovers(i); got != "publications 0, subscriptions 0, slots 0" {
