@@ -2209,8 +2209,12 @@ type Status struct {
 	// Shards whose database answered the last check.
 	ShardsAvailable int32             `protobuf:"varint,4,opt,name=shards_available,json=shardsAvailable,proto3" json:"shards_available,omitempty"`
 	Databases       []*DatabaseStatus `protobuf:"bytes,5,rep,name=databases,proto3" json:"databases,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The shard moves in progress, and those whose new home this
+	// instance's config does not list; each database's shards are where
+	// the shards are now.
+	Moves         []*ShardMove `protobuf:"bytes,6,rep,name=moves,proto3" json:"moves,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Status) Reset() {
@@ -2278,6 +2282,93 @@ func (x *Status) GetDatabases() []*DatabaseStatus {
 	return nil
 }
 
+func (x *Status) GetMoves() []*ShardMove {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+// ShardMove is a shard's latest move (coffer shard move).
+type ShardMove struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard int32                  `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	Epoch int64                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The databases, host:port/dbname.
+	Source string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	Target string `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
+	// copying (the source serves the shard), cut (nobody does: its writes
+	// wait), done, verified, cleaned (the target serves it) or aborted.
+	State         string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardMove) Reset() {
+	*x = ShardMove{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardMove) ProtoMessage() {}
+
+func (x *ShardMove) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardMove.ProtoReflect.Descriptor instead.
+func (*ShardMove) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ShardMove) GetShard() int32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ShardMove) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ShardMove) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *ShardMove) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ShardMove) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
 // ShardRange is the shards min … max (inclusive).
 type ShardRange struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2289,7 +2380,7 @@ type ShardRange struct {
 
 func (x *ShardRange) Reset() {
 	*x = ShardRange{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[26]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2392,7 @@ func (x *ShardRange) String() string {
 func (*ShardRange) ProtoMessage() {}
 
 func (x *ShardRange) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[26]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2405,7 @@ func (x *ShardRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRange.ProtoReflect.Descriptor instead.
 func (*ShardRange) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{26}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ShardRange) GetMin() int32 {
@@ -2362,7 +2453,7 @@ type DatabaseStatus struct {
 
 func (x *DatabaseStatus) Reset() {
 	*x = DatabaseStatus{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[27]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2374,7 +2465,7 @@ func (x *DatabaseStatus) String() string {
 func (*DatabaseStatus) ProtoMessage() {}
 
 func (x *DatabaseStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[27]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2387,7 +2478,7 @@ func (x *DatabaseStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DatabaseStatus.ProtoReflect.Descriptor instead.
 func (*DatabaseStatus) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{27}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DatabaseStatus) GetName() string {
@@ -2658,7 +2749,7 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12,\n" +
-	"\x05lines\x18\x04 \x03(\v2\x16.coffer.v1.RevenueLineR\x05lines\"\xe2\x01\n" +
+	"\x05lines\x18\x04 \x03(\v2\x16.coffer.v1.RevenueLineR\x05lines\"\x8e\x02\n" +
 	"\x06Status\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x129\n" +
 	"\n" +
@@ -2666,7 +2757,14 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\vshard_count\x18\x03 \x01(\x05R\n" +
 	"shardCount\x12)\n" +
 	"\x10shards_available\x18\x04 \x01(\x05R\x0fshardsAvailable\x127\n" +
-	"\tdatabases\x18\x05 \x03(\v2\x19.coffer.v1.DatabaseStatusR\tdatabases\"0\n" +
+	"\tdatabases\x18\x05 \x03(\v2\x19.coffer.v1.DatabaseStatusR\tdatabases\x12*\n" +
+	"\x05moves\x18\x06 \x03(\v2\x14.coffer.v1.ShardMoveR\x05moves\"}\n" +
+	"\tShardMove\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\x05R\x05shard\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\x12\x16\n" +
+	"\x06target\x18\x04 \x01(\tR\x06target\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\"0\n" +
 	"\n" +
 	"ShardRange\x12\x10\n" +
 	"\x03min\x18\x01 \x01(\x05R\x03min\x12\x10\n" +
@@ -2714,7 +2812,7 @@ func file_coffer_v1_wallet_proto_rawDescGZIP() []byte {
 	return file_coffer_v1_wallet_proto_rawDescData
 }
 
-var file_coffer_v1_wallet_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_coffer_v1_wallet_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_coffer_v1_wallet_proto_goTypes = []any{
 	(*GetBalancesRequest)(nil),    // 0: coffer.v1.GetBalancesRequest
 	(*Purchase)(nil),              // 1: coffer.v1.Purchase
@@ -2742,79 +2840,81 @@ var file_coffer_v1_wallet_proto_goTypes = []any{
 	(*RevenueLine)(nil),           // 23: coffer.v1.RevenueLine
 	(*RevenueReport)(nil),         // 24: coffer.v1.RevenueReport
 	(*Status)(nil),                // 25: coffer.v1.Status
-	(*ShardRange)(nil),            // 26: coffer.v1.ShardRange
-	(*DatabaseStatus)(nil),        // 27: coffer.v1.DatabaseStatus
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 29: google.protobuf.Struct
-	(*status.Status)(nil),         // 30: google.rpc.Status
+	(*ShardMove)(nil),             // 26: coffer.v1.ShardMove
+	(*ShardRange)(nil),            // 27: coffer.v1.ShardRange
+	(*DatabaseStatus)(nil),        // 28: coffer.v1.DatabaseStatus
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 30: google.protobuf.Struct
+	(*status.Status)(nil),         // 31: google.rpc.Status
 }
 var file_coffer_v1_wallet_proto_depIdxs = []int32{
-	28, // 0: coffer.v1.GetBalancesRequest.at:type_name -> google.protobuf.Timestamp
-	28, // 1: coffer.v1.OpRequest.expires_at:type_name -> google.protobuf.Timestamp
+	29, // 0: coffer.v1.GetBalancesRequest.at:type_name -> google.protobuf.Timestamp
+	29, // 1: coffer.v1.OpRequest.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: coffer.v1.OpRequest.purchase:type_name -> coffer.v1.Purchase
 	2,  // 3: coffer.v1.ChangeRequest.ops:type_name -> coffer.v1.OpRequest
-	29, // 4: coffer.v1.ChangeRequest.meta:type_name -> google.protobuf.Struct
+	30, // 4: coffer.v1.ChangeRequest.meta:type_name -> google.protobuf.Struct
 	5,  // 5: coffer.v1.BatchChangeRequest.changes:type_name -> coffer.v1.BatchChange
 	2,  // 6: coffer.v1.BatchChange.ops:type_name -> coffer.v1.OpRequest
-	29, // 7: coffer.v1.BatchChange.meta:type_name -> google.protobuf.Struct
+	30, // 7: coffer.v1.BatchChange.meta:type_name -> google.protobuf.Struct
 	7,  // 8: coffer.v1.BatchChangeResponse.results:type_name -> coffer.v1.BatchChangeResult
 	19, // 9: coffer.v1.BatchChangeResult.trx:type_name -> coffer.v1.Trx
-	30, // 10: coffer.v1.BatchChangeResult.error:type_name -> google.rpc.Status
-	29, // 11: coffer.v1.ExchangeRequest.meta:type_name -> google.protobuf.Struct
-	28, // 12: coffer.v1.FinlogRequest.from:type_name -> google.protobuf.Timestamp
-	28, // 13: coffer.v1.FinlogRequest.to:type_name -> google.protobuf.Timestamp
-	28, // 14: coffer.v1.RevenueRequest.from:type_name -> google.protobuf.Timestamp
-	28, // 15: coffer.v1.RevenueRequest.to:type_name -> google.protobuf.Timestamp
-	28, // 16: coffer.v1.Lot.expires_at:type_name -> google.protobuf.Timestamp
-	28, // 17: coffer.v1.Lot.created_at:type_name -> google.protobuf.Timestamp
+	31, // 10: coffer.v1.BatchChangeResult.error:type_name -> google.rpc.Status
+	30, // 11: coffer.v1.ExchangeRequest.meta:type_name -> google.protobuf.Struct
+	29, // 12: coffer.v1.FinlogRequest.from:type_name -> google.protobuf.Timestamp
+	29, // 13: coffer.v1.FinlogRequest.to:type_name -> google.protobuf.Timestamp
+	29, // 14: coffer.v1.RevenueRequest.from:type_name -> google.protobuf.Timestamp
+	29, // 15: coffer.v1.RevenueRequest.to:type_name -> google.protobuf.Timestamp
+	29, // 16: coffer.v1.Lot.expires_at:type_name -> google.protobuf.Timestamp
+	29, // 17: coffer.v1.Lot.created_at:type_name -> google.protobuf.Timestamp
 	14, // 18: coffer.v1.Balance.lots:type_name -> coffer.v1.Lot
-	28, // 19: coffer.v1.Balances.at:type_name -> google.protobuf.Timestamp
+	29, // 19: coffer.v1.Balances.at:type_name -> google.protobuf.Timestamp
 	15, // 20: coffer.v1.Balances.balances:type_name -> coffer.v1.Balance
 	1,  // 21: coffer.v1.Op.purchase:type_name -> coffer.v1.Purchase
 	18, // 22: coffer.v1.Op.value:type_name -> coffer.v1.Money
-	29, // 23: coffer.v1.Trx.meta:type_name -> google.protobuf.Struct
+	30, // 23: coffer.v1.Trx.meta:type_name -> google.protobuf.Struct
 	17, // 24: coffer.v1.Trx.ops:type_name -> coffer.v1.Op
-	28, // 25: coffer.v1.Trx.created_at:type_name -> google.protobuf.Timestamp
-	28, // 26: coffer.v1.Trx.hold_expires_at:type_name -> google.protobuf.Timestamp
+	29, // 25: coffer.v1.Trx.created_at:type_name -> google.protobuf.Timestamp
+	29, // 26: coffer.v1.Trx.hold_expires_at:type_name -> google.protobuf.Timestamp
 	15, // 27: coffer.v1.Trx.balances:type_name -> coffer.v1.Balance
 	20, // 28: coffer.v1.Trx.refund:type_name -> coffer.v1.Refund
 	21, // 29: coffer.v1.Refund.shortfall:type_name -> coffer.v1.RefundAmount
 	21, // 30: coffer.v1.Refund.exchanged:type_name -> coffer.v1.RefundAmount
 	19, // 31: coffer.v1.FinlogPage.items:type_name -> coffer.v1.Trx
-	28, // 32: coffer.v1.RevenueReport.from:type_name -> google.protobuf.Timestamp
-	28, // 33: coffer.v1.RevenueReport.to:type_name -> google.protobuf.Timestamp
+	29, // 32: coffer.v1.RevenueReport.from:type_name -> google.protobuf.Timestamp
+	29, // 33: coffer.v1.RevenueReport.to:type_name -> google.protobuf.Timestamp
 	23, // 34: coffer.v1.RevenueReport.lines:type_name -> coffer.v1.RevenueLine
-	28, // 35: coffer.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	27, // 36: coffer.v1.Status.databases:type_name -> coffer.v1.DatabaseStatus
-	26, // 37: coffer.v1.DatabaseStatus.shards:type_name -> coffer.v1.ShardRange
-	28, // 38: coffer.v1.DatabaseStatus.checked_at:type_name -> google.protobuf.Timestamp
-	0,  // 39: coffer.v1.Wallet.GetBalances:input_type -> coffer.v1.GetBalancesRequest
-	3,  // 40: coffer.v1.Wallet.Change:input_type -> coffer.v1.ChangeRequest
-	4,  // 41: coffer.v1.Wallet.BatchChange:input_type -> coffer.v1.BatchChangeRequest
-	8,  // 42: coffer.v1.Wallet.Commit:input_type -> coffer.v1.TrxRequest
-	8,  // 43: coffer.v1.Wallet.Rollback:input_type -> coffer.v1.TrxRequest
-	8,  // 44: coffer.v1.Wallet.GetTrx:input_type -> coffer.v1.TrxRequest
-	9,  // 45: coffer.v1.Wallet.Exchange:input_type -> coffer.v1.ExchangeRequest
-	10, // 46: coffer.v1.Wallet.Refund:input_type -> coffer.v1.RefundRequest
-	11, // 47: coffer.v1.Wallet.Finlog:input_type -> coffer.v1.FinlogRequest
-	12, // 48: coffer.v1.Wallet.Revenue:input_type -> coffer.v1.RevenueRequest
-	13, // 49: coffer.v1.Wallet.GetStatus:input_type -> coffer.v1.StatusRequest
-	16, // 50: coffer.v1.Wallet.GetBalances:output_type -> coffer.v1.Balances
-	19, // 51: coffer.v1.Wallet.Change:output_type -> coffer.v1.Trx
-	6,  // 52: coffer.v1.Wallet.BatchChange:output_type -> coffer.v1.BatchChangeResponse
-	19, // 53: coffer.v1.Wallet.Commit:output_type -> coffer.v1.Trx
-	19, // 54: coffer.v1.Wallet.Rollback:output_type -> coffer.v1.Trx
-	19, // 55: coffer.v1.Wallet.GetTrx:output_type -> coffer.v1.Trx
-	19, // 56: coffer.v1.Wallet.Exchange:output_type -> coffer.v1.Trx
-	19, // 57: coffer.v1.Wallet.Refund:output_type -> coffer.v1.Trx
-	22, // 58: coffer.v1.Wallet.Finlog:output_type -> coffer.v1.FinlogPage
-	24, // 59: coffer.v1.Wallet.Revenue:output_type -> coffer.v1.RevenueReport
-	25, // 60: coffer.v1.Wallet.GetStatus:output_type -> coffer.v1.Status
-	50, // [50:61] is the sub-list for method output_type
-	39, // [39:50] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	29, // 35: coffer.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	28, // 36: coffer.v1.Status.databases:type_name -> coffer.v1.DatabaseStatus
+	26, // 37: coffer.v1.Status.moves:type_name -> coffer.v1.ShardMove
+	27, // 38: coffer.v1.DatabaseStatus.shards:type_name -> coffer.v1.ShardRange
+	29, // 39: coffer.v1.DatabaseStatus.checked_at:type_name -> google.protobuf.Timestamp
+	0,  // 40: coffer.v1.Wallet.GetBalances:input_type -> coffer.v1.GetBalancesRequest
+	3,  // 41: coffer.v1.Wallet.Change:input_type -> coffer.v1.ChangeRequest
+	4,  // 42: coffer.v1.Wallet.BatchChange:input_type -> coffer.v1.BatchChangeRequest
+	8,  // 43: coffer.v1.Wallet.Commit:input_type -> coffer.v1.TrxRequest
+	8,  // 44: coffer.v1.Wallet.Rollback:input_type -> coffer.v1.TrxRequest
+	8,  // 45: coffer.v1.Wallet.GetTrx:input_type -> coffer.v1.TrxRequest
+	9,  // 46: coffer.v1.Wallet.Exchange:input_type -> coffer.v1.ExchangeRequest
+	10, // 47: coffer.v1.Wallet.Refund:input_type -> coffer.v1.RefundRequest
+	11, // 48: coffer.v1.Wallet.Finlog:input_type -> coffer.v1.FinlogRequest
+	12, // 49: coffer.v1.Wallet.Revenue:input_type -> coffer.v1.RevenueRequest
+	13, // 50: coffer.v1.Wallet.GetStatus:input_type -> coffer.v1.StatusRequest
+	16, // 51: coffer.v1.Wallet.GetBalances:output_type -> coffer.v1.Balances
+	19, // 52: coffer.v1.Wallet.Change:output_type -> coffer.v1.Trx
+	6,  // 53: coffer.v1.Wallet.BatchChange:output_type -> coffer.v1.BatchChangeResponse
+	19, // 54: coffer.v1.Wallet.Commit:output_type -> coffer.v1.Trx
+	19, // 55: coffer.v1.Wallet.Rollback:output_type -> coffer.v1.Trx
+	19, // 56: coffer.v1.Wallet.GetTrx:output_type -> coffer.v1.Trx
+	19, // 57: coffer.v1.Wallet.Exchange:output_type -> coffer.v1.Trx
+	19, // 58: coffer.v1.Wallet.Refund:output_type -> coffer.v1.Trx
+	22, // 59: coffer.v1.Wallet.Finlog:output_type -> coffer.v1.FinlogPage
+	24, // 60: coffer.v1.Wallet.Revenue:output_type -> coffer.v1.RevenueReport
+	25, // 61: coffer.v1.Wallet.GetStatus:output_type -> coffer.v1.Status
+	51, // [51:62] is the sub-list for method output_type
+	40, // [40:51] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_coffer_v1_wallet_proto_init() }
@@ -2828,7 +2928,7 @@ func file_coffer_v1_wallet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coffer_v1_wallet_proto_rawDesc), len(file_coffer_v1_wallet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
