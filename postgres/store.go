@@ -248,16 +248,6 @@ func (s *Store) pool(ctx context.Context, id coffer.ShardID) (*pgxpool.Pool, err
 	return s.router.Database(db), nil
 }
 
-// writePool is pool for a write, which is refused also while the database
-// lacks a required synchronous standby.
-func (s *Store) writePool(ctx context.Context, id coffer.ShardID) (*pgxpool.Pool, error) {
-	db, err := s.home(ctx, id, s.router.Writable)
-	if err != nil {
-		return nil, err
-	}
-	return s.router.Database(db), nil
-}
-
 // classify turns a driver error into a domain error and tells whether it is
 // a failure of the connection or the server rather than of the request.
 // Domain errors pass through; a database that is down, unreachable or slow

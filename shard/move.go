@@ -83,8 +83,8 @@ func (mv Move) later(other Move) bool {
 	return mv.State.rank() > other.State.rank()
 }
 
-// LatestMoves keeps the latest of each shard's moves (Move.later).
-func LatestMoves(moves []Move) map[coffer.ShardID]Move {
+// latestMoves keeps the latest of each shard's moves (Move.later).
+func latestMoves(moves []Move) map[coffer.ShardID]Move {
 	out := map[coffer.ShardID]Move{}
 	for _, mv := range moves {
 		if was, ok := out[mv.Shard]; !ok || mv.later(was) {
@@ -101,7 +101,7 @@ func LatestMoves(moves []Move) map[coffer.ShardID]Move {
 // range are ignored.
 func (m *Map) WithMoves(moves []Move) *Map {
 	out := &Map{count: m.count, configured: m.configured, dbOfShard: slices.Clone(m.configured), moves: map[coffer.ShardID]Move{}}
-	for s, mv := range LatestMoves(moves) {
+	for s, mv := range latestMoves(moves) {
 		if s < 0 || int(s) >= m.count {
 			continue
 		}

@@ -208,3 +208,22 @@ func oldCopyIsCopied(t *testing.T, source, target pgtest.DB) {
 		t.Fatalf("the old copy holds %d trx, of which the new one has %d", len(keys), copied)
 	}
 }
+
+// TestShardMoveUsage: a move needs a config, a shard and one of --to,
+// --abort, --cleanup.
+func TestShardMoveUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"--shard", "1", "--to", "x"},
+		{"-c", "c.yaml", "--to", "x"},
+		{"-c", "c.yaml", "--shard", "1"},
+		{"-c", "c.yaml", "--shard", "1", "--to", "x", "--abort"},
+		{"-c", "c.yaml", "--shard", "1", "--to", "x", "--unverified"},
+	} {
+		if code, _, errOut := run(t, append([]string{"shard", "move"}, args...)...); code != 2 || !strings.Contains(errOut, "usage: coffer shard move") {
+			t.Errorf("shard move %v: %d %s", args, code, errOut)
+		}
+	}
+	if code, _, errOut := run(t, "shard", "export-sdbmigrate"); code != 2 || !strings.Contains(errOut, "usage") {
+		t.Errorf("export-sdbmigrate without -c: %d %s", code, errOut)
+	}
+}

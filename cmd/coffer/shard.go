@@ -130,6 +130,7 @@ func runShardMove(args []string, stdout, stderr io.Writer) int {
 	cleanup := fs.Bool("cleanup", false, "drop the old copy of the shard's verified move")
 	unverified := fs.Bool("unverified", false, "with --cleanup: drop it though the move could not be verified")
 	lockTimeout := fs.Duration("lock-timeout", time.Second, "how long the cut-over waits for the shard's tables (its writes wait as long) before it tries again")
+	catchUp := fs.Duration("catch-up-timeout", time.Minute, "how long to wait for the target to apply the source's changes, before the cut-over and during it")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -162,7 +163,8 @@ func runShardMove(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	mover := &move.Mover{Router: router, Engine: engine, Out: stdout, ConnectTimeout: cfg.Pool.ConnectTimeout, LockTimeout: *lockTimeout}
+	mover := &move.Mover{Router: router, Engine: engine, Out: stdout, ConnectTimeout: cfg.Pool.ConnectTimeout,
+		LockTimeout: *lockTimeout, CatchUpTimeout: *catchUp}
 	switch {
 	case *abort:
 		err = mover.Abort(ctx, coffer.ShardID(*id))

@@ -41,6 +41,11 @@ type Mover struct {
 	// cut-over that cannot take them is tried again, up to cutTriesMax
 	// times.
 	LockTimeout time.Duration
+	// CatchUpTimeout bounds each wait for the target to apply what the
+	// source wrote: before the cut-over, once the tables are copied, and
+	// after it, during the pause; zero means 1 minute. A run that waited
+	// so long stops; run again, it carries on.
+	CatchUpTimeout time.Duration
 }
 
 // The steps of a move, in order, as After is told them.

@@ -319,8 +319,14 @@ func (s *session) sync(ctx context.Context) error {
 }
 
 // caughtUp waits until the target has applied and flushed what the
-// source wrote up to lsn: the slot's confirmed position passes it.
+// source wrote up to lsn: the slot's confirmed position passes it, within
+// CatchUpTimeout.
 func (s *session) caughtUp(ctx context.Context, lsn string) error {
+	timeout := s.m.CatchUpTimeout
+	if timeout == 0 {
+		timeout = time.Minute
+	}
+	deadline := time.Now().Add(timeout)
 	for {
 		var done *bool
 		if err := s.src.QueryRow(ctx, "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1",
@@ -332,6 +338,10 @@ func (s *session) caughtUp(ctx context.Context, lsn string) error {
 		}
 		if done != nil && *done {
 			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s has not applied %s's changes up to %s within %s: see pg_stat_subscription there; run again to carry on",
+				s.mv.Target, s.mv.Source, lsn, timeout)
 		}
 		if err := sleep(ctx, poll); err != nil {
 			return err
