@@ -46,21 +46,48 @@ func (e *env) startLoad(stop <-chan struct{}) (*load, *sync.WaitGroup) {
 					return
 				default:
 				}
+				if g == 0 {
+					// A batch call of a player on each shard: one job
+					// per database, which the move of one shard splits.
+					l.batch(e, n)
+					continue
+				}
 				p := l.players[(g*7+n)%len(l.players)]
 				key := fmt.Sprintf("g%d-%d", g, n)
-				err := e.grant(p, key)
-				l.mu.Lock()
-				if err == nil {
-					l.acked[key] = p
-					l.written.Add(1)
-				} else {
-					l.unknown[key] = p
-				}
-				l.mu.Unlock()
+				l.record(key, p, e.grant(p, key))
 			}
 		})
 	}
 	return l, &wg
+}
+
+func (l *load) record(key string, p coffer.PlayerID, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil {
+		l.acked[key] = p
+		l.written.Add(1)
+	} else {
+		l.unknown[key] = p
+	}
+}
+
+// batch sends the n-th batch call: a grant to a player of each shard.
+func (l *load) batch(e *env, n int) {
+	var reqs []coffer.ChangeRequest
+	for s := range 4 {
+		p := l.players[s*6+n%6]
+		reqs = append(reqs, coffer.ChangeRequest{Scope: coffer.Scope{Namespace: 1, PlayerID: p, Emitter: 1, IdempotencyKey: fmt.Sprintf("b%d-%d", n, s)},
+			Ops: []coffer.OpRequest{{Currency: "gold", Amount: 1, Kind: "free"}}, Reason: "test"})
+	}
+	res, err := e.store.BatchChange(ctx, reqs)
+	for i, r := range reqs {
+		if err != nil {
+			l.record(r.IdempotencyKey, r.PlayerID, err)
+			continue
+		}
+		l.record(r.IdempotencyKey, r.PlayerID, res[i].Err)
+	}
 }
 
 // settle retries every write of unknown outcome with its key until it
