@@ -367,7 +367,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 		settings["pg_stat_statements.track"] = "all"
 	}
 	maps.Copy(settings, f.pgSet)
-	st, err := startLocalStack(ctx, dir, cfg, benchDatabases, settings, io.Discard)
+	st, err := startLocalStack(ctx, dir, cfg, stackLayout{servers: 1, databasesEach: benchDatabases}, settings, io.Discard)
 	if err != nil {
 		return nil, err
 	}
@@ -381,7 +381,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 		return nil, err
 	}
 	defer svc.stop()
-	env := bench.Env{CofferPID: svc.cmd.Process.Pid, PostgresPIDs: st.server.PIDs}
+	env := bench.Env{CofferPID: svc.cmd.Process.Pid, PostgresPIDs: st.postgresPIDs}
 	if env.Router, err = f.openRouter(ctx, m, st.config); err != nil {
 		return nil, err
 	}
