@@ -22,12 +22,15 @@ lint:
 
 # The dev test runs the curl example that `coffer dev` prints; the fault
 # suite's Patroni run needs Patroni and etcd (installed when root, else
-# skipped, and said so). Then every fuzz target runs briefly.
+# skipped, and said so); the tests of `coffer bench --pg-cpus` need root
+# and cgroup v1 (else skipped, and said so). Then every fuzz target runs
+# briefly.
 test: deps lint
 	@command -v curl >/dev/null 2>&1 || scripts/apt-install.sh curl
 	@scripts/ensure-patroni.sh
 	$(GO) test -count=1 -timeout 20m ./...
 	@command -v patroni >/dev/null 2>&1 || echo "make test: TestTorturePatroni was skipped: Patroni is not installed (apt-get install -y patroni etcd-server)"
+	@[ "$$(id -u)" = 0 ] && [ -e /sys/fs/cgroup/cpuset/cgroup.procs ] && [ -e /sys/fs/cgroup/cpu/cgroup.procs ] || echo "make test: TestSetConfines, TestRemoveNamesAProcessLeft and TestBenchSelfConfined were skipped: confining to CPUs needs root and the cgroup v1 cpuset and cpu hierarchies"
 	@$(MAKE) --no-print-directory fuzz
 
 # Runs every fuzz target for FUZZTIME: a count of inputs by default, a
