@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -140,13 +139,7 @@ func (s *ScaleOut) WriteText(w io.Writer) {
 }
 
 // WriteJSON writes the report as JSON to path.
-func (s *ScaleOut) WriteJSON(path string) error {
-	raw, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(raw, '\n'), 0o644)
-}
+func (s *ScaleOut) WriteJSON(path string) error { return writeJSON(path, s) }
 
 // WriteMarkdown writes each stack's report and charts into
 // dir/servers-K, and the whole text into dir/report.md.

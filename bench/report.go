@@ -159,8 +159,11 @@ func errorList(errs map[string]int64) string {
 func (r *Report) Violations() int { return r.AuditViolations }
 
 // WriteJSON writes the report as JSON to path.
-func (r *Report) WriteJSON(path string) error {
-	raw, err := json.MarshalIndent(r, "", "  ")
+func (r *Report) WriteJSON(path string) error { return writeJSON(path, r) }
+
+// writeJSON writes v as indented JSON to path.
+func writeJSON(path string, v any) error {
+	raw, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -330,7 +330,7 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 		// transaction, as a caller without a batch API would.
 		baseRuns.Workload = Write
 	}
-	for i := 0; i < o.Rounds && !o.stopped(); i++ {
+	for i := 0; i < o.Rounds && !o.Stopped(); i++ {
 		res, err := runSide(ctx, cofferRuns, env, coffer, i, &cofferSide, out)
 		if err != nil {
 			return nil, err
@@ -342,7 +342,7 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 			rep.Errors[code] += n
 		}
 		round := Round{CofferTPS: res.TPS}
-		if baseline != nil && !o.stopped() {
+		if baseline != nil && !o.Stopped() {
 			b, err := runSide(ctx, baseRuns, env, baseline, i, &baseSide, out)
 			if err != nil {
 				return nil, err
@@ -355,7 +355,7 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 		rep.Rounds = append(rep.Rounds, round)
 		rep.TPS += res.TPS
 	}
-	rep.Interrupted = o.stopped()
+	rep.Interrupted = o.Stopped()
 	if len(rep.Rounds) == 0 {
 		return nil, errors.New("interrupted before the first run")
 	}

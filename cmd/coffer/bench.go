@@ -48,16 +48,6 @@ type benchFlags struct {
 	servers []int
 }
 
-// stopped tells whether an interrupt has stopped the runs.
-func (f *benchFlags) stopped() bool {
-	select {
-	case <-f.Stop:
-		return true
-	default:
-		return false
-	}
-}
-
 // tunedPostgres are the settings docs/operations.md recommends for a ledger
 // server: checkpoints far apart (each one makes the next change of every
 // page write the whole page to the WAL), compressed full pages, and a

@@ -194,7 +194,7 @@ func (c *stackCPUs) remove() error {
 func (f *benchFlags) runServers(ctx context.Context, out io.Writer) (*bench.ScaleOut, error) {
 	var reps []*bench.Report
 	for _, n := range f.servers {
-		if len(reps) > 0 && f.stopped() {
+		if len(reps) > 0 && f.Stopped() {
 			break
 		}
 		rep, err := f.runSelf(ctx, out, stackLayout{servers: n, databasesEach: 1})
