@@ -1,0 +1,38 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/cofferhq/coffer"
+)
+
+// TestOffAllocatesNothing: with tracing off (a nil Tracing), every seam a
+// call passes — its span over either transport, its wait in a queue, its
+// batch — allocates nothing, even for a call that sent a traceparent.
+func TestOffAllocatesNothing(t *testing.T) {
+	var off *Tracing
+	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	header := http.Header{"Traceparent": {traceparent}}
+	md := map[string][]string{"traceparent": {traceparent}}
+	failure := &coffer.Error{Code: coffer.CodeUnavailable, Err: errors.New("down")}
+	// The wait is a field of the call's job in the queue, which the
+	// queue allocates anyway.
+	job := &struct{ queued Queued }{}
+	allocs := testing.AllocsPerRun(1000, func() {
+		ctx, call := off.StartHTTP(context.Background(), header, "POST", "/v1/namespaces/{ns}/players/{player}/transactions", "Change")
+		job.queued = Queue(ctx, "coffer_0", "writes")
+		var batch Batch
+		batch.Join(&job.queued)
+		_ = batch.Start(context.Background(), "coffer_0", "writes", 1)
+		batch.End()
+		call.EndHTTP(http.StatusCreated, nil)
+		_, call = off.StartGRPC(context.Background(), md, "/coffer.v1.Wallet/Change", "Change")
+		call.End(failure)
+	})
+	if allocs != 0 {
+		t.Errorf("tracing off: %v allocations per call, want 0", allocs)
+	}
+}
