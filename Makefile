@@ -20,13 +20,15 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-# The dev test runs the curl example that `coffer dev` prints; the fault
+# The dev test runs the curl example that `coffer dev` prints; the deploy
+# test checks the alerting rules and the dashboard's queries with promtool
+# (PROMTOOL: scripts/ensure-promtool.sh); the fault
 # suite's Patroni run needs Patroni and etcd (installed when root, else
 # skipped, and said so). Then every fuzz target runs briefly.
 test: deps lint
 	@command -v curl >/dev/null 2>&1 || scripts/apt-install.sh curl
 	@scripts/ensure-patroni.sh
-	$(GO) test -count=1 -timeout 20m ./...
+	promtool=$$(scripts/ensure-promtool.sh) && PROMTOOL="$$promtool" $(GO) test -count=1 -timeout 20m ./...
 	@command -v patroni >/dev/null 2>&1 || echo "make test: TestTorturePatroni was skipped: Patroni is not installed (apt-get install -y patroni etcd-server)"
 	@$(MAKE) --no-print-directory fuzz
 
