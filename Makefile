@@ -2,6 +2,9 @@
 # what is missing (Go, the PostgreSQL server binaries; for the tests also
 # Patroni and etcd) first.
 GO := $(shell scripts/ensure-go.sh)
+# coffer is one static binary (the container image ships it so): build and
+# test it without cgo, so that the tests build what is shipped, once.
+export CGO_ENABLED := 0
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: run test fuzz build deps lint generate clean

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"debug/elf"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -237,5 +239,77 @@ func promtoolCheck(t *testing.T, exprs []string) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+}
+
+// TestImageConfig: the config the container image ships loads with
+// coffer serve's parser, given the variables compose.yaml passes to every
+// command that reads it; the image copies it where its commands read it,
+// and runs as a user without privileges.
+func TestImageConfig(t *testing.T) {
+	const path = "/etc/coffer/coffer.yaml"
+	dockerfile := string(repoFile(t, "Dockerfile"))
+	for _, line := range []string{"COPY deploy/coffer.yaml " + path, `CMD ["serve", "-c", "` + path + `"]`, "USER 65532:65532", "RUN CGO_ENABLED=0 go build"} {
+		if !strings.Contains(dockerfile, "\n"+line) {
+			t.Errorf("Dockerfile: no line %s", line)
+		}
+	}
+	var compose struct {
+		Services map[string]struct {
+			Command     []string          `yaml:"command"`
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	must(t, yaml.Unmarshal(repoFile(t, "compose.yaml"), &compose))
+	config := repoFile(t, "deploy/coffer.yaml")
+	for service, command := range map[string][]string{"migrate": {"migrate", "-c", path}, "coffer": {"serve", "-c", path}} {
+		sv := compose.Services[service]
+		if !slices.Equal(sv.Command, command) {
+			t.Errorf("compose.yaml: %s runs %q, want %q", service, sv.Command, command)
+		}
+		for _, m := range envRef.FindAllSubmatch(config, -1) {
+			if _, ok := sv.Environment[string(m[1])]; !ok {
+				t.Errorf("compose.yaml: %s does not set %s, which the config reads", service, m[1])
+			}
+		}
+	}
+	t.Setenv("COFFER_DB_PASSWORD", `a "quoted" pass\word`)
+	t.Setenv("COFFER_API_KEY_SHA256", keyHash("image-key"))
+	file := filepath.Join(t.TempDir(), "coffer.yaml")
+	must(t, os.WriteFile(file, config, 0o600))
+	cfg, m, err := loadConfig(file)
+	must(t, err)
+	_, clients, err := cfg.service()
+	must(t, err)
+	if _, err := clients.Authenticate("image-key"); err != nil {
+		t.Errorf("the key whose hash the environment gives: %v", err)
+	}
+	if db := m.Databases()[0]; db.Config.Password != `a "quoted" pass\word` || db.Config.Host != "postgres" {
+		t.Errorf("the database: %+v", db.Config)
+	}
+	if warnings := cfg.warnings(); len(warnings) > 0 {
+		t.Errorf("the config warns: %v", warnings)
+	}
+}
+
+// TestBinaryIsStatic: the binary the image ships, built as its Dockerfile
+// builds it (CGO_ENABLED=0), needs no dynamic loader nor shared library:
+// it runs on a base image without libc.
+func TestBinaryIsStatic(t *testing.T) {
+	f, err := elf.Open(cofferBinary(t))
+	must(t, err)
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Errorf("the binary has a %s program header: it is linked dynamically", p.Type)
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Errorf("the binary needs %v", libs)
+	}
+	out, err := exec.Command(cofferBinary(t), "keygen").Output()
+	must(t, err)
+	if !strings.Contains(string(out), "coffer_") {
+		t.Errorf("coffer keygen: %s", out)
 	}
 }
