@@ -34,7 +34,8 @@ func repoFile(t *testing.T, path string) []byte {
 // exports (its registry's descriptions: those not observed yet too), a
 // histogram's series (_bucket, _sum, _count) only of a histogram; every
 // expression parses (promtool); every alert has the fields Prometheus
-// needs and those our pager reads, and its section in operations.md.
+// needs and those our pager reads, and its section in operations.md, and
+// raises what its unit tests expect.
 func TestDashboardAndAlertsQueryCofferMetrics(t *testing.T) {
 	exported, histograms := exportedMetrics(t)
 	var exprs []string
@@ -212,7 +213,8 @@ func alertRules(t *testing.T) []alertRule {
 }
 
 // promtoolCheck checks the alerting rules, and exprs (the dashboard's,
-// Grafana's variables given values), with Prometheus's own parser:
+// Grafana's variables given values), with Prometheus's own parser, and
+// runs the rules' unit tests (deploy/prometheus/alerts_test.yml):
 // promtool, at PROMTOOL or on the PATH.
 func promtoolCheck(t *testing.T, exprs []string) {
 	t.Helper()
@@ -235,10 +237,14 @@ func promtoolCheck(t *testing.T, exprs []string) {
 	}
 	dashboard := filepath.Join(t.TempDir(), "dashboard.yml")
 	must(t, os.WriteFile(dashboard, []byte(rules.String()), 0o644))
-	cmd := exec.Command(promtool, "check", "rules", alerts, dashboard)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
+	if out, err := exec.Command(promtool, "check", "rules", alerts, dashboard).CombinedOutput(); err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+	// Each case is a scrape history and the alerts it must raise.
+	cases := exec.Command(promtool, "test", "rules", "alerts_test.yml")
+	cases.Dir = filepath.Dir(alerts)
+	if out, err := cases.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
 	}
 }
 
