@@ -25,8 +25,8 @@ var (
 )
 
 // TraceQueryStart starts the span of one statement.
-func (RoundTrips) TraceQueryStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	return startRoundTrip(ctx, conn, 1)
+func (RoundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return startRoundTrip(ctx, 1)
 }
 
 // TraceQueryEnd ends the span of one statement.
@@ -35,8 +35,8 @@ func (RoundTrips) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.Trace
 }
 
 // TraceBatchStart starts the span of a batch of statements.
-func (RoundTrips) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	return startRoundTrip(ctx, conn, data.Batch.Len())
+func (RoundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	return startRoundTrip(ctx, data.Batch.Len())
 }
 
 // TraceBatchQuery makes the COMMIT's span, from when its result was
@@ -60,14 +60,15 @@ func (RoundTrips) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.Trace
 	endRoundTrip(ctx, data.Err)
 }
 
-func startRoundTrip(ctx context.Context, conn *pgx.Conn, statements int) context.Context {
+func startRoundTrip(ctx context.Context, statements int) context.Context {
 	parent := trace.SpanFromContext(ctx)
 	if !parent.IsRecording() {
 		return ctx
 	}
+	// No db.namespace: conn.Config() copies the whole config, at every
+	// round trip; the batch's span names the database.
 	ctx, _ = telemetry.TracerOf(parent).Start(ctx, "round trip", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("db.system.name", "postgresql"), attribute.String("db.namespace", conn.Config().Database),
-		attribute.Int("coffer.statements", statements)))
+		attribute.String("db.system.name", "postgresql"), attribute.Int("coffer.statements", statements)))
 	return ctx
 }
 

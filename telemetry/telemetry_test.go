@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cofferhq/coffer"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // TestOffAllocatesNothing: with tracing off (a nil Tracing), every seam a
@@ -36,3 +37,35 @@ func TestOffAllocatesNothing(t *testing.T) {
 		t.Errorf("tracing off: %v allocations per call, want 0", allocs)
 	}
 }
+
+// BenchmarkCall is what tracing adds to one write that is alone in its
+// batch, off and on (its spans exported to nowhere): its call's span over
+// HTTP, its wait in the queue and its batch; the round trips' spans are
+// postgres.RoundTrips's, two or three more per batch.
+//
+//	go test -run '^$' -bench Call -benchmem ./telemetry
+func BenchmarkCall(b *testing.B) {
+	header := http.Header{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
+	on := New(sdktrace.NewBatchSpanProcessor(discard{}), 1, "bench")
+	defer on.Shutdown(context.Background())
+	for name, tracing := range map[string]*Tracing{"off": nil, "on": on} {
+		b.Run(name, func(b *testing.B) {
+			job := &struct{ queued Queued }{}
+			for b.Loop() {
+				ctx, call := tracing.StartHTTP(context.Background(), header, "POST", "/v1/namespaces/{ns}/players/{player}/transactions", "Change")
+				job.queued = Queue(ctx, "coffer_0", "writes")
+				var batch Batch
+				batch.Join(&job.queued)
+				_ = batch.Start(context.Background(), "coffer_0", "writes", 1)
+				batch.End()
+				call.EndHTTP(http.StatusCreated, nil)
+			}
+		})
+	}
+}
+
+// discard is an exporter that drops what it is given.
+type discard struct{}
+
+func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
