@@ -56,14 +56,22 @@ func New(processor sdktrace.SpanProcessor, sampleRatio float64, version string) 
 // waits for no call: a collector that is down or slow loses spans, never
 // delays a call.
 func OTLP(ctx context.Context, endpoint string, sampleRatio float64, version string) (*Tracing, error) {
-	if !strings.HasPrefix(endpoint, "http://") && !strings.HasPrefix(endpoint, "https://") {
-		return nil, fmt.Errorf("%q: must be a URL, http://host:4317 or https://host:4317", endpoint)
+	if err := CheckEndpoint(endpoint); err != nil {
+		return nil, err
 	}
 	exporter, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(endpoint))
 	if err != nil {
 		return nil, err
 	}
 	return New(sdktrace.NewBatchSpanProcessor(exporter), sampleRatio, version), nil
+}
+
+// CheckEndpoint tells whether endpoint is an OTLP endpoint OTLP takes.
+func CheckEndpoint(endpoint string) error {
+	if !strings.HasPrefix(endpoint, "http://") && !strings.HasPrefix(endpoint, "https://") {
+		return fmt.Errorf("%q: must be a URL, http://host:4317 or https://host:4317", endpoint)
+	}
+	return nil
 }
 
 // Shutdown sends the spans not sent yet, until ctx ends, and stops.

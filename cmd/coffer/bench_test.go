@@ -221,6 +221,7 @@ func TestBenchFlags(t *testing.T) {
 		{"--self", "--committers", "8", "--readers", "8"},
 		{"--target", "http://x", "--api-key", "k", "--committers", "2"},
 		{"--target", "http://x", "--api-key", "k", "--readers", "2"},
+		{"--target", "http://x", "--api-key", "k", "--trace"},
 	} {
 		if code, _, _ := run(t, append([]string{"bench"}, args...)...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)

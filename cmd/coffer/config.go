@@ -15,6 +15,7 @@ import (
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/migrate"
 	"github.com/cofferhq/coffer/shard"
+	"github.com/cofferhq/coffer/telemetry"
 	"gopkg.in/yaml.v3"
 )
 
@@ -339,6 +340,11 @@ func (c *Config) service() (*coffer.Catalog, *coffer.Clients, error) {
 		return nil, nil, fmt.Errorf("telemetry.sample_ratio: must be between 0 and 1")
 	case len(c.Currencies) == 0 || len(c.Namespaces) == 0 || len(c.Clients) == 0:
 		return nil, nil, fmt.Errorf("currencies, namespaces and clients: the service needs at least one of each")
+	}
+	if c.Telemetry.OTLPEndpoint != "" {
+		if err := telemetry.CheckEndpoint(c.Telemetry.OTLPEndpoint); err != nil {
+			return nil, nil, fmt.Errorf("telemetry.otlp_endpoint: %w", err)
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.Log.Level)); err != nil {
