@@ -27,6 +27,7 @@ import (
 	"github.com/cofferhq/coffer/shard"
 	"github.com/cofferhq/coffer/shed"
 	"github.com/cofferhq/coffer/telemetry"
+	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 )
 
@@ -81,6 +82,9 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	if m.Tracing != nil {
 		pool.Tracer = postgres.RoundTrips{}
+		// The exporter's failures (a collector down) are OpenTelemetry's
+		// to report, process-wide: into the log, not stderr's plain text.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { m.Logger.Warn("tracing", "error", err.Error()) }))
 	}
 	if m.router, err = shard.Open(m.Map, pool); err != nil {
 		return err
@@ -197,7 +201,8 @@ func listenAll(addrs map[string]string) (map[string]net.Listener, error) {
 
 // Shutdown stops taking requests, drains those in flight until ctx ends,
 // then stops the sweepers, closes the pools and sends the spans not sent
-// yet, until ctx ends. HTTP and gRPC drain side
+// yet (for at most spansFlushMax: spans a collector does not take are
+// logged as lost, not a failed drain). HTTP and gRPC drain side
 // by side: one after the other, gRPC would take new calls while HTTP
 // drained, and be cut off at once if HTTP's drain used the whole time.
 func (m *Main) Shutdown(ctx context.Context) error {
@@ -218,8 +223,18 @@ func (m *Main) Shutdown(ctx context.Context) error {
 	m.bg.Wait()
 	m.store.Close()
 	m.router.Close()
-	return errors.Join(httpErr, grpcErr, m.Tracing.Shutdown(ctx))
+	flush, cancel := context.WithTimeout(ctx, spansFlushMax)
+	defer cancel()
+	if err := m.Tracing.Shutdown(flush); err != nil {
+		m.Logger.Warn("spans not sent at shutdown", "error", err.Error())
+	}
+	return errors.Join(httpErr, grpcErr)
 }
+
+// spansFlushMax bounds the sending of the last spans at shutdown: a
+// collector that is down must not hold the drain for all of
+// timeouts.shutdown.
+const spansFlushMax = 2 * time.Second
 
 // drainGRPC stops gRPC gracefully, or at once when ctx ends first.
 func (m *Main) drainGRPC(ctx context.Context) error {

@@ -131,3 +131,18 @@ func TestTracesSentOverOTLP(t *testing.T) {
 		t.Errorf("spans received over OTLP: %d, want 6 or more", n)
 	}
 }
+
+// TestCollectorDownFailsNoDrain: spans a collector that is down does not
+// take are lost, and said so in the log; the calls and the drain go on.
+func TestCollectorDownFailsNoDrain(t *testing.T) {
+	receiver, err := telemetry.Receive()
+	must(t, err)
+	receiver.Stop() // its address now refuses connections
+	s := startService(t, twoServers(t), func(cfg *Config) { cfg.Telemetry.OTLPEndpoint = "http://" + receiver.Addr })
+	_, _, err = s.dev.Change(ctx, 1, 42, grant("down-1", "gold", 5))
+	must(t, err)
+	s.stop() // fails the test if the drain fails
+	if !strings.Contains(s.logs.String(), "spans not sent at shutdown") {
+		t.Errorf("no line about the spans lost in the log:\n%s", s.logs)
+	}
+}
