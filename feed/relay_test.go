@@ -1,0 +1,195 @@
+package feed_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/feed"
+	"github.com/cofferhq/coffer/shard"
+)
+
+// TestEveryKindOnce: every kind of committed trx change is stored in the
+// stream exactly once, with the ops and balances the ledger answered;
+// a write refused and a transaction rolled back make nothing.
+func TestEveryKindOnce(t *testing.T) {
+	e := newEnv(t)
+	e.startRelay()
+	want := expectations{}
+	buy := coffer.OpRequest{Currency: "gold", Amount: 500, Kind: "paid",
+		Purchase: &coffer.Purchase{Store: "steam", OrderID: "o1", Price: 499, Fiat: "USD"}}
+	trx := e.change(42, "buy", buy)
+	want.add(feed.KindChange, 42, trx, "committed", trx.Ops)
+	trx = e.change(42, "spend", free("gold", -20))
+	want.add(feed.KindChange, 42, trx, "committed", trx.Ops)
+
+	hold := e.hold(42, "h1", time.Minute, free("gold", -30), free("silver", 10))
+	want.add(feed.KindHoldBegin, 42, hold, "pending", hold.Ops[:1])
+	trx, _, err := e.store.Commit(ctx, scope(42, "h1"))
+	must(t, err)
+	want.add(feed.KindHoldCommit, 42, trx, "committed", trx.Ops[1:])
+
+	hold = e.hold(42, "h2", time.Minute, free("gold", -5))
+	want.add(feed.KindHoldBegin, 42, hold, "pending", hold.Ops)
+	trx, _, err = e.store.Rollback(ctx, scope(42, "h2"))
+	must(t, err)
+	want.add(feed.KindHoldRollback, 42, trx, "rolled_back", trx.Ops[1:])
+
+	trx, _, err = e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(42, "ex"), From: "gold", To: "silver", Amount: 2})
+	must(t, err)
+	want.add(feed.KindExchange, 42, trx, "committed", trx.Ops)
+	trx, _, err = e.store.Refund(ctx, coffer.RefundRequest{Scope: scope(42, "refund"), Store: "steam", OrderID: "o1", Kind: coffer.RefundChargeback})
+	must(t, err)
+	want.add(feed.KindRefund, 42, trx, "committed", trx.Ops)
+
+	// Refused, and rolled back: nothing.
+	if _, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(42, "broke"), Ops: []coffer.OpRequest{free("credits", -1)}}); coffer.ErrorCode(err) != coffer.CodeInsufficientFunds {
+		t.Fatalf("a consume of nothing: %v", err)
+	}
+	e.rolledBackInsert(42)
+
+	// The sweepers' writes: a hold expired, a lot's expiry recorded.
+	trx = e.change(43, "g", free("gold", 10))
+	want.add(feed.KindChange, 43, trx, "committed", trx.Ops)
+	hold = e.hold(43, "h3", time.Second, free("gold", -7), free("gold", 1))
+	want.add(feed.KindHoldBegin, 43, hold, "pending", hold.Ops[:1])
+	soon := time.Now().Add(time.Second)
+	trx = e.change(44, "brief", coffer.OpRequest{Currency: "gold", Amount: 3, ExpiresAt: &soon})
+	want.add(feed.KindChange, 44, trx, "committed", trx.Ops)
+	time.Sleep(time.Until(soon.Add(50 * time.Millisecond)))
+	if n, err := e.store.SweepHolds(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("hold sweep: %d %v", n, err)
+	}
+	if n, err := e.store.SweepExpiredLots(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("lot sweep: %d %v", n, err)
+	}
+	expired, err := e.store.Trx(ctx, scope(43, "h3"))
+	must(t, err)
+	want.add(feed.KindHoldExpire, 43, expired, "expired", expired.Ops[1:])
+
+	evs := e.waitStored(e.committedTrx())
+	checkOrder(t, evs)
+	seen := map[feed.Kind]bool{}
+	for _, ev := range evs {
+		seen[ev.Kind] = true
+		if ev.Kind == feed.KindExpire {
+			if ev.PlayerID != 44 || len(ev.Ops) != 1 || ev.Ops[0].Amount != -3 || ev.Ops[0].Kind != coffer.OpExpire || ev.Balances[0].Total != 0 {
+				t.Errorf("expiry event: %s", js(ev))
+			}
+			continue
+		}
+		w, ok := want[ev.ID]
+		if !ok {
+			t.Errorf("event %s not committed by the test: %s", ev.ID, js(ev))
+			continue
+		}
+		delete(want, ev.ID)
+		w.check(t, ev)
+	}
+	for id := range want {
+		t.Errorf("no event %s", id)
+	}
+	for _, k := range feed.Kinds {
+		if !seen[k] {
+			t.Errorf("no event of kind %s", k)
+		}
+	}
+	e.auditClean()
+}
+
+// expected is what the event of a trx change must carry.
+type expected struct {
+	kind feed.Kind
+	trx  coffer.Trx
+	ops  []coffer.Op
+}
+
+func (w expected) check(t *testing.T, ev feed.Event) {
+	t.Helper()
+	if ev.Kind != w.kind || ev.Trx.ID != w.trx.ID || ev.Trx.IdempotencyKey != w.trx.IdempotencyKey || ev.Trx.Emitter != 7 ||
+		ev.Trx.Kind != w.trx.Kind || ev.Namespace != 1 {
+		t.Errorf("event %s: %s", ev.ID, js(ev))
+	}
+	if ev.Version != w.trx.Version {
+		t.Errorf("event %s: version %d, the ledger's %d", ev.ID, ev.Version, w.trx.Version)
+	}
+	if got, want := js(ev.Ops), js(orEmpty(w.ops)); got != want {
+		t.Errorf("event %s: ops %s, want %s", ev.ID, got, want)
+	}
+	if got, want := js(ev.Balances), js(w.trx.Balances); got != want {
+		t.Errorf("event %s: balances %s, want %s", ev.ID, got, want)
+	}
+	if ev.Kind != feed.KindHoldExpire && ev.Kind != feed.KindHoldCommit && ev.Kind != feed.KindHoldRollback && ev.Trx.Reason != w.trx.Reason {
+		t.Errorf("event %s: reason %q, want %q", ev.ID, ev.Trx.Reason, w.trx.Reason)
+	}
+	if ev.CommittedAt.Before(ev.At) {
+		t.Errorf("event %s: committed at %v, before its write at %v", ev.ID, ev.CommittedAt, ev.At)
+	}
+}
+
+func orEmpty(ops []coffer.Op) []coffer.Op {
+	if ops == nil {
+		return []coffer.Op{}
+	}
+	return ops
+}
+
+// add expects the event of player's trx at status, with ops: those the
+// change wrote, of the answer's (a hold's begin answers its pending
+// grants too, a finish the ops of its begin too). Its balances are the
+// answer's: those its ops leave.
+func (m expectations) add(kind feed.Kind, player coffer.PlayerID, trx coffer.Trx, status string, ops []coffer.Op) {
+	m[fmt.Sprintf("1/%d/%d/%s", player, trx.ID, status)] = expected{kind: kind, trx: trx, ops: ops}
+}
+
+type expectations map[string]expected
+
+func (e *env) hold(player coffer.PlayerID, key string, ttl time.Duration, ops ...coffer.OpRequest) coffer.Trx {
+	e.t.Helper()
+	trx, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(player, key), Ops: ops, Reason: "test", Hold: true, HoldTTL: ttl})
+	must(e.t, err)
+	return trx
+}
+
+// rolledBackInsert writes a trx and an op for player in a transaction
+// that rolls back.
+func (e *env) rolledBackInsert(player coffer.PlayerID) {
+	e.t.Helper()
+	id := e.m.ShardOf(player)
+	tx, err := e.router.Shard(id).Begin(ctx)
+	must(e.t, err)
+	_, err = tx.Exec(ctx, shard.Tables(`INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash, kind, status, reason, version, pos)
+		VALUES (1, $1, now(), 999999, 7, 'ghost', '', 'change', 'committed', 'ghost', 1000, 1000)`, id), player)
+	must(e.t, err)
+	must(e.t, tx.Rollback(ctx))
+}
+
+// checkOrder checks each player's events come in (version, seq) order,
+// every version from 1 up with an event: none missing, none twice.
+func checkOrder(t *testing.T, evs []feed.Event) {
+	t.Helper()
+	type key struct {
+		ns     coffer.Namespace
+		player coffer.PlayerID
+	}
+	last := map[key][2]int64{}
+	for _, ev := range evs {
+		k := key{ev.Namespace, ev.PlayerID}
+		prev, ok := last[k]
+		cur := [2]int64{ev.Version, int64(ev.Seq)}
+		switch {
+		case !ok && (ev.Version != 1 || ev.Seq != 0):
+			t.Errorf("player %v: first event %s at %v", k, ev.ID, cur)
+		case ok && cur[0] == prev[0] && cur[1] != prev[1]+1, ok && cur[0] != prev[0] && (cur[0] != prev[0]+1 || cur[1] != 0):
+			t.Errorf("player %v: event %s at %v after %v", k, ev.ID, cur, prev)
+		}
+		last[k] = cur
+	}
+}
+
+func js(v any) string {
+	raw, _ := json.Marshal(v)
+	return string(raw)
+}
