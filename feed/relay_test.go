@@ -3,6 +3,7 @@ package feed_test
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,4 +193,105 @@ func checkOrder(t *testing.T, evs []feed.Event) {
 func js(v any) string {
 	raw, _ := json.Marshal(v)
 	return string(raw)
+}
+
+// TestRelayKilledStoresOnce: sessions cut while writes go on (the
+// database ends the relay's connection, as a crash of its process would
+// leave the slot), a relay stopped and started again, the broker killed
+// and started again: the stream holds each committed trx change once,
+// every player's in order.
+func TestRelayKilledStoresOnce(t *testing.T) {
+	e := newEnv(t)
+	e.startRelay()
+	const players, writes = 12, 15
+	stopWriting := e.writeAll(players, writes)
+	e.waitDelivered(20)
+	e.terminateSession()
+	e.waitDelivered(60)
+	e.stopRelay()
+	e.startRelay()
+	e.waitDelivered(80)
+	e.terminateSession()
+	must(t, broker.Kill())
+	// Writes go on without the broker; the slot keeps their WAL.
+	e.change(1000, "while-down", free("gold", 1))
+	e.waitSlot(func(st feed.SlotState) bool { return st.RetainedBytes > 0 })
+	must(t, broker.Start())
+	stopWriting()
+	evs := e.waitStored(e.committedTrx())
+	checkOrder(t, evs)
+	if got := len(evs); got != players*writes+1 {
+		t.Fatalf("%d events, want %d", got, players*writes+1)
+	}
+	e.obs.mu.Lock()
+	t.Logf("%d duplicates dropped by the stream; %d sessions ended", e.obs.duplicates, len(e.obs.sessions))
+	e.obs.mu.Unlock()
+	e.auditClean()
+}
+
+// writeAll makes writes changes for each of players players, the players
+// side by side; the returned func waits for them.
+func (e *env) writeAll(players, writes int) func() {
+	var wg sync.WaitGroup
+	for p := range players {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range writes {
+				_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(coffer.PlayerID(p+1), fmt.Sprint("w", i)),
+					Ops: []coffer.OpRequest{free("gold", coffer.Amount(i+1))}})
+				if err != nil {
+					e.t.Errorf("player %d write %d: %v", p+1, i, err)
+					return
+				}
+			}
+		}()
+	}
+	return wg.Wait
+}
+
+// waitDelivered waits (generous bound) until the relays delivered n
+// events, duplicates counted.
+func (e *env) waitDelivered(n int) {
+	e.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		e.obs.mu.Lock()
+		got := e.obs.delivered["jetstream"]
+		e.obs.mu.Unlock()
+		if got >= n {
+			return
+		}
+	}
+	e.t.Fatalf("fewer than %d events delivered", n)
+}
+
+// waitSlot waits (generous bound) until the slot's state reported
+// satisfies ok.
+func (e *env) waitSlot(ok func(feed.SlotState) bool) {
+	e.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		e.obs.mu.Lock()
+		st := e.obs.slot
+		e.obs.mu.Unlock()
+		if ok(st) {
+			return
+		}
+	}
+	e.t.Fatalf("the slot's state never came to pass")
+}
+
+// terminateSession ends the relay's replication connection from the
+// database's side: the session ends without confirming what it
+// delivered last, as a killed relay.
+func (e *env) terminateSession() {
+	e.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var n int
+		must(e.t, e.router.Database(0).QueryRow(ctx, `SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots
+			WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slot()).Scan(&n))
+		if n == 1 {
+			return
+		}
+	}
+	e.t.Fatalf("the relay never read its slot")
 }
