@@ -1,6 +1,6 @@
 # The two commands of the README: `make run` and `make test`. Both install
 # what is missing (Go, the PostgreSQL server binaries; for the tests also
-# Patroni and etcd) first.
+# nats-server, Patroni and etcd) first.
 GO := $(shell scripts/ensure-go.sh)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
@@ -25,6 +25,7 @@ lint:
 # skipped, and said so). Then every fuzz target runs briefly.
 test: deps lint
 	@command -v curl >/dev/null 2>&1 || scripts/apt-install.sh curl
+	@scripts/ensure-nats.sh
 	@scripts/ensure-patroni.sh
 	$(GO) test -count=1 -timeout 20m ./...
 	@command -v patroni >/dev/null 2>&1 || echo "make test: TestTorturePatroni was skipped: Patroni is not installed (apt-get install -y patroni etcd-server)"

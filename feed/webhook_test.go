@@ -88,19 +88,7 @@ func TestWebhooks(t *testing.T) {
 		t.Fatalf("receiver holds got %v", h)
 	}
 	// The slot does not wait for the receiver dropped.
-	var end string
-	must(t, e.router.Database(0).QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&end))
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var caught bool
-		must(t, e.router.Database(0).QueryRow(ctx, "SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2",
-			end, e.slot()).Scan(&caught))
-		if caught {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the slot waits for a receiver dropped")
-		}
-	}
+	e.waitConfirmedPastNow()
 	down.mu.Lock()
 	defer down.mu.Unlock()
 	if down.posts == 0 {

@@ -35,6 +35,7 @@ type Config struct {
 	Currencies   []CurrencyConfig  `yaml:"currencies,omitempty"`
 	Namespaces   []NamespaceConfig `yaml:"namespaces,omitempty"`
 	Clients      []ClientConfig    `yaml:"clients,omitempty"`
+	Feed         FeedConfig        `yaml:"feed"`
 	// RequireSynchronousStandby refuses writes (shard_unavailable) to a
 	// database whose primary has no synchronous standby in sync, since an
 	// acknowledged write could then be lost at the next failover.
@@ -193,6 +194,7 @@ func DefaultConfig() *Config {
 		Holds:   HoldsConfig{TTLDefault: 10 * time.Minute, TTLMax: 24 * time.Hour},
 		Sweep:   SweepConfig{Interval: 5 * time.Second, BatchMax: 1000},
 		Log:     LogConfig{Level: "info"},
+		Feed:    defaultFeed(),
 	}
 }
 
