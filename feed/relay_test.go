@@ -3,6 +3,7 @@ package feed_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -294,4 +295,48 @@ func (e *env) terminateSession() {
 		}
 	}
 	e.t.Fatalf("the relay never read its slot")
+}
+
+// TestPlayerOrderSurvivesAFailedPublish: a player's event the stream
+// refuses (larger than it takes) holds back the player's later events,
+// never another player's; once the stream takes it, the player's events
+// are stored in order.
+func TestPlayerOrderSurvivesAFailedPublish(t *testing.T) {
+	e := newEnv(t)
+	sc := feed.StreamFor(e.stream, e.prefix, 10*time.Minute)
+	sc.MaxMsgSize = 1500
+	_, err := e.js.CreateStream(ctx, sc)
+	must(t, err)
+	e.startRelay()
+	big := fmt.Sprintf(`{"note": %q}`, strings.Repeat("x", 2000))
+	_, _, err = e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(7, "big"), Ops: []coffer.OpRequest{free("gold", 1)}, Meta: json.RawMessage(big)})
+	must(t, err)
+	e.change(7, "after", free("gold", 1))
+	e.change(8, "other", free("gold", 1))
+	if evs := e.waitStored(1); evs[0].PlayerID != 8 {
+		t.Fatalf("stored first: %s", evs[0].ID)
+	}
+	e.waitSessionsEnded(2) // the big event refused again and again
+	if evs := e.stored(); len(evs) != 1 {
+		t.Fatalf("stored while player 7's first event is refused: %s", js(evs))
+	}
+	sc.MaxMsgSize = -1
+	_, err = e.js.UpdateStream(ctx, sc)
+	must(t, err)
+	checkOrder(t, e.waitStored(3))
+}
+
+// waitSessionsEnded waits (generous bound) until n of the relay's
+// sessions ended.
+func (e *env) waitSessionsEnded(n int) {
+	e.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		e.obs.mu.Lock()
+		got := len(e.obs.sessions)
+		e.obs.mu.Unlock()
+		if got >= n {
+			return
+		}
+	}
+	e.t.Fatalf("fewer than %d sessions ended", n)
 }
