@@ -197,14 +197,22 @@ func (r *Relay) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 	return pgconn.ConnectConfig(ctx, cfg)
 }
 
+// statusGapMin is the least time between two status updates that only
+// move the confirmed position.
+const statusGapMin = 100 * time.Millisecond
+
 // stream receives the slot's messages, hands each committed transaction's
 // events to every delivery and confirms what all delivered.
 func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, deliveries []delivery) error {
 	dec := newDecoder()
 	var sent, confirmed, handed pglogrepl.LSN
 	lastStatus := time.Now()
+	// confirm tells the server what the slot may confirm: when asked,
+	// every StatusInterval, and when it moved, at most every
+	// statusGapMin (not at every message).
 	confirm := func(force bool) error {
-		if confirmed == sent && !force {
+		since := time.Since(lastStatus)
+		if !force && since < r.StatusInterval && (confirmed == sent || since < statusGapMin) {
 			return nil
 		}
 		sent, lastStatus = confirmed, time.Now()
@@ -225,7 +233,7 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, deliveries []de
 		if done > confirmed {
 			confirmed = done
 		}
-		if err := confirm(time.Since(lastStatus) >= r.StatusInterval); err != nil {
+		if err := confirm(false); err != nil {
 			return err
 		}
 		rctx, cancel := context.WithTimeout(ctx, r.StatusInterval)
