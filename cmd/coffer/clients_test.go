@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,11 +13,14 @@ import (
 	"github.com/cofferhq/coffer/internal/pgserver"
 )
 
-// TestClients runs the tests of the Python client (clients/,
-// docs/clients.md) against one real `coffer dev`: the README's story
-// through the client, its errors and its retries. Then the ledger they
-// wrote must pass the audit. scripts/ensure-clients.sh installs what they
-// need (a virtual environment with pytest and the Python client).
+// TestClients runs the tests of the Python and TypeScript clients
+// (clients/, docs/clients.md) against one real `coffer dev`: the README's
+// story through each client, its errors and its retries. Then the ledger
+// they wrote must pass the audit. scripts/ensure-clients.sh installs what
+// they need (a virtual environment with pytest and the Python client as a
+// user installs it; TypeScript), and the TypeScript client's committed
+// build (clients/typescript/dist, what `npm install` of the directory
+// gives) must be what tsc makes of its source.
 func TestClients(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	must(t, err)
@@ -36,6 +40,21 @@ func TestClients(t *testing.T) {
 	t.Run("python", func(t *testing.T) {
 		runIn(t, filepath.Join(root, "clients/python"), env,
 			filepath.Join(root, ".cache/clients/venv/bin/python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
+	})
+	t.Run("typescript", func(t *testing.T) {
+		ts := filepath.Join(root, "clients/typescript")
+		runIn(t, ts, env, "npm", "test", "--silent")
+		for _, f := range []string{"index", "client", "errors", "models"} {
+			for _, ext := range []string{".js", ".d.ts"} {
+				built, err := os.ReadFile(filepath.Join(ts, "build-test/src", f+ext))
+				must(t, err)
+				committed, err := os.ReadFile(filepath.Join(ts, "dist", f+ext))
+				must(t, err)
+				if !bytes.Equal(built, committed) {
+					t.Errorf("clients/typescript/dist/%s%s is not what tsc makes of src: run `npm run build` in clients/typescript", f, ext)
+				}
+			}
+		}
 	})
 
 	if code, out, errOut := run(t, "audit", "-c", filepath.Join(data, "coffer.yaml")); code != 0 {
