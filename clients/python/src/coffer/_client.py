@@ -64,7 +64,8 @@ def _trx_path(ns: int, player: int, key: str, suffix: str = "") -> str:
 
 
 def _trx(status: int, body: Any) -> Trx:
-    return replace(decode(Trx, body), replay=status == 200)
+    trx: Trx = decode(Trx, body)
+    return replace(trx, replay=status == 200)
 
 
 def _query(**params: Any) -> dict[str, str]:
@@ -163,14 +164,18 @@ class _Base:
         self._retries = retries
         self._retry_after_max = retry_after_max
 
-    def _headers(self, call: _Call[Any]) -> dict[str, str]:
-        return self._auth if call.body is None else {**self._auth, "Content-Type": "application/json"}
+    def _request(self, call: _Call[Any]) -> dict[str, Any]:
+        """_request is the arguments of httpx's request() for call."""
+        headers = self._auth if call.body is None else {**self._auth, "Content-Type": "application/json"}
+        return {"method": call.method, "url": call.path, "params": call.query, "content": call.body,
+                "headers": headers}
 
-    def _wait(self, err: CofferError, attempt: int) -> float | None:
-        """_wait is how long to wait before sending err's request again, or None
-        when it must not be: not retryable, or the last attempt."""
+    def _wait(self, err: CofferError, attempt: int) -> float:
+        """_wait is how long to wait before sending err's request again; it
+        raises err when it must not be sent again: not retryable, or the
+        last attempt."""
         if not err.retryable or attempt >= self._retries:
-            return None
+            raise err
         after = RETRY_AFTER_DEFAULT if err.retry_after is None else err.retry_after
         return min(after, self._retry_after_max)
 
@@ -200,16 +205,11 @@ class Client(_Base):
     def _send(self, call: _Call[T]) -> T:
         attempt = 0
         while True:
-            resp = self._http.request(call.method, call.path, params=call.query, content=call.body,
-                                      headers=self._headers(call))
             try:
-                return _answer(call, resp)
+                return _answer(call, self._http.request(**self._request(call)))
             except CofferError as err:
-                wait = self._wait(err, attempt)
-                if wait is None:
-                    raise
-                self._sleep(wait)
-                attempt += 1
+                self._sleep(self._wait(err, attempt))
+            attempt += 1
 
     def balances(self, ns: int, player: int, *, currency: str | None = None, at: datetime | None = None,
                  lots: bool = False) -> Balances:
@@ -286,16 +286,11 @@ class AsyncClient(_Base):
     async def _send(self, call: _Call[T]) -> T:
         attempt = 0
         while True:
-            resp = await self._http.request(call.method, call.path, params=call.query, content=call.body,
-                                            headers=self._headers(call))
             try:
-                return _answer(call, resp)
+                return _answer(call, await self._http.request(**self._request(call)))
             except CofferError as err:
-                wait = self._wait(err, attempt)
-                if wait is None:
-                    raise
-                await self._sleep(wait)
-                attempt += 1
+                await self._sleep(self._wait(err, attempt))
+            attempt += 1
 
     async def balances(self, ns: int, player: int, *, currency: str | None = None,
                        at: datetime | None = None, lots: bool = False) -> Balances:

@@ -51,7 +51,7 @@ def decode(cls: type, obj: Any) -> Any:
 
 
 @cache
-def _hints(cls: type) -> list[tuple[dataclasses.Field, Any]]:
+def _hints(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
     hints = typing.get_type_hints(cls)
     return [(f, hints[f.name]) for f in dataclasses.fields(cls) if f.metadata.get("wire", True)]
 
@@ -67,7 +67,7 @@ def _value(hint: Any, v: Any) -> Any:
         return [_value(item, x) for x in v]
     if hint is datetime:
         return parse_time(v)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return decode(hint, v)
     return v
 
