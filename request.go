@@ -20,6 +20,12 @@ type OpRequest struct {
 	Purchase  *Purchase  `json:"purchase,omitempty"`
 }
 
+// The kinds of a grant (OpRequest.Kind); empty means GrantFree.
+const (
+	GrantFree = "free"
+	GrantPaid = "paid"
+)
+
 // Scope identifies a trx: the namespace, player, calling client's emitter
 // and idempotency key.
 type Scope struct {
@@ -215,11 +221,11 @@ func (c *Catalog) validateOp(i int, op OpRequest) (ValidOp, error) {
 		return v, nil
 	}
 	switch op.Kind {
-	case "", "free":
+	case "", GrantFree:
 		if op.Purchase != nil {
 			return ValidOp{}, Errorf(CodeInvalid, "ops[%d].purchase: only paid grants carry a purchase", i)
 		}
-	case "paid":
+	case GrantPaid:
 		if !cur.Paid {
 			return ValidOp{}, Errorf(CodeInvalid, "ops[%d].kind: %s cannot be bought, so it cannot be paid", i, cur.Code)
 		}
