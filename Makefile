@@ -4,7 +4,7 @@
 GO := $(shell scripts/ensure-go.sh)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: run test fuzz build deps lint generate clean
+.PHONY: run test fuzz fuzz-api build deps lint generate clean
 
 run: build
 	./bin/coffer dev
@@ -22,11 +22,13 @@ lint:
 
 # The dev test runs the curl example that `coffer dev` prints; the fault
 # suite's Patroni run needs Patroni and etcd (installed when root, else
-# skipped, and said so). Then every fuzz target runs briefly.
+# skipped, and said so); TestSchemathesis needs Schemathesis (installed
+# from PyPI into .cache/schemathesis). Then every fuzz target runs briefly.
 test: deps lint
 	@command -v curl >/dev/null 2>&1 || scripts/apt-install.sh curl
 	@scripts/ensure-nats.sh
 	@scripts/ensure-patroni.sh
+	@scripts/ensure-schemathesis.sh >/dev/null
 	$(GO) test -count=1 -timeout 20m ./...
 	@command -v patroni >/dev/null 2>&1 || echo "make test: TestTorturePatroni was skipped: Patroni is not installed (apt-get install -y patroni etcd-server)"
 	@$(MAKE) --no-print-directory fuzz
@@ -46,6 +48,13 @@ fuzz:
 	    $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s $$(dirname $$file) || exit 1; \
 	  done; \
 	done
+
+# Runs Schemathesis alone against `coffer dev` (TestSchemathesis,
+# docs/testing.md): positive, negative and stateful tests of every
+# operation of /openapi.json.
+fuzz-api: deps
+	@scripts/ensure-schemathesis.sh >/dev/null
+	$(GO) test -count=1 -timeout 20m -run '^TestSchemathesis$$' -v ./cmd/coffer
 
 # Regenerates the Go code and the OpenAPI document from api/coffer/v1/wallet.proto.
 generate:
