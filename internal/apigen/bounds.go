@@ -50,7 +50,7 @@ var bounds = map[string]bound{
 	"Purchase.store":         storeBound,
 	"Purchase.order_id":      orderIDBound,
 	"Purchase.price":         {object{"minimum": 0, "maximum": coffer.PriceMax}, false},
-	"Purchase.fiat":          {object{"pattern": "^[A-Z]{3}$"}, true},
+	"Purchase.fiat":          {object{"pattern": "^[" + charClass(coffer.FiatChars) + "]{" + strconv.Itoa(coffer.FiatLen) + "}$"}, true},
 	"RefundRequest.store":    storeBound,
 	"RefundRequest.order_id": orderIDBound,
 	"RefundRequest.kind":     {object{"enum": []any{string(coffer.RefundRefund), string(coffer.RefundChargeback)}}, true},
