@@ -119,6 +119,7 @@ var codeOf = map[coffer.Code]codes.Code{
 	coffer.CodeUnauthenticated:         codes.Unauthenticated,
 	coffer.CodePermissionDenied:        codes.PermissionDenied,
 	coffer.CodeNotFound:                codes.NotFound,
+	coffer.CodeMethodNotAllowed:        codes.Unimplemented,
 	coffer.CodeInsufficientFunds:       codes.FailedPrecondition,
 	coffer.CodeTooManyLots:             codes.FailedPrecondition,
 	coffer.CodeIdempotencyConflict:     codes.AlreadyExists,

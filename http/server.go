@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/cofferhq/coffer"
@@ -95,9 +96,36 @@ func (s *Server) Handler() http.Handler {
 		_, _ = w.Write(api.OpenAPI)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.problem(w, r, requestID(w, r), coffer.Errorf(coffer.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+		id := requestID(w, r)
+		if allow := allowed(mux, r); allow != nil {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			s.problem(w, r, id, coffer.Errorf(coffer.CodeMethodNotAllowed, "%s %s: the path serves %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+			return
+		}
+		s.problem(w, r, id, coffer.Errorf(coffer.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
 	return mux
+}
+
+// methods are those allowed can find on a path: HTTP's (RFC 9110 §9), and
+// PATCH (RFC 5789).
+var methods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+	http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace}
+
+// allowed lists the methods mux serves on r's path, asking mux itself for
+// each (a GET route serves HEAD too), or nil when it serves none there
+// and the path is not found. The catch-all, which answers this, does not
+// count.
+func allowed(mux *http.ServeMux, r *http.Request) []string {
+	var out []string
+	probe := *r
+	for _, m := range methods {
+		probe.Method = m
+		if _, pattern := mux.Handler(&probe); pattern != "/" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // call wraps an rpc's handler: request id, its span, metrics, a slot in Gate,

@@ -37,6 +37,7 @@ type Config struct {
 	Currencies   []CurrencyConfig  `yaml:"currencies,omitempty"`
 	Namespaces   []NamespaceConfig `yaml:"namespaces,omitempty"`
 	Clients      []ClientConfig    `yaml:"clients,omitempty"`
+	Feed         FeedConfig        `yaml:"feed"`
 	// RequireSynchronousStandby refuses writes (shard_unavailable) to a
 	// database whose primary has no synchronous standby in sync, since an
 	// acknowledged write could then be lost at the next failover.
@@ -209,6 +210,7 @@ func DefaultConfig() *Config {
 		Sweep:     SweepConfig{Interval: 5 * time.Second, BatchMax: 1000},
 		Log:       LogConfig{Level: "info"},
 		Telemetry: TelemetryConfig{SampleRatio: 1},
+		Feed:      defaultFeed(),
 	}
 }
 

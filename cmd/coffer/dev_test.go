@@ -94,6 +94,12 @@ func startDev(t *testing.T, data string, try func(cmds []string, banner string))
 // and returns its exit code and whole output.
 func startUntil(t *testing.T, tmp, mark string, args ...string) (cmd *exec.Cmd, upTo string, finish func() (int, string, string)) {
 	t.Helper()
+	return startUntilWithin(t, tmp, mark, 3*time.Minute, args...)
+}
+
+// startUntilWithin is startUntil with the command killed after life.
+func startUntilWithin(t *testing.T, tmp, mark string, life time.Duration, args ...string) (cmd *exec.Cmd, upTo string, finish func() (int, string, string)) {
+	t.Helper()
 	cmd = exec.Command(cofferBinary(t), args...)
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	stdout, err := cmd.StdoutPipe()
@@ -102,7 +108,7 @@ func startUntil(t *testing.T, tmp, mark string, args ...string) (cmd *exec.Cmd, 
 	cmd.Stderr = &stderr
 	must(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	kill := time.AfterFunc(3*time.Minute, func() { _ = cmd.Process.Kill() })
+	kill := time.AfterFunc(life, func() { _ = cmd.Process.Kill() })
 	var out strings.Builder
 	lines := bufio.NewScanner(stdout)
 	found := false
