@@ -25,6 +25,7 @@ import (
 	"github.com/cofferhq/coffer/bench"
 	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/shard"
+	"github.com/cofferhq/coffer/telemetry"
 )
 
 // benchFlags are the flags of `coffer bench`.
@@ -35,7 +36,7 @@ type benchFlags struct {
 	baseline                    string
 	jsonPath, reportDir         string
 	decay                       int64
-	keep, stockPostgres         bool
+	keep, stockPostgres, trace  bool
 	pgSet                       map[string]string
 	pprof                       string
 	shards, committers, readers int
@@ -103,6 +104,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.IntVar(&f.shards, "shards", 16, "with --self: shard tables over its two databases (shard_count), even")
 	fs.IntVar(&f.committers, "committers", DefaultConfig().Batches.Committers, "with --self: batches of writes in flight per database (batches.committers)")
 	fs.IntVar(&f.readers, "readers", DefaultConfig().Batches.Readers, "with --self: batches of balance reads in flight per database (batches.readers)")
+	fs.BoolVar(&f.trace, "trace", false, "with --self: coffer serve traces every call (telemetry.otlp_endpoint) to an OTLP receiver in the bench, which counts the spans")
 	fs.StringVar(&f.pprof, "pprof", "", "with --self: coffer serve serves /debug/pprof/ (and /metrics) on this address, for profiling")
 	fs.IntVar(&f.pgCPUs, "pg-cpus", 0, "with --self: confine every PostgreSQL server to this many CPUs (the last ones), the bench and coffer serve to the rest (cgroup v1 cpuset, as root)")
 	fs.Float64Var(&f.pgCPUQuota, "pg-cpu-quota", 0, "with --self: each PostgreSQL server's CPU budget in cores, e.g. 0.2 (a CFS quota, cgroup v1, as root)")
@@ -165,6 +167,8 @@ func (f *benchFlags) check(given map[string]bool) error {
 		return errors.New("--shards needs --self")
 	case (given["committers"] || given["readers"]) && !f.self:
 		return errors.New("--committers and --readers need --self")
+	case f.trace && !f.self:
+		return errors.New("--trace needs --self")
 	case f.committers < 1 || f.readers < 1 || stack.poolCrowded():
 		return fmt.Errorf("--committers, --readers: at least 1 each, and together below pool.conns_max (%d)", stack.Pool.ConnsMax)
 	case f.shards > 1024:
@@ -384,6 +388,18 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer, layout stackLay
 	defer func() { err = errors.Join(err, cpus.remove()) }()
 	key := newAPIKey()
 	cfg := f.stackConfig(key)
+	if f.trace {
+		// In the bench's process: the receiver's CPU is not coffer's.
+		spans, err := telemetry.Receive()
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			spans.Stop()
+			fmt.Fprintf(out, "coffer bench: %d spans received over OTLP\n", spans.Spans())
+		}()
+		cfg.Telemetry.OTLPEndpoint = "http://" + spans.Addr
+	}
 	settings := f.stackSettings()
 	st, err := startLocalStack(ctx, dir, cfg, layout, settings, io.Discard)
 	if err != nil {

@@ -229,6 +229,7 @@ func TestBenchFlags(t *testing.T) {
 		{"--target", "http://x", "--api-key", "k", "--pg-cpus", "1"},
 		{"--target", "http://x", "--api-key", "k", "--pg-cpu-quota", "0.5"},
 		{"--target", "http://x", "--api-key", "k", "--databases", "1,2"},
+		{"--target", "http://x", "--api-key", "k", "--trace"},
 	} {
 		if code, _, _ := run(t, append([]string{"bench"}, args...)...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
