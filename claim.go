@@ -34,22 +34,35 @@ type PurchaseKey struct {
 // either end, control characters. A store's length is one byte of
 // PurchaseKey.Hash.
 const (
-	storeLenMax   = 64
-	orderIDLenMax = 128
+	// StoreLenMax bounds a store's code, in bytes (characters of
+	// StoreChars).
+	StoreLenMax = 64
+	// OrderIDLenMax bounds an order id, in bytes.
+	OrderIDLenMax = 128
+	// StoreChars are the characters a store's code may have.
+	StoreChars = "abcdefghijklmnopqrstuvwxyz0123456789_-"
 )
+
+// OrderIDRune tells whether an order id may hold r: any character but a
+// control character.
+func OrderIDRune(r rune) bool { return !unicode.IsControl(r) }
+
+// OrderIDEdgeRune tells whether an order id may start or end with r: an
+// OrderIDRune that is not white space.
+func OrderIDEdgeRune(r rune) bool { return OrderIDRune(r) && !unicode.IsSpace(r) }
 
 // checkOrder checks the names of a store order; field prefixes the
 // fields' names in the error ("ops[0].purchase."). Errors are CodeInvalid.
 func checkOrder(field, store, orderID string) error {
-	if len(store) < 1 || len(store) > storeLenMax || strings.TrimLeft(store, "abcdefghijklmnopqrstuvwxyz0123456789_-") != "" {
-		return Errorf(CodeInvalid, "%sstore: must be 1–%d characters of a–z, 0–9, _ and - (a code, such as steam)", field, storeLenMax)
+	if len(store) < 1 || len(store) > StoreLenMax || strings.TrimLeft(store, StoreChars) != "" {
+		return Errorf(CodeInvalid, "%sstore: must be 1–%d characters of a–z, 0–9, _ and - (a code, such as steam)", field, StoreLenMax)
 	}
 	first, _ := utf8.DecodeRuneInString(orderID)
 	last, _ := utf8.DecodeLastRuneInString(orderID)
-	if len(orderID) < 1 || len(orderID) > orderIDLenMax || !utf8.ValidString(orderID) ||
-		strings.IndexFunc(orderID, unicode.IsControl) >= 0 || unicode.IsSpace(first) || unicode.IsSpace(last) {
+	if len(orderID) < 1 || len(orderID) > OrderIDLenMax || !utf8.ValidString(orderID) ||
+		strings.ContainsFunc(orderID, func(r rune) bool { return !OrderIDRune(r) }) || !OrderIDEdgeRune(first) || !OrderIDEdgeRune(last) {
 		return Errorf(CodeInvalid, "%sorder_id: must be 1–%d bytes of UTF-8, without control characters or white space at either end, as the store issued it",
-			field, orderIDLenMax)
+			field, OrderIDLenMax)
 	}
 	return nil
 }

@@ -55,6 +55,10 @@ const (
 	// below int64 (a report of a namespace passes it only after millions
 	// of purchases at this price, and then fails rather than wraps).
 	PriceMax Amount = 1_000_000_000_000
+	// HoldTTLSecondsMax bounds the hold_ttl_seconds a request may say,
+	// whatever the configuration allows (holds.ttl_max), so that it
+	// converts to a time.Duration without overflow.
+	HoldTTLSecondsMax = 1 << 32
 )
 
 // Bounds of what one player may hold and one trx may move, so that no sum

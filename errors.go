@@ -11,10 +11,13 @@ type Code string
 
 // The error codes of the API contract (docs/api.md, Errors).
 const (
-	CodeInvalid             Code = "invalid_argument"
-	CodeUnauthenticated     Code = "unauthenticated"
-	CodePermissionDenied    Code = "permission_denied"
-	CodeNotFound            Code = "not_found"
+	CodeInvalid          Code = "invalid_argument"
+	CodeUnauthenticated  Code = "unauthenticated"
+	CodePermissionDenied Code = "permission_denied"
+	CodeNotFound         Code = "not_found"
+	// CodeMethodNotAllowed refuses an HTTP method that the path does not
+	// serve (HTTP only: gRPC has no methods of a path).
+	CodeMethodNotAllowed    Code = "method_not_allowed"
 	CodeInsufficientFunds   Code = "insufficient_funds"
 	CodeTooManyLots         Code = "too_many_lots"
 	CodeIdempotencyConflict Code = "idempotency_conflict"
@@ -44,7 +47,7 @@ const (
 func (c Code) ServerFailure() bool { return c == CodeInternal || c == CodeUnavailable }
 
 // Codes lists every code, in the order of the contract.
-var Codes = []Code{CodeInvalid, CodeUnauthenticated, CodePermissionDenied, CodeNotFound,
+var Codes = []Code{CodeInvalid, CodeUnauthenticated, CodePermissionDenied, CodeNotFound, CodeMethodNotAllowed,
 	CodeInsufficientFunds, CodeTooManyLots, CodeIdempotencyConflict, CodeHoldNotPending, CodeHoldExpired,
 	CodePurchaseAlreadyCredited, CodeAlreadyRefunded, CodePayloadTooLarge, CodeUnavailable, CodeOverloaded, CodeInternal}
 

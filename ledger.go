@@ -193,14 +193,20 @@ func (q FinlogQuery) Validate() error {
 	return checkOptTime("to", q.To)
 }
 
+// The orders of a finlog: oldest first (the default) or newest first.
+const (
+	FinlogAsc  = "asc"
+	FinlogDesc = "desc"
+)
+
 // FinlogOrder reads a finlog's order, as both transports carry it: asc
 // (oldest first, also the default, "") or desc. Errors:
 // invalid_argument.
 func FinlogOrder(order string) (desc bool, err error) {
 	switch order {
-	case "", "asc":
+	case "", FinlogAsc:
 		return false, nil
-	case "desc":
+	case FinlogDesc:
 		return true, nil
 	}
 	return false, Errorf(CodeInvalid, "order: must be asc or desc")

@@ -20,6 +20,18 @@ type OpRequest struct {
 	Purchase  *Purchase  `json:"purchase,omitempty"`
 }
 
+// A fiat code (ISO 4217) is FiatLen of FiatChars: USD.
+const (
+	FiatLen   = 3
+	FiatChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
+
+// The kinds of a grant (OpRequest.Kind); empty means GrantFree.
+const (
+	GrantFree = "free"
+	GrantPaid = "paid"
+)
+
 // Scope identifies a trx: the namespace, player, calling client's emitter
 // and idempotency key.
 type Scope struct {
@@ -215,11 +227,11 @@ func (c *Catalog) validateOp(i int, op OpRequest) (ValidOp, error) {
 		return v, nil
 	}
 	switch op.Kind {
-	case "", "free":
+	case "", GrantFree:
 		if op.Purchase != nil {
 			return ValidOp{}, Errorf(CodeInvalid, "ops[%d].purchase: only paid grants carry a purchase", i)
 		}
-	case "paid":
+	case GrantPaid:
 		if !cur.Paid {
 			return ValidOp{}, Errorf(CodeInvalid, "ops[%d].kind: %s cannot be bought, so it cannot be paid", i, cur.Code)
 		}
@@ -259,7 +271,7 @@ func checkPurchase(i int, p *Purchase) error {
 	switch {
 	case p.Price < 0 || Amount(p.Price) > PriceMax:
 		return Errorf(CodeInvalid, "ops[%d].purchase.price: must be 0–%d minor units", i, PriceMax)
-	case len(p.Fiat) != 3 || p.Fiat[0] < 'A' || p.Fiat[0] > 'Z' || p.Fiat[1] < 'A' || p.Fiat[1] > 'Z' || p.Fiat[2] < 'A' || p.Fiat[2] > 'Z':
+	case len(p.Fiat) != FiatLen || strings.Trim(p.Fiat, FiatChars) != "":
 		return Errorf(CodeInvalid, "ops[%d].purchase.fiat: must be an ISO 4217 code like USD", i)
 	}
 	return nil

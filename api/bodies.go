@@ -62,7 +62,7 @@ type BatchChangeBody struct {
 // would overflow a time.Duration are invalid_argument; the catalog checks
 // the configured bounds.
 func HoldTTL(seconds int64) (time.Duration, error) {
-	if seconds < 0 || seconds > 1<<32 {
+	if seconds < 0 || seconds > coffer.HoldTTLSecondsMax {
 		return 0, coffer.Errorf(coffer.CodeInvalid, "hold_ttl_seconds: out of range")
 	}
 	return time.Duration(seconds) * time.Second, nil

@@ -7,28 +7,9 @@ import (
 	"strconv"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/http/httpstatus"
 	"github.com/cofferhq/coffer/shard"
 )
-
-// statusOf maps each error code to its HTTP status: the one table
-// (docs/api.md, Errors).
-var statusOf = map[coffer.Code]int{
-	coffer.CodeInvalid:                 http.StatusBadRequest,
-	coffer.CodeUnauthenticated:         http.StatusUnauthorized,
-	coffer.CodePermissionDenied:        http.StatusForbidden,
-	coffer.CodeNotFound:                http.StatusNotFound,
-	coffer.CodeInsufficientFunds:       http.StatusConflict,
-	coffer.CodeTooManyLots:             http.StatusConflict,
-	coffer.CodeIdempotencyConflict:     http.StatusConflict,
-	coffer.CodeHoldNotPending:          http.StatusConflict,
-	coffer.CodeHoldExpired:             http.StatusConflict,
-	coffer.CodePurchaseAlreadyCredited: http.StatusConflict,
-	coffer.CodeAlreadyRefunded:         http.StatusConflict,
-	coffer.CodePayloadTooLarge:         http.StatusRequestEntityTooLarge,
-	coffer.CodeUnavailable:             http.StatusServiceUnavailable,
-	coffer.CodeOverloaded:              http.StatusServiceUnavailable,
-	coffer.CodeInternal:                http.StatusInternalServerError,
-}
 
 // Problem is an RFC 9457 problem details body with coffer's stable code.
 type Problem struct {
@@ -61,7 +42,7 @@ func (s *Server) problem(w http.ResponseWriter, _ *http.Request, requestID strin
 // change's in a batch.
 func problemOf(err error, requestID string) *Problem {
 	code := coffer.ErrorCode(err)
-	status, ok := statusOf[code]
+	status, ok := httpstatus.Of(code)
 	if !ok {
 		code, status = coffer.CodeInternal, http.StatusInternalServerError
 	}

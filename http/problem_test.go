@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/http/httpstatus"
 )
 
 // TestProblemForEveryCode: every code has its status, the body carries the
@@ -19,7 +20,8 @@ func TestProblemForEveryCode(t *testing.T) {
 		w := httptest.NewRecorder()
 		status := s.problem(w, nil, "rid", fmt.Errorf("wrapped: %w", coffer.Errorf(code, "secret detail")))
 		var p Problem
-		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || statusOf[code] == 0 || status != statusOf[code] ||
+		want, ok := httpstatus.Of(code)
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || !ok || status != want ||
 			p.Code != code || p.Status != status || p.RequestID != "rid" || w.Code != status {
 			t.Errorf("%s: HTTP %d %s (%v)", code, w.Code, w.Body, err)
 		}

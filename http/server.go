@@ -13,12 +13,14 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/api"
 	"github.com/cofferhq/coffer/metrics"
 	"github.com/cofferhq/coffer/shed"
+	"github.com/cofferhq/coffer/telemetry"
 )
 
 // Server is the HTTP transport. Its fields are set once, before Handler.
@@ -27,6 +29,9 @@ type Server struct {
 	Clients *coffer.Clients
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
+	// Tracing traces each call, its parent the caller's traceparent
+	// header; nil is tracing off.
+	Tracing *telemetry.Tracing
 	// BodyBytesMax bounds a request body; a larger one is
 	// payload_too_large.
 	BodyBytesMax int64
@@ -91,12 +96,39 @@ func (s *Server) Handler() http.Handler {
 		_, _ = w.Write(api.OpenAPI)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.problem(w, r, requestID(w, r), coffer.Errorf(coffer.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+		id := requestID(w, r)
+		if allow := allowed(mux, r); allow != nil {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			s.problem(w, r, id, coffer.Errorf(coffer.CodeMethodNotAllowed, "%s %s: the path serves %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+			return
+		}
+		s.problem(w, r, id, coffer.Errorf(coffer.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
 	return mux
 }
 
-// call wraps an rpc's handler: request id, metrics, a slot in Gate,
+// methods are those allowed can find on a path: HTTP's (RFC 9110 §9), and
+// PATCH (RFC 5789).
+var methods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+	http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace}
+
+// allowed lists the methods mux serves on r's path, asking mux itself for
+// each (a GET route serves HEAD too), or nil when it serves none there
+// and the path is not found. The catch-all, which answers this, does not
+// count.
+func allowed(mux *http.ServeMux, r *http.Request) []string {
+	var out []string
+	probe := *r
+	for _, m := range methods {
+		probe.Method = m
+		if _, pattern := mux.Handler(&probe); pattern != "/" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// call wraps an rpc's handler: request id, its span, metrics, a slot in Gate,
 // authentication and authorization (before any database work), the
 // route's query parameters, its body's bytes in Bytes, the response and
 // one log line. The slot is held until the answer is sent, so a client
@@ -105,6 +137,7 @@ func (s *Server) call(rt api.Route, h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		id := requestID(w, r)
+		ctx, span := s.Tracing.StartHTTP(r.Context(), r.Header, rt.Method, rt.Path, rt.RPC)
 		done := s.Metrics.Begin(rt.RPC)
 		var client *coffer.Client
 		status, body := 0, any(nil)
@@ -119,7 +152,7 @@ func (s *Server) call(rt api.Route, h handler) http.Handler {
 				held := &heldBody{ReadCloser: r.Body, budget: s.Bytes}
 				defer held.release()
 				r.Body = held
-				status, body, err = serve(h, r.WithContext(context.WithValue(r.Context(), callKey{}, &callInfo{id, q})), client)
+				status, body, err = serve(h, r.WithContext(context.WithValue(ctx, callKey{}, &callInfo{id, q})), client)
 			}
 		}
 		done(err)
@@ -130,6 +163,7 @@ func (s *Server) call(rt api.Route, h handler) http.Handler {
 			writeJSON(w, status, body)
 		}
 		s.log(r, rt, id, client, status, err, time.Since(start))
+		span.EndHTTP(status, err)
 	})
 }
 

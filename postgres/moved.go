@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// A shard's move (coffer shard move, docs/adr/0016-shard-moves.md) cuts
+// A shard's move (coffer shard move, docs/adr/0022-shard-moves.md) cuts
 // it over from its old database to its new one while the store serves:
 // from that instant the old copy is fenced, so a batch that reaches it
 // fails as a whole, nothing written. The store then reads the moves

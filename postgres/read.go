@@ -343,13 +343,13 @@ func failReads(reqs []*readRequest, err error) {
 // a statement per shard they touch (batchSQL.balances), each read getting
 // its player's version and lots with coins from one snapshot, with the
 // snapshot's time: coffer.Catalog.CurrentBalances answers from them.
-func (s *Store) runReads(db int, reqs []*readRequest) {
+func (s *Store) runReads(ctx context.Context, db int, reqs []*readRequest) {
 	byShard := perShard{}
 	for i, r := range reqs {
 		r.lots = nil // what a batch that met a fence read
 		byShard.add(r.shard, int32(r.ns), int64(r.player), int32(i+1))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	b := &pgx.Batch{}
 	b.Queue(keyedJoins)
@@ -365,7 +365,7 @@ func (s *Store) runReads(db int, reqs []*readRequest) {
 			func(r *readRequest) { r.err = errMoved })
 		if len(stay) < len(reqs) {
 			if len(stay) > 0 {
-				s.runReads(db, stay)
+				s.runReads(ctx, db, stay)
 			}
 			return
 		}

@@ -19,5 +19,5 @@ if ! command -v apt-get >/dev/null 2>&1; then
 	exit 1
 fi
 echo "apt-install: installing$missing" >&2
-$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >&2
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq $missing >&2

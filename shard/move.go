@@ -12,7 +12,7 @@ import (
 	"github.com/cofferhq/coffer"
 )
 
-// MoveState is how far a shard's move went (docs/adr/0016-shard-moves.md).
+// MoveState is how far a shard's move went (docs/adr/0022-shard-moves.md).
 type MoveState string
 
 // The states of a move, in the order it passes them; aborted ends a move

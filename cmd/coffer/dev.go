@@ -38,7 +38,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "coffer dev: starting PostgreSQL under %s/pg ...\n", *dataDir)
 	cfg := devConfig(*listen, *grpcListen, *apiKey)
 	cfg.Listen.Ops = *opsListen
-	st, err := startLocalStack(ctx, *dataDir, cfg, 2, nil, stdout)
+	st, err := startLocalStack(ctx, *dataDir, cfg, stackLayout{servers: 1, databasesEach: 2}, nil, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "coffer dev:", err)
 		return 1
@@ -139,5 +139,5 @@ curl -s -X POST %s/v1/namespaces/1/players/42/transactions -H 'Authorization: Be
 curl -s %s/v1/namespaces/1/players/42/balances -H 'Authorization: Bearer %s'
 
 Press Ctrl-C to stop.
-`, base, svc.GRPCAddr, base, opsURL(svc), key, st.server.Port(), st.configPath, st.configPath, st.configPath, st.dir, base, key, base, key)
+`, base, svc.GRPCAddr, base, opsURL(svc), key, st.servers[0].Port(), st.configPath, st.configPath, st.configPath, st.dir, base, key, base, key)
 }

@@ -94,6 +94,12 @@ func startDev(t *testing.T, data string, try func(cmds []string, banner string))
 // and returns its exit code and whole output.
 func startUntil(t *testing.T, tmp, mark string, args ...string) (cmd *exec.Cmd, upTo string, finish func() (int, string, string)) {
 	t.Helper()
+	return startUntilWithin(t, tmp, mark, 3*time.Minute, args...)
+}
+
+// startUntilWithin is startUntil with the command killed after life.
+func startUntilWithin(t *testing.T, tmp, mark string, life time.Duration, args ...string) (cmd *exec.Cmd, upTo string, finish func() (int, string, string)) {
+	t.Helper()
 	cmd = exec.Command(cofferBinary(t), args...)
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	stdout, err := cmd.StdoutPipe()
@@ -102,7 +108,7 @@ func startUntil(t *testing.T, tmp, mark string, args ...string) (cmd *exec.Cmd, 
 	cmd.Stderr = &stderr
 	must(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	kill := time.AfterFunc(3*time.Minute, func() { _ = cmd.Process.Kill() })
+	kill := time.AfterFunc(life, func() { _ = cmd.Process.Kill() })
 	var out strings.Builder
 	lines := bufio.NewScanner(stdout)
 	found := false
@@ -133,7 +139,7 @@ var binary struct {
 }
 
 // cofferBinary builds the coffer binary once for the tests that run it as
-// a user would.
+// a user would, static, as the container image builds it (CGO_ENABLED=0).
 func cofferBinary(t *testing.T) string {
 	t.Helper()
 	binary.once.Do(func() {
@@ -143,7 +149,9 @@ func cofferBinary(t *testing.T) string {
 			return
 		}
 		binary.path = filepath.Join(dir, "coffer")
-		if out, err := exec.Command("go", "build", "-o", binary.path, ".").CombinedOutput(); err != nil {
+		build := exec.Command("go", "build", "-o", binary.path, ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
 			binary.err = fmt.Errorf("build: %v\n%s", err, out)
 		}
 	})

@@ -19,6 +19,7 @@ var commands = map[string]command{
 	"audit":   {"check the ledger invariants on every shard", runAudit},
 	"bench":   {"measure throughput, latency and cost per operation (--self or --target)", runBench},
 	"dev":     {"start a local stack: PostgreSQL, schema and the API, with a dev key", runDev},
+	"feed":    {"relay every committed trx to NATS JetStream and webhooks (feed tail: watch the events)", runFeed},
 	"serve":   {"serve the API (HTTP/JSON and gRPC) with a config file", runServe},
 	"keygen":  {"make a new API key and the hash to put in the config", runKeygen},
 	"migrate": {"apply, check or generate schema migrations (sdbmigrate-compatible)", runMigrate},
@@ -26,7 +27,7 @@ var commands = map[string]command{
 	"torture": {"fault-injection run: kills, freezes and cuts databases and instances under load, then checks no currency was created or lost", runTortureCmd},
 }
 
-var commandOrder = []string{"dev", "serve", "migrate", "audit", "bench", "torture", "shard", "keygen"}
+var commandOrder = []string{"dev", "serve", "feed", "migrate", "audit", "bench", "torture", "shard", "keygen"}
 
 func main() {
 	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))

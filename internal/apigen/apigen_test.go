@@ -67,8 +67,10 @@ func TestQueryOfABodylessPost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := file.Services().Get(0).Methods().ByName("GetBalances")
-	op := operation(file, m, "/v1/namespaces/{namespace}/players/{player_id}/balances", "POST", false)
+	svc := file.Services().Get(0)
+	m := svc.Methods().ByName("GetBalances")
+	g := &generator{file: file, requests: requestMessages(svc)}
+	op := g.operation(m, "/v1/namespaces/{namespace}/players/{player_id}/balances", "POST", false)
 	var query []string
 	for _, p := range op["parameters"].([]any) {
 		if p := p.(object); p["in"] == "query" {

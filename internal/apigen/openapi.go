@@ -3,10 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/http/httpstatus"
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -23,6 +26,7 @@ type object = map[string]any
 // routes that have no rpc.
 func openAPI(file protoreflect.FileDescriptor) ([]byte, error) {
 	svc := file.Services().Get(0)
+	g := &generator{file: file, requests: requestMessages(svc)}
 	schemas := object{"Problem": problemSchema()}
 	paths := operationalPaths()
 	for i := 0; i < svc.Methods().Len(); i++ {
@@ -35,7 +39,7 @@ func openAPI(file protoreflect.FileDescriptor) ([]byte, error) {
 		if method == "" {
 			return nil, fmt.Errorf("%s: no google.api.http rule", m.Name())
 		}
-		op := operation(file, m, path, method, rule.GetBody() == "*")
+		op := g.operation(m, path, method, rule.GetBody() == "*")
 		if paths[path] == nil {
 			paths[path] = object{}
 		}
@@ -43,7 +47,7 @@ func openAPI(file protoreflect.FileDescriptor) ([]byte, error) {
 	}
 	for i := 0; i < file.Messages().Len(); i++ {
 		msg := file.Messages().Get(i)
-		schemas[string(msg.Name())] = messageSchema(file, msg, nil)
+		schemas[string(msg.Name())] = g.messageSchema(msg, nil)
 	}
 	doc := object{
 		"openapi": "3.0.3",
@@ -59,7 +63,8 @@ func openAPI(file protoreflect.FileDescriptor) ([]byte, error) {
 			"securitySchemes": object{"bearer": object{"type": "http", "scheme": "bearer"}},
 			"headers": object{"Retry-After": object{
 				"description": "Seconds to wait before retrying with the same idempotency key.",
-				"schema":      object{"type": "integer"},
+				"required":    true,
+				"schema":      object{"type": "integer", "minimum": 0},
 			}},
 		},
 	}
@@ -94,24 +99,32 @@ func ruleRoute(r *annotations.HttpRule) (method, path string) {
 
 var pathVar = regexp.MustCompile(`\{([a-z_]+)\}`)
 
-func operation(file protoreflect.FileDescriptor, m protoreflect.MethodDescriptor, path, method string, body bool) object {
+// generator writes the document of one contract file.
+type generator struct {
+	file protoreflect.FileDescriptor
+	// requests are the messages requests carry, whose fields have bounds
+	// (bounds.go).
+	requests map[protoreflect.FullName]bool
+}
+
+func (g *generator) operation(m protoreflect.MethodDescriptor, path, method string, body bool) object {
 	in := m.Input()
 	inPath := map[string]bool{}
 	var params []any
 	for _, v := range pathVar.FindAllStringSubmatch(path, -1) {
 		inPath[v[1]] = true
-		params = append(params, parameter(file, in.Fields().ByName(protoreflect.Name(v[1])), "path"))
+		params = append(params, g.parameter(in.Fields().ByName(protoreflect.Name(v[1])), "path"))
 	}
 	op := object{
 		"operationId": string(m.Name()),
-		"summary":     firstSentence(comment(file, m)),
-		"description": comment(file, m),
+		"summary":     firstSentence(comment(g.file, m)),
+		"description": comment(g.file, m),
 		"tags":        []any{"wallet"},
 	}
 	if !body {
 		for i := 0; i < in.Fields().Len(); i++ {
 			if f := in.Fields().Get(i); !inPath[string(f.Name())] {
-				params = append(params, parameter(file, f, "query"))
+				params = append(params, g.parameter(f, "query"))
 			}
 		}
 	}
@@ -120,58 +133,175 @@ func operation(file protoreflect.FileDescriptor, m protoreflect.MethodDescriptor
 	}
 	if body {
 		op["requestBody"] = object{"required": true, "content": object{
-			"application/json": object{"schema": messageSchema(file, in, inPath)},
+			"application/json": object{"schema": g.messageSchema(in, inPath)},
 		}}
 	}
-	ok := object{"description": "OK", "content": object{
-		"application/json": object{"schema": ref(m.Output())},
-	}}
-	responses := object{"200": ok, "default": problemResponse("An error; code says which.")}
-	if m.Output().Name() == "Trx" && method == "POST" {
-		ok["description"] = "A replay: the original result of the same key and payload."
-		responses["201"] = object{"description": "Created: a new write.", "content": ok["content"]}
-	}
-	unavailable := problemResponse("shard_unavailable: the player's database is unreachable; or overloaded: the instance serves as many calls as it may. Nothing was done: retry after Retry-After seconds with the same key.")
-	unavailable["headers"] = object{"Retry-After": object{"$ref": "#/components/headers/Retry-After"}}
-	responses["503"] = unavailable
-	op["responses"] = responses
+	op["responses"] = responses(m, method)
 	return op
 }
 
-func parameter(file protoreflect.FileDescriptor, f protoreflect.FieldDescriptor, in string) object {
-	p := object{"name": string(f.Name()), "in": in, "schema": fieldSchema(f)}
-	if d := comment(file, f); d != "" {
+// responses are every answer of rpc m: its success, and a problem for
+// each status its codes (rpcCodes) map to, naming those codes.
+func responses(m protoreflect.MethodDescriptor, method string) object {
+	rpc := string(m.Name())
+	content := object{"application/json": object{"schema": ref(m.Output())}}
+	out := object{"200": object{"description": "OK", "content": content}}
+	if m.Output().Name() == "Trx" && method == "POST" {
+		out["200"] = object{"description": "A replay: the original result of the same key and payload.", "content": content, "links": links(rpc)}
+		out["201"] = object{"description": "Created: a new write.", "content": content, "links": links(rpc)}
+	}
+	byStatus := map[int][]any{}
+	for _, c := range codesOf(rpc, method) {
+		status, ok := httpstatus.Of(c)
+		if !ok {
+			panic(fmt.Sprintf("apigen: code %s has no HTTP status", c))
+		}
+		byStatus[status] = append(byStatus[status], string(c))
+	}
+	for status, codes := range byStatus {
+		r := object{
+			"description": fmt.Sprintf("%s: %s.", http.StatusText(status), joinCodes(codes)),
+			"content": object{"application/problem+json": object{"schema": object{"allOf": []any{
+				object{"$ref": "#/components/schemas/Problem"},
+				object{"properties": object{"code": object{"type": "string", "enum": codes}}},
+			}}}},
+		}
+		if status == http.StatusServiceUnavailable {
+			r["description"] = r["description"].(string) + " Nothing was done: retry after Retry-After seconds with the same key."
+			r["headers"] = object{"Retry-After": object{"$ref": "#/components/headers/Retry-After"}}
+		}
+		out[strconv.Itoa(status)] = r
+	}
+	return out
+}
+
+func joinCodes(codes []any) string {
+	s := make([]string, len(codes))
+	for i, c := range codes {
+		s[i] = c.(string)
+	}
+	return strings.Join(s, ", ")
+}
+
+// rpcCodes are the codes each rpc's coffer.Ledger method returns besides
+// invalid_argument and internal (its comment in ledger.go); codesOf adds
+// what the transport answers itself.
+var rpcCodes = map[string][]coffer.Code{
+	"GetBalances": {coffer.CodeUnavailable},
+	"Change": {coffer.CodeInsufficientFunds, coffer.CodeTooManyLots, coffer.CodeIdempotencyConflict,
+		coffer.CodePurchaseAlreadyCredited, coffer.CodeUnavailable},
+	"BatchChange": {},
+	"Commit":      {coffer.CodeNotFound, coffer.CodeHoldNotPending, coffer.CodeHoldExpired, coffer.CodeTooManyLots, coffer.CodeUnavailable},
+	"Rollback":    {coffer.CodeNotFound, coffer.CodeHoldNotPending, coffer.CodeUnavailable},
+	"GetTrx":      {coffer.CodeNotFound, coffer.CodeUnavailable},
+	"Exchange":    {coffer.CodeInsufficientFunds, coffer.CodeTooManyLots, coffer.CodeIdempotencyConflict, coffer.CodeUnavailable},
+	"Refund":      {coffer.CodeNotFound, coffer.CodeAlreadyRefunded, coffer.CodeIdempotencyConflict, coffer.CodeUnavailable},
+	"Finlog":      {coffer.CodeUnavailable},
+	"Revenue":     {coffer.CodeUnavailable},
+	"GetStatus":   {},
+}
+
+// codesOf are the codes of every answer of rpc: the ledger's (rpcCodes)
+// and the transport's: a malformed path, query or body, the API key and
+// its permission, a body too large (every POST reads one), a full
+// instance, a bug.
+func codesOf(rpc, method string) []coffer.Code {
+	own, ok := rpcCodes[rpc]
+	if !ok {
+		panic("apigen: rpcCodes lacks rpc " + rpc)
+	}
+	out := []coffer.Code{coffer.CodeInvalid, coffer.CodeUnauthenticated, coffer.CodePermissionDenied}
+	if method == "POST" {
+		out = append(out, coffer.CodePayloadTooLarge)
+	}
+	out = append(out, own...)
+	return append(out, coffer.CodeOverloaded, coffer.CodeInternal)
+}
+
+// linkedRPCs are the calls a trx written by an rpc leads to, named by its
+// key: a stateful tester or a client generator follows them.
+var linkedRPCs = map[string][]string{
+	"Change":   {"GetTrx", "Commit", "Rollback"},
+	"Exchange": {"GetTrx"},
+	"Refund":   {"GetTrx"},
+	"Commit":   {"GetTrx"},
+	"Rollback": {"GetTrx"},
+}
+
+// links are the OpenAPI links of a trx rpc wrote: the same namespace and
+// player, the trx's key.
+func links(rpc string) object {
+	out := object{}
+	for _, to := range linkedRPCs[rpc] {
+		out[to] = object{
+			"operationId": to,
+			"description": "The trx just written, by its idempotency key.",
+			"parameters": object{
+				"namespace":       "$request.path.namespace",
+				"player_id":       "$request.path.player_id",
+				"idempotency_key": "$response.body#/idempotency_key",
+			},
+		}
+	}
+	return out
+}
+
+func (g *generator) parameter(f protoreflect.FieldDescriptor, in string) object {
+	s := g.fieldSchema(f)
+	p := object{"name": string(f.Name()), "in": in, "schema": s}
+	if d := comment(g.file, f); d != "" {
 		p["description"] = d
 	}
-	if in == "path" {
+	b, _ := boundOf(f)
+	if in == "path" || b.required {
 		p["required"] = true
 	}
 	return p
 }
 
 // messageSchema is a closed object: a field the contract does not name is
-// an error both ways. Fields in skip (path parameters) are left out.
-func messageSchema(file protoreflect.FileDescriptor, msg protoreflect.MessageDescriptor, skip map[string]bool) object {
+// an error both ways. Fields in skip (path parameters) are left out. A
+// request message's fields have their bounds, and those the server
+// refuses a request without are required.
+func (g *generator) messageSchema(msg protoreflect.MessageDescriptor, skip map[string]bool) object {
 	props := object{}
+	var required []any
 	for i := 0; i < msg.Fields().Len(); i++ {
 		f := msg.Fields().Get(i)
 		if skip[string(f.Name())] {
 			continue
 		}
-		s := fieldSchema(f)
-		if d := comment(file, f); d != "" && s["$ref"] == nil {
+		s := g.fieldSchema(f)
+		if d := comment(g.file, f); d != "" && s["$ref"] == nil {
 			s["description"] = d
 		}
 		props[string(f.Name())] = s
+		if b, _ := boundOf(f); b.required && g.requests[msg.FullName()] {
+			required = append(required, string(f.Name()))
+		}
 	}
 	s := object{"type": "object", "properties": props, "additionalProperties": false}
-	if d := comment(file, msg); d != "" && skip == nil {
+	if required != nil {
+		s["required"] = required
+	}
+	if d := comment(g.file, msg); d != "" && skip == nil {
 		s["description"] = d
 	}
 	return s
 }
 
-func fieldSchema(f protoreflect.FieldDescriptor) object {
+// fieldSchema is f's schema: its type and, in a request message, its
+// bound.
+func (g *generator) fieldSchema(f protoreflect.FieldDescriptor) object {
+	s := typeSchema(f)
+	if g.requests[f.ContainingMessage().FullName()] {
+		s = bounded(s, f)
+	}
+	return s
+}
+
+// typeSchema is f's JSON type.
+func typeSchema(f protoreflect.FieldDescriptor) object {
 	var s object
 	switch f.Kind() {
 	case protoreflect.Int32Kind:
@@ -232,12 +362,6 @@ func codes() []any {
 		out[i] = string(c)
 	}
 	return out
-}
-
-func problemResponse(desc string) object {
-	return object{"description": desc, "content": object{
-		"application/problem+json": object{"schema": object{"$ref": "#/components/schemas/Problem"}},
-	}}
 }
 
 // operationalPaths are the routes without an rpc: probes and this

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -117,6 +118,9 @@ func (s *session) open(ctx context.Context) error {
 				return err
 			}
 		}
+		if err := s.publishHere(ctx, tx); err != nil {
+			return err
+		}
 		s.mv.Pause = time.Since(s.cutAt)
 		return s.record(ctx, tx)
 	})
@@ -125,6 +129,42 @@ func (s *session) open(ctx context.Context) error {
 		return err
 	}
 	return s.record(ctx, s.src)
+}
+
+// publishHere adds the shard's tables to the target's publications that
+// publish the same tables of other shards (the change feed's,
+// coffer_feed: its trx_N and op_N), in the transaction that opens the
+// target, so that a relay reading the target publishes the shard's
+// writes from the first (the rows the copy wrote carry a replication
+// origin, which the relay skips). The moves' own publications are not
+// the target's business.
+func (s *session) publishHere(ctx context.Context, tx pgx.Tx) error {
+	rows, _ := tx.Query(ctx, `SELECT DISTINCT pubname, regexp_replace(tablename, '_[0-9]+$', '') FROM pg_publication_tables
+		WHERE schemaname = 'public' AND tablename ~ '^[a-z][a-z_]*_[0-9]+$' AND pubname NOT LIKE 'coffer\_move\_%'`)
+	type kind struct{ publication, prefix string }
+	var kinds []kind
+	var k kind
+	if _, err := pgx.ForEachRow(rows, []any{&k.publication, &k.prefix}, func() error {
+		kinds = append(kinds, k)
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, k := range kinds {
+		table := k.prefix + "_" + strconv.Itoa(int(s.mv.Shard))
+		var member bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_publication_tables WHERE pubname = $1 AND schemaname = 'public' AND tablename = $2)",
+			k.publication, table).Scan(&member); err != nil {
+			return err
+		}
+		if member || !slices.Contains(s.tables, table) {
+			continue
+		}
+		if _, err := tx.Exec(ctx, "ALTER PUBLICATION "+ident(k.publication)+" ADD TABLE "+ident(table)); err != nil {
+			return fmt.Errorf("publication %s: %w", k.publication, err)
+		}
+	}
+	return nil
 }
 
 // takeSnapshot begins, on a connection of its own, a transaction on the

@@ -1,5 +1,5 @@
 // Package move moves a shard to another database while coffer serves it
-// (coffer shard move; docs/adr/0016-shard-moves.md): PostgreSQL's logical
+// (coffer shard move; docs/adr/0022-shard-moves.md): PostgreSQL's logical
 // replication copies the shard's tables, a cut-over fences the old copy
 // and opens the new one, and each step is recorded on both databases
 // (shard_move), so that every coffer instance routes by it and a mover

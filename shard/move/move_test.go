@@ -203,6 +203,9 @@ func TestMoveCarriesOnAfterStops(t *testing.T) {
 		t.Fatalf("gold = %d, want 2", got)
 	}
 
+	// The change feed's publication on the target gains the next
+	// shard's tables of the kinds it publishes, as the target opens.
+	e.dbs[2].Exec(t, "CREATE PUBLICATION coffer_feed FOR TABLE trx_1, op_1")
 	q := e.playerOn(2, 1)
 	must(t, e.grant(q, "before"))
 	e.mover.After = stopAt(move.StepDone)
@@ -215,6 +218,10 @@ func TestMoveCarriesOnAfterStops(t *testing.T) {
 	if !rep.Unverified || rep.Move.State != shard.MoveDone {
 		t.Fatalf("report = %+v", rep)
 	}
+	if n := e.count(2, "SELECT count(*) FROM pg_publication_tables WHERE pubname = 'coffer_feed' AND tablename IN ('trx_2', 'op_2')"); n != 2 {
+		t.Errorf("the feed's publication on the target holds %d of trx_2 and op_2", n)
+	}
+	e.dbs[2].Exec(t, "DROP PUBLICATION coffer_feed")
 	if err := e.mover.Cleanup(ctx, 2, false); err == nil || !strings.Contains(err.Error(), "not verified") {
 		t.Fatalf("cleanup of an unverified move: %v", err)
 	}
