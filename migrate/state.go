@@ -48,7 +48,7 @@ func (e *Engine) writeState(ctx context.Context, tx pgx.Tx, s *session, opts Opt
 		}
 	}
 	if !s.state.initialized {
-		ids, _ := json.Marshal(append([]coffer.ShardID{}, e.Map.Held(s.db.Index)...))
+		ids, _ := json.Marshal(append([]coffer.ShardID{}, s.db.Shards...))
 		if _, err := tx.Exec(ctx, "INSERT INTO "+e.table("_sdbmigrate_sharding_state")+" (id, shard_count, shard_ids) VALUES (0, $1, $2)", e.Map.ShardCount(), string(ids)); err != nil {
 			return err
 		}

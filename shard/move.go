@@ -155,19 +155,20 @@ func (m *Map) Unplaced(s coffer.ShardID) error {
 	return fmt.Errorf("shard %d moved to database %s, which the config does not list; add it to the config", s, mv.Home())
 }
 
-// Held lists the shards whose tables database i holds for coffer: those
-// it serves, and those a move in progress is filling it with. A
-// database's _sdbmigrate_sharding_state lists these.
-func (m *Map) Held(i int) []coffer.ShardID {
-	held := slices.Clone(m.databases[i].Shards)
+// Incoming lists the shards a move in progress is filling database i
+// with: its _sdbmigrate_sharding_state may list them or not (the mover
+// records one there once it made the shard's tables, and takes it out as
+// it aborts), beside the shards it serves.
+func (m *Map) Incoming(i int) []coffer.ShardID {
+	var in []coffer.ShardID
 	name := m.databases[i].Name()
 	for s, mv := range m.moves {
 		if mv.State.InProgress() && mv.Target == name {
-			held = append(held, s)
+			in = append(in, s)
 		}
 	}
-	slices.Sort(held)
-	return held
+	slices.Sort(in)
+	return in
 }
 
 // InProgress lists the moves that began and did not end, by shard.

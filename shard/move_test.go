@@ -56,8 +56,8 @@ func TestWithMoves(t *testing.T) {
 	if err := cut.Unplaced(0); err == nil || !strings.Contains(err.Error(), "being cut over") {
 		t.Errorf("a shard being cut over: %v", err)
 	}
-	if got := fmt.Sprint(cut.Held(2), cut.Held(0)); got != "[0] [1]" {
-		t.Errorf("held by the target, by the source: %s", got)
+	if got := fmt.Sprint(cut.Incoming(2), cut.Incoming(0), cut.Databases()[0].Shards); got != "[0] [] [1]" {
+		t.Errorf("incoming on the target, on the source, and the source's shards: %s", got)
 	}
 	gone := base.WithMoves([]Move{mv(1, 1, a, "elsewhere/x", MoveDone)})
 	if err := gone.Unplaced(1); err == nil || !strings.Contains(err.Error(), "not list") {

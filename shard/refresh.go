@@ -47,16 +47,24 @@ func (r *Router) Refresh(ctx context.Context) error {
 		return nil
 	}
 	r.moves.began = time.Now()
-	var errs []error
-	var all []Move
+	// The databases are read side by side: one that is down costs the
+	// refresh refreshTimeout, not that many times.
+	errs := make([]error, len(r.pools))
+	var wg sync.WaitGroup
 	for i, pool := range r.pools {
-		moves, err := readMoves(ctx, pool)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: read shard moves: %w", r.config.databases[i].Label(), err))
-		} else {
+		wg.Go(func() {
+			moves, err := readMoves(ctx, pool)
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: read shard moves: %w", r.config.databases[i].Label(), err)
+				return
+			}
 			r.moves.byDB[i] = moves
-		}
-		all = append(all, r.moves.byDB[i]...)
+		})
+	}
+	wg.Wait()
+	var all []Move
+	for _, moves := range r.moves.byDB {
+		all = append(all, moves...)
 	}
 	if m := r.config.WithMoves(all); !m.SameMoves(r.Map()) {
 		r.m.Store(m)
