@@ -41,7 +41,7 @@ type Relay struct {
 	// ConnString is the database's libpq connection string; its user
 	// needs the REPLICATION attribute (or to be a superuser) and to own
 	// the shard tables, or the publication made beforehand.
-	ConnString string
+	ConnString         string
 	Catalog            *coffer.Catalog
 	Slot, Publication  string
 	Sinks              []Sink
