@@ -300,10 +300,10 @@ func (e *Engine) plan(s *session, opts Options) error {
 		// ranges; the map's are sorted. A shard moved here or away is
 		// recorded so by the mover (coffer shard move), which the map
 		// knows too; one a move is copying here may be recorded or not.
-		incoming := e.Map.Incoming(s.db.Index)
+		incoming, placed := e.Map.Incoming(s.db.Index), e.Map.Databases()[s.db.Index].Shards
 		recorded := slices.DeleteFunc(slices.Sorted(slices.Values(st.shardIDs)), func(id coffer.ShardID) bool { return slices.Contains(incoming, id) })
-		if !slices.Equal(recorded, s.db.Shards) {
-			return fmt.Errorf("the database holds shards %s but the config and the shard moves place shards %s on it; fix the databases section of the config", shardList(recorded), shardList(s.db.Shards))
+		if !slices.Equal(recorded, placed) {
+			return fmt.Errorf("the database holds shards %s but the config and the shard moves place shards %s on it; fix the databases section of the config", shardList(recorded), shardList(placed))
 		}
 	}
 	if len(st.env) > 0 && !opts.ForceUpdateEnv {
