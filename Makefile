@@ -20,13 +20,15 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-# The dev test runs the curl example that `coffer dev` prints; the fault
+# The dev test runs the curl example that `coffer dev` prints, the console
+# test drives Debian's chromium headless (docs/console.md); the fault
 # suite's Patroni run needs Patroni and etcd (installed when root, else
 # skipped, and said so); TestSchemathesis needs Schemathesis (installed
 # from PyPI into .cache/schemathesis). Then every fuzz target runs briefly.
 test: deps lint
 	@command -v curl >/dev/null 2>&1 || scripts/apt-install.sh curl
 	@scripts/ensure-nats.sh
+	@command -v chromium >/dev/null 2>&1 || scripts/apt-install.sh chromium
 	@scripts/ensure-patroni.sh
 	@scripts/ensure-schemathesis.sh >/dev/null
 	$(GO) test -count=1 -timeout 20m ./...
