@@ -102,10 +102,14 @@ func (c *Client) Support() bool { return slices.Contains(c.Permissions, PermSupp
 // TrxEmitter is the emitter of the trx a call of the client names: its
 // own when other is 0 or its own, else another client's, which only a
 // support agent may name, with permission p (PermSupport to read the
-// trx, PermSupportWrite to commit or roll back the hold). Errors:
-// permission_denied.
+// trx, PermSupportWrite to commit or roll back the hold). A negative
+// emitter names no client (every client's is > 0). Errors:
+// invalid_argument, permission_denied.
 func (c *Client) TrxEmitter(ns Namespace, other Emitter, p Permission) (Emitter, error) {
-	if other == 0 || other == c.Emitter {
+	switch {
+	case other < 0:
+		return 0, Errorf(CodeInvalid, "emitter: must be ≥ 0 (0: the calling client's trx), got %d", other)
+	case other == 0 || other == c.Emitter:
 		return c.Emitter, nil
 	}
 	if err := c.Allow(ns, p); err != nil {

@@ -66,29 +66,42 @@ func TestSupportChange(t *testing.T) {
 }
 
 // TestTrxEmitter: a client names its own trx; another client's only with
-// the permission the call asks for, in its namespaces.
+// the permission the call asks for, in its namespaces; a negative emitter
+// is no client's, for any client.
 func TestTrxEmitter(t *testing.T) {
 	game, agent, viewer := supportClients(t)
+	const denied, invalid = -1, -2
 	cases := []struct {
 		name  string
 		c     *Client
 		ns    Namespace
 		other Emitter
 		p     Permission
-		want  Emitter // 0: permission_denied
+		want  Emitter // denied: permission_denied; invalid: invalid_argument
 	}{
 		{"own, by default", game, 1, 0, PermSupport, 1},
 		{"own, named", game, 1, 1, PermSupport, 1},
-		{"a game names another's", game, 1, 7, PermSupport, 0},
+		{"a game names another's", game, 1, 7, PermSupport, denied},
+		{"a game names a negative one", game, 1, -1, PermSupport, invalid},
 		{"an agent reads a game's", agent, 1, 1, PermSupport, 1},
 		{"an agent finishes a game's hold", agent, 1, 1, PermSupportWrite, 1},
-		{"an agent outside its namespaces", agent, 2, 1, PermSupport, 0},
+		{"an agent names a negative one", agent, 1, -1, PermSupportWrite, invalid},
+		{"an agent outside its namespaces", agent, 2, 1, PermSupport, denied},
 		{"a viewer reads a game's", viewer, 1, 1, PermSupport, 1},
-		{"a viewer finishes a game's hold", viewer, 1, 1, PermSupportWrite, 0},
+		{"a viewer finishes a game's hold", viewer, 1, 1, PermSupportWrite, denied},
 	}
 	for _, tc := range cases {
 		got, err := tc.c.TrxEmitter(tc.ns, tc.other, tc.p)
-		if tc.want == 0 && ErrorCode(err) != CodePermissionDenied || tc.want != 0 && (err != nil || got != tc.want) {
+		var ok bool
+		switch tc.want {
+		case denied:
+			ok = ErrorCode(err) == CodePermissionDenied
+		case invalid:
+			ok = ErrorCode(err) == CodeInvalid
+		default:
+			ok = err == nil && got == tc.want
+		}
+		if !ok {
 			t.Errorf("%s: got %d %v, want %d", tc.name, got, err, tc.want)
 		}
 	}
