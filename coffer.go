@@ -105,8 +105,8 @@ const (
 	TrxRefund   TrxKind = "refund"
 )
 
-// trxKinds lists every trx kind.
-var trxKinds = []TrxKind{TrxChange, TrxHold, TrxExchange, TrxExpire, TrxRefund}
+// TrxKinds lists every trx kind: what a finlog may be filtered by.
+var TrxKinds = []TrxKind{TrxChange, TrxHold, TrxExchange, TrxExpire, TrxRefund}
 
 // TrxStatus is the state of a trx; only holds are ever pending.
 type TrxStatus string
@@ -119,8 +119,8 @@ const (
 	StatusExpired    TrxStatus = "expired"
 )
 
-// trxStatuses lists every trx status.
-var trxStatuses = []TrxStatus{StatusCommitted, StatusPending, StatusRolledBack, StatusExpired}
+// TrxStatuses lists every trx status: what a finlog may be filtered by.
+var TrxStatuses = []TrxStatus{StatusCommitted, StatusPending, StatusRolledBack, StatusExpired}
 
 // Purchase is the record of real money behind a paid grant.
 type Purchase struct {

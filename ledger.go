@@ -197,9 +197,9 @@ func (q FinlogQuery) Validate() error {
 		return Errorf(CodeInvalid, "limit must be 1–%d, or 0 for the default", FinlogLimitMax)
 	case !utf8.ValidString(q.Reason) || strings.IndexByte(q.Reason, 0) >= 0:
 		return Errorf(CodeInvalid, "reason: must be UTF-8 without NUL")
-	case q.Kind != "" && !slices.Contains(trxKinds, q.Kind):
+	case q.Kind != "" && !slices.Contains(TrxKinds, q.Kind):
 		return Errorf(CodeInvalid, "kind: must be change, hold, exchange, expire or refund")
-	case q.Status != "" && !slices.Contains(trxStatuses, q.Status):
+	case q.Status != "" && !slices.Contains(TrxStatuses, q.Status):
 		return Errorf(CodeInvalid, "status: must be committed, pending, rolled_back or expired")
 	case utf8.RuneCountInString(q.IdempotencyKey) > IdempotencyKeyLenMax || !utf8.ValidString(q.IdempotencyKey) || strings.IndexByte(q.IdempotencyKey, 0) >= 0:
 		return Errorf(CodeInvalid, "idempotency_key: must be at most %d characters of UTF-8, without NUL", IdempotencyKeyLenMax)
