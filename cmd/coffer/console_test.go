@@ -40,11 +40,25 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true)}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
-	tctx, cancelTime := context.WithTimeout(bctx, 4*time.Minute)
-	t.Cleanup(func() { cancelTime(); cancelBrowser(); cancelAlloc() })
-	if err := chromedp.Run(tctx); err != nil {
+	t.Cleanup(func() {
+		// Closed, not killed: a killed browser's helper processes may
+		// still write into the profile while t.TempDir removes it.
+		closing, cancelClosing := context.WithTimeout(bctx, time.Minute)
+		defer cancelClosing()
+		if err := chromedp.Cancel(closing); err != nil {
+			t.Errorf("closing chromium: %v", err)
+		}
+		cancelBrowser()
+		cancelAlloc()
+	})
+	// The browser lives as long as the context its first run is given
+	// (its process is bound to it): bctx, so that the steps' bound below
+	// ends the steps, not the browser, which the cleanup closes.
+	if err := chromedp.Run(bctx); err != nil {
 		t.Fatalf("chromium: %v", err)
 	}
+	tctx, cancelTime := context.WithTimeout(bctx, 4*time.Minute)
+	t.Cleanup(cancelTime)
 	return tctx
 }
 
@@ -249,7 +263,8 @@ func TestConsole(t *testing.T) {
 // TestGRPCSupportCalls: the support calls over gRPC, as the console makes
 // them over HTTP: who am I, an order's claim, the finlog's filters, a
 // game's hold rolled back by an agent, a support write's reason and
-// stamp, and another client's trx refused to a game.
+// stamp, another client's trx refused to a game, and a negative emitter
+// refused to anyone.
 func TestGRPCSupportCalls(t *testing.T) {
 	s := startService(t, twoServers(t), nil)
 	w, dev, agent := s.grpc, grpcCtx(devKey), grpcCtx(devSupportKey(devKey))
@@ -290,6 +305,10 @@ func TestGRPCSupportCalls(t *testing.T) {
 
 	_, err = w.GetTrx(dev, &cofferv1.TrxRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "h", Emitter: 9})
 	wantGRPC(t, err, codes.PermissionDenied, coffer.CodePermissionDenied)
+	for _, ctx := range []context.Context{dev, agent} { // no client's: refused as HTTP refuses it
+		_, err = w.GetTrx(ctx, &cofferv1.TrxRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "h", Emitter: -1})
+		wantGRPC(t, err, codes.InvalidArgument, coffer.CodeInvalid)
+	}
 	_, err = w.Rollback(agent, &cofferv1.TrxRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "h"})
 	wantGRPC(t, err, codes.NotFound, coffer.CodeNotFound) // its own key: none
 	back, err := w.Rollback(agent, &cofferv1.TrxRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "h", Emitter: 1})
