@@ -2,6 +2,9 @@
 # what is missing (Go, the PostgreSQL server binaries; for the tests also
 # nats-server, Patroni and etcd) first.
 GO := $(shell scripts/ensure-go.sh)
+# coffer is one static binary (the container image ships it so): build and
+# test it without cgo, so that the tests build what is shipped, once.
+export CGO_ENABLED := 0
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: run test fuzz fuzz-api build deps lint generate clean
@@ -21,18 +24,23 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 
 # The dev test runs the curl example that `coffer dev` prints, the console
-# test drives Debian's chromium headless (docs/console.md); the fault
+# test drives Debian's chromium headless (docs/console.md); the deploy
+# test checks the alerting rules and the dashboard's queries with promtool
+# (PROMTOOL: scripts/ensure-promtool.sh); the fault
 # suite's Patroni run needs Patroni and etcd (installed when root, else
 # skipped, and said so); TestSchemathesis needs Schemathesis (installed
-# from PyPI into .cache/schemathesis). Then every fuzz target runs briefly.
+# from PyPI into .cache/schemathesis); the tests of `coffer bench --pg-cpus`
+# need root and cgroup v1 (else skipped, and said so). Then every fuzz
+# target runs briefly.
 test: deps lint
 	@command -v curl >/dev/null 2>&1 || scripts/apt-install.sh curl
 	@scripts/ensure-nats.sh
 	@command -v chromium >/dev/null 2>&1 || scripts/apt-install.sh chromium
 	@scripts/ensure-patroni.sh
 	@scripts/ensure-schemathesis.sh >/dev/null
-	$(GO) test -count=1 -timeout 20m ./...
+	promtool=$$(scripts/ensure-promtool.sh) && PROMTOOL="$$promtool" $(GO) test -count=1 -timeout 20m ./...
 	@command -v patroni >/dev/null 2>&1 || echo "make test: TestTorturePatroni was skipped: Patroni is not installed (apt-get install -y patroni etcd-server)"
+	@[ "$$(id -u)" = 0 ] && [ -e /sys/fs/cgroup/cpuset/cgroup.procs ] && [ -e /sys/fs/cgroup/cpu/cgroup.procs ] || echo "make test: TestSetConfines, TestRemoveNamesAProcessLeft and TestBenchSelfConfined were skipped: confining to CPUs needs root and the cgroup v1 cpuset and cpu hierarchies"
 	@$(MAKE) --no-print-directory fuzz
 
 # Runs every fuzz target for FUZZTIME: a count of inputs by default, a

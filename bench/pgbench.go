@@ -105,7 +105,7 @@ func (p *Pgbench) Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	}()
 	err = waitAll(procs)
 	close(finished)
-	if err != nil && !cfg.stopped() {
+	if err != nil && !cfg.Stopped() {
 		return nil, err
 	}
 	return readPgbenchLogs(dir, cfg, begin)

@@ -39,6 +39,9 @@ func (r *Report) writeHeader(w io.Writer) {
 	if r.Committers > 0 {
 		fmt.Fprintf(w, "coffer serve: batches.committers=%d batches.readers=%d\n", r.Committers, r.Readers)
 	}
+	if r.Confinement != nil {
+		r.Confinement.write(w)
+	}
 	if r.Interrupted {
 		fmt.Fprintln(w, "interrupted: this covers the runs until the interrupt")
 	}
@@ -82,8 +85,15 @@ func (r *Report) WriteText(w io.Writer) {
 	row("PostgreSQL CPU s / 1000 ops", r.Coffer.PostgresCPUPer1000Op, func(s *Side) float64 { return s.PostgresCPUPer1000Op }, "%.3f")
 	fmt.Fprintf(w, "%-28s %12.3f\n", "coffer CPU s / 1000 ops", r.Coffer.CofferCPUPer1000Op)
 	row("bench CPU s / 1000 ops", r.Coffer.BenchCPUPer1000Op, func(s *Side) float64 { return s.BenchCPUPer1000Op }, "%.3f")
+	if r.Confinement != nil && r.Confinement.PostgresCPUQuota > 0 {
+		row("PostgreSQL quota ran out %", 100*r.Coffer.PostgresThrottledShare, func(s *Side) float64 { return 100 * s.PostgresThrottledShare }, "%.1f")
+	}
 	row("CPU stolen by the host %", 100*r.Coffer.StealShare, func(s *Side) float64 { return 100 * s.StealShare }, "%.1f")
 	fmt.Fprintf(w, "%-28s %12.2f\n", "lot updates that were HOT", r.Coffer.LotHOTShare)
+	if r.Confinement != nil {
+		c := r.cores()
+		fmt.Fprintf(w, "cores busy in coffer's runs: PostgreSQL %.2f of %.2f, coffer serve %.2f, bench %.2f\n", c.Postgres, c.PostgresBudget, c.Coffer, c.Bench)
+	}
 	if r.RSSPeakBytes > 0 {
 		fmt.Fprintf(w, "coffer serve peak RSS: %.1f MB\n", float64(r.RSSPeakBytes)/1e6)
 	}
@@ -145,9 +155,15 @@ func errorList(errs map[string]int64) string {
 	return strings.Join(parts, ", ")
 }
 
+// Violations is what the audit found.
+func (r *Report) Violations() int { return r.AuditViolations }
+
 // WriteJSON writes the report as JSON to path.
-func (r *Report) WriteJSON(path string) error {
-	raw, err := json.MarshalIndent(r, "", "  ")
+func (r *Report) WriteJSON(path string) error { return writeJSON(path, r) }
+
+// writeJSON writes v as indented JSON to path.
+func writeJSON(path string, v any) error {
+	raw, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}

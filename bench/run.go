@@ -56,8 +56,8 @@ type RunConfig struct {
 	CPUPIDs []int
 }
 
-// stopped tells whether Stop is closed.
-func (c *RunConfig) stopped() bool {
+// Stopped tells whether Stop is closed.
+func (c *RunConfig) Stopped() bool {
 	select {
 	case <-c.Stop:
 		return true
@@ -108,7 +108,7 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	begin := time.Now()
 	start := begin.Add(cfg.Warmup)
 	stopAt := start.Add(cfg.Duration)
-	running := func() bool { return ctx.Err() == nil && !cfg.stopped() && (cfg.Ops > 0 || time.Now().Before(stopAt)) }
+	running := func() bool { return ctx.Err() == nil && !cfg.Stopped() && (cfg.Ops > 0 || time.Now().Before(stopAt)) }
 	rec := newRecorder(start)
 	var claimed, done, writes, answered atomic.Int64
 	tenths := make([]atomic.Int64, 10) // unix ns when each tenth completed
@@ -146,7 +146,7 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	}
 	claim := func(at time.Time) bool {
 		if at.Before(start) {
-			return ctx.Err() == nil && !cfg.stopped()
+			return ctx.Err() == nil && !cfg.Stopped()
 		}
 		return running() && (cfg.Ops == 0 || claimed.Add(1) <= cfg.Ops)
 	}

@@ -41,6 +41,9 @@ type Env struct {
 	Router         *shard.Router
 	CofferPID      int
 	PostgresPIDs   func() []int
+	// PostgresThrottling, if set, reads the PostgreSQL servers' CPU
+	// quota periods so far, in all, and those whose quota ran out.
+	PostgresThrottling func() (periods, throttled int64, err error)
 }
 
 // Runner is one side of the benchmark: it runs whole runs. Check is its
@@ -110,6 +113,11 @@ type Side struct {
 	// gave to other guests during the side's runs: a noisy neighbour
 	// shows here, and makes the side's figures worse.
 	StealShare float64 `json:"steal_share"`
+	// PostgresThrottledShare is, with --pg-cpu-quota, the share of the
+	// servers' quota periods in which they ran that their quota ran out:
+	// near 1 when the budget is what bounds the side, near 0 when
+	// something else does.
+	PostgresThrottledShare float64 `json:"postgres_throttled_share,omitempty"`
 	// BenchCPUPer1000Op is the bench process's own CPU: the load
 	// generator and the side's client (HTTP, gRPC or pgx), which share
 	// the machine with the side they drive.
@@ -161,7 +169,9 @@ type Report struct {
 	Committers int `json:"committers,omitempty"`
 	// Readers is its batches.readers: the batches of balance reads in
 	// flight per database.
-	Readers       int              `json:"readers,omitempty"`
+	Readers int `json:"readers,omitempty"`
+	// Confinement is how a --self stack shared the CPUs.
+	Confinement   *Confinement     `json:"confinement,omitempty"`
 	Rounds        []Round          `json:"rounds"`
 	RatioMedian   float64          `json:"ratio_median,omitempty"`
 	TPS           float64          `json:"tps"`
@@ -192,6 +202,7 @@ type counters struct {
 	db                         serverStats
 	pgCPU, cofferCPU, benchCPU float64
 	machine, steal             int64
+	pgPeriods, pgThrottled     int64
 	haveDB, haveProcess        bool
 }
 
@@ -212,6 +223,12 @@ func (e *Env) read(ctx context.Context) (counters, error) {
 	if e.CofferPID != 0 {
 		c.cofferCPU = cpuSeconds([]int{e.CofferPID})
 	}
+	if e.PostgresThrottling != nil {
+		var err error
+		if c.pgPeriods, c.pgThrottled, err = e.PostgresThrottling(); err != nil {
+			return c, fmt.Errorf("PostgreSQL's CPU quota: %w", err)
+		}
+	}
 	c.benchCPU = cpuSeconds([]int{os.Getpid()})
 	c.machine, c.steal = machineTicks()
 	return c, nil
@@ -225,6 +242,7 @@ type sideTotals struct {
 	pgCPU, cofferCPU         float64
 	benchCPU                 float64
 	machine, steal           int64
+	pgPeriods, pgThrottled   int64
 	statements               map[string]*statementStats
 }
 
@@ -241,6 +259,8 @@ func (s *sideTotals) add(before, after counters, ops int64) {
 	s.benchCPU += after.benchCPU - before.benchCPU
 	s.machine += after.machine - before.machine
 	s.steal += after.steal - before.steal
+	s.pgPeriods += after.pgPeriods - before.pgPeriods
+	s.pgThrottled += after.pgThrottled - before.pgThrottled
 }
 
 func (s *sideTotals) side() Side {
@@ -253,6 +273,9 @@ func (s *sideTotals) side() Side {
 	}
 	if s.machine > 0 {
 		out.StealShare = float64(s.steal) / float64(s.machine)
+	}
+	if s.pgPeriods > 0 {
+		out.PostgresThrottledShare = float64(s.pgThrottled) / float64(s.pgPeriods)
 	}
 	for _, st := range s.statements {
 		if !st.Nested {
@@ -307,7 +330,7 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 		// transaction, as a caller without a batch API would.
 		baseRuns.Workload = Write
 	}
-	for i := 0; i < o.Rounds && !o.stopped(); i++ {
+	for i := 0; i < o.Rounds && !o.Stopped(); i++ {
 		res, err := runSide(ctx, cofferRuns, env, coffer, i, &cofferSide, out)
 		if err != nil {
 			return nil, err
@@ -319,7 +342,7 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 			rep.Errors[code] += n
 		}
 		round := Round{CofferTPS: res.TPS}
-		if baseline != nil && !o.stopped() {
+		if baseline != nil && !o.Stopped() {
 			b, err := runSide(ctx, baseRuns, env, baseline, i, &baseSide, out)
 			if err != nil {
 				return nil, err
@@ -332,7 +355,7 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 		rep.Rounds = append(rep.Rounds, round)
 		rep.TPS += res.TPS
 	}
-	rep.Interrupted = o.stopped()
+	rep.Interrupted = o.Stopped()
 	if len(rep.Rounds) == 0 {
 		return nil, errors.New("interrupted before the first run")
 	}

@@ -19,6 +19,7 @@ import (
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	"github.com/cofferhq/coffer/metrics"
 	"github.com/cofferhq/coffer/shed"
+	"github.com/cofferhq/coffer/telemetry"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -36,6 +37,9 @@ type Server struct {
 	Clients *coffer.Clients
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
+	// Tracing traces each call, its parent the caller's traceparent
+	// metadata; nil is tracing off.
+	Tracing *telemetry.Tracing
 	// MessageBytesMax bounds a request message, and BatchMessageBytesMax
 	// a BatchChange's instead; a larger one is payload_too_large.
 	MessageBytesMax, BatchMessageBytesMax int
@@ -137,7 +141,7 @@ type requestIDKey struct{}
 // namespaced is every request that addresses a namespace.
 type namespaced interface{ GetNamespace() int32 }
 
-// intercept wraps every call: request id, metrics, a slot in Gate,
+// intercept wraps every call: request id, its span, metrics, a slot in Gate,
 // authorization in the namespace of the client admit authenticated
 // (before any database work), the codec's refusal of the message, error
 // mapping, one log line.
@@ -146,6 +150,7 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	rpc := rpcName(info.FullMethod)
 	md, _ := metadata.FromIncomingContext(ctx)
 	id := requestID(md)
+	ctx, span := s.Tracing.StartGRPC(ctx, md, info.FullMethod, rpc)
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", id))
 	done := s.Metrics.Begin(rpc)
 	m := messageOf(ctx)
@@ -167,6 +172,7 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	done(err)
 	s.log(ctx, rpc, id, client, err, time.Since(start))
+	span.End(err)
 	if err != nil {
 		return nil, toStatus(err, id)
 	}

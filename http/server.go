@@ -20,6 +20,7 @@ import (
 	"github.com/cofferhq/coffer/api"
 	"github.com/cofferhq/coffer/metrics"
 	"github.com/cofferhq/coffer/shed"
+	"github.com/cofferhq/coffer/telemetry"
 )
 
 // Server is the HTTP transport. Its fields are set once, before Handler.
@@ -28,6 +29,9 @@ type Server struct {
 	Clients *coffer.Clients
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
+	// Tracing traces each call, its parent the caller's traceparent
+	// header; nil is tracing off.
+	Tracing *telemetry.Tracing
 	// BodyBytesMax bounds a request body; a larger one is
 	// payload_too_large.
 	BodyBytesMax int64
@@ -126,7 +130,7 @@ func allowed(mux *http.ServeMux, r *http.Request) []string {
 	return out
 }
 
-// call wraps an rpc's handler: request id, metrics, a slot in Gate,
+// call wraps an rpc's handler: request id, its span, metrics, a slot in Gate,
 // authentication and authorization (before any database work), the
 // route's query parameters, its body's bytes in Bytes, the response and
 // one log line. The slot is held until the answer is sent, so a client
@@ -135,6 +139,7 @@ func (s *Server) call(rt api.Route, h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		id := requestID(w, r)
+		ctx, span := s.Tracing.StartHTTP(r.Context(), r.Header, rt.Method, rt.Path, rt.RPC)
 		done := s.Metrics.Begin(rt.RPC)
 		var client *coffer.Client
 		status, body := 0, any(nil)
@@ -149,7 +154,7 @@ func (s *Server) call(rt api.Route, h handler) http.Handler {
 				held := &heldBody{ReadCloser: r.Body, budget: s.Bytes}
 				defer held.release()
 				r.Body = held
-				status, body, err = serve(h, r.WithContext(context.WithValue(r.Context(), callKey{}, &callInfo{id, q})), client)
+				status, body, err = serve(h, r.WithContext(context.WithValue(ctx, callKey{}, &callInfo{id, q})), client)
 			}
 		}
 		done(err)
@@ -160,6 +165,7 @@ func (s *Server) call(rt api.Route, h handler) http.Handler {
 			writeJSON(w, status, body)
 		}
 		s.log(r, rt, id, client, status, err, time.Since(start))
+		span.EndHTTP(status, err)
 	})
 }
 

@@ -101,6 +101,11 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
 }
 
+// Describe sends the description of every metric the instance exports,
+// those not observed yet too: what a dashboard or an alert may query
+// (deploy/, checked against it by the tests).
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) { m.registry.Describe(ch) }
+
 // Begin counts a call in flight; the returned func ends it with its error
 // (nil for success).
 func (m *Metrics) Begin(call string) func(err error) {

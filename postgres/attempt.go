@@ -57,8 +57,8 @@ type batchTx struct {
 // is left (planLate): the writes past that are not planned, and the
 // plans made so far are persisted, so that a batch too long to plan
 // commits what it planned in time instead of failing as a whole.
-func (s *Store) attempt(db int, m *mark, reqs []*request, unknown *attempt) *attempt {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, unknown *attempt) *attempt {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	players, of := s.batchPlayers(reqs)
 	conn, err := s.router.Database(db).Acquire(ctx)

@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"strings"
+
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
 )
@@ -135,7 +137,7 @@ func (b batchSQL) forShard(id coffer.ShardID) batchSQL {
 }
 
 // Statements on a committer's mark (batchTx.persist, batchTx.load,
-// Store.SweepMarks). setMark only raises the token: a transaction given
+// Store.SweepMarks). markParts only raises the token: a transaction given
 // up on (its outcome unread) that commits after a later batch of its
 // committer must not put its older token back. It updates first and
 // inserts only the committer's first row: an upsert (ON CONFLICT DO
@@ -144,11 +146,19 @@ func (b batchSQL) forShard(id coffer.ShardID) batchSQL {
 // deletes: a row its committer sets while the DELETE waits for it is
 // rechecked there, not in the IN list.
 const (
-	setMark = `WITH raised AS (UPDATE batch_mark SET token = $2, marked_at = now() WHERE committer = $1 AND token < $2 RETURNING 1)
-	INSERT INTO batch_mark (committer, token, marked_at) SELECT $1, $2, now() WHERE NOT EXISTS (SELECT FROM raised)
-	ON CONFLICT (committer) DO NOTHING`
 	readMark   = `SELECT token FROM batch_mark WHERE committer = $1`
 	staleMarks = `DELETE FROM batch_mark WHERE committer IN
 		(SELECT committer FROM batch_mark WHERE marked_at < now() - interval '1 day' LIMIT $1)
 		AND marked_at < now() - interval '1 day'`
 )
+
+// markParts are the WITH parts that set a committer's mark ($c, the
+// committer; $t, the token), in a batch's last write statement
+// (writeSQL) rather than a statement of their own: a batch of one write
+// sends one statement less.
+func markParts(committer, token string) string {
+	return strings.NewReplacer("$c", committer, "$t", token).Replace(
+		`raised AS (UPDATE batch_mark SET token = $t, marked_at = now() WHERE committer = $c AND token < $t RETURNING 1),
+	marked AS (INSERT INTO batch_mark (committer, token, marked_at) SELECT $c, $t, now() WHERE NOT EXISTS (SELECT FROM raised)
+		ON CONFLICT (committer) DO NOTHING)`)
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/telemetry"
 )
 
 // committer gathers the calls bound for one database into batches: each of
@@ -26,9 +27,10 @@ type committer[R any] struct {
 	goroutines int
 	queue      chan *job[R]
 	// runner makes, for each goroutine, what runs one of its batches and
-	// answers every item of it; fail answers the items of a job that
+	// answers every item of it, with ctx for its round trips (it carries
+	// the batch's span, if traced); fail answers the items of a job that
 	// cannot run (the store is closed).
-	runner func() func(db int, items []R)
+	runner func() func(ctx context.Context, db int, items []R)
 	fail   func(items []R, err error)
 	// unanswered, if set, tells an item its batch left unanswered, to run
 	// in a later batch: a batch of writes whose time ran short while it
@@ -50,14 +52,16 @@ type committer[R any] struct {
 // writes on one database): they go into one batch, in order. alone tells
 // that a batch ran short of time planning the job: what is left of it
 // goes to the back of the queue, and runs in a batch of its own, so that
-// a call too heavy for one batch slows only itself.
+// a call too heavy for one batch slows only itself. queued is the call's
+// wait in the queue, if traced.
 type job[R any] struct {
-	items []R
-	done  chan struct{}
-	alone bool
+	items  []R
+	done   chan struct{}
+	alone  bool
+	queued telemetry.Queued
 }
 
-func newCommitter[R any](s *Store, db int, kind string, goroutines int, runner func() func(int, []R), fail func([]R, error),
+func newCommitter[R any](s *Store, db int, kind string, goroutines int, runner func() func(context.Context, int, []R), fail func([]R, error),
 	unanswered func(R) bool) *committer[R] {
 	return &committer[R]{s: s, db: db, database: s.router.Map().Databases()[db].Name(), kind: kind, goroutines: goroutines, queue: make(chan *job[R], s.opts.QueueMax),
 		runner: runner, fail: fail, unanswered: unanswered, stop: make(chan struct{})}
@@ -68,7 +72,7 @@ func newCommitter[R any](s *Store, db int, kind string, goroutines int, runner f
 // shard_unavailable when ctx ends first or the store is closed (the items
 // may still be applied: a retry with the same key tells).
 func (c *committer[R]) submit(ctx context.Context, items []R) error {
-	j := &job[R]{items: items, done: make(chan struct{})}
+	j := &job[R]{items: items, done: make(chan struct{}), queued: telemetry.Queue(ctx, c.database, c.kind)}
 	if err := c.enqueue(j); err != nil {
 		return err
 	}
@@ -133,9 +137,15 @@ func (c *committer[R]) loop() {
 				break fill
 			}
 		}
+		var traced telemetry.Batch
+		for _, j := range jobs {
+			traced.Join(&j.queued)
+		}
+		ctx := traced.Start(context.Background(), c.database, c.kind, len(items))
 		began := time.Now()
-		c.runSafely(run, items)
+		c.runSafely(ctx, run, items)
 		c.s.opts.Observer.Batch(c.database, c.kind, len(items), time.Since(began))
+		traced.End()
 		next = append(c.answered(jobs), next...)
 	}
 }
@@ -189,13 +199,13 @@ func (c *committer[R]) answered(jobs []*job[R]) (untouched []*job[R]) {
 // answered yet (fail keeps what a part of a split batch answered before
 // it) instead of killing the process with every call in flight (counted
 // in coffer_errors_total, not as an attempt).
-func (c *committer[R]) runSafely(run func(int, []R), items []R) {
+func (c *committer[R]) runSafely(ctx context.Context, run func(context.Context, int, []R), items []R) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.fail(items, coffer.Errorf(coffer.CodeInternal, "a batch of %s failed: %v", c.kind, p))
 		}
 	}()
-	run(c.db, items)
+	run(ctx, c.db, items)
 }
 
 // drain answers the jobs still queued when the store closes.

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"testing"
 
 	"github.com/cofferhq/coffer"
@@ -12,7 +13,7 @@ import (
 func TestPanicKeepsTheAnswersGiven(t *testing.T) {
 	committed, refused, pending := &request{}, &request{}, &request{}
 	c := &committer[*request]{kind: "writes", fail: failWrites}
-	c.runSafely(func(int, []*request) {
+	c.runSafely(context.Background(), func(context.Context, int, []*request) {
 		committed.plan = &coffer.Plan{Trx: coffer.Trx{ID: 7}}
 		refused.err = coffer.Errorf(coffer.CodeInsufficientFunds, "not enough gold")
 		panic("a bug in the batch's second part")

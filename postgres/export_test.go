@@ -19,7 +19,7 @@ func BatchReads(id coffer.ShardID) (settings string, reads map[string]string) {
 }
 
 // BatchWrite is the batch's write statement on shard id with every table.
-func BatchWrite(id coffer.ShardID) string { return writeSQL(id, 1<<len(writeParts)-1) }
+func BatchWrite(id coffer.ShardID) string { return writeSQL(id, markPart<<1-1) }
 
 // Lots are a player's lots holding something, as a batch loads them
 // (loading.lots).
@@ -40,8 +40,9 @@ func (s *Store) Lots(ctx context.Context, id coffer.ShardID, ns coffer.Namespace
 	return p.state.Lots, nil
 }
 
-// SetMark is the statement that raises a committer's mark.
-const SetMark = setMark
+// SetMark is a statement that raises a committer's mark ($1) to a token
+// ($2) as a batch's last write statement does.
+var SetMark = "WITH " + markParts("$1", "$2") + " SELECT 1"
 
 // LotsSwept moves shard id's lot sweeper window from since, as a pass
 // listed from it and begun at started would.

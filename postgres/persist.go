@@ -231,11 +231,16 @@ var playerTable = &writeTable[playerRow]{name: "players", columns: []writeColumn
 
 // writeParts are the parts of a batch's write on a shard, in the order
 // its rows bind to them (writeSQL, persist).
-var writeParts = []writePart{trxTable, opTable, newLotTable, lotTable, finishTable, playerTable}
+var writeParts = [...]writePart{trxTable, opTable, newLotTable, lotTable, finishTable, playerTable}
+
+// markPart is the bit of writeSQL's parts that adds the committer's mark
+// (markParts), set in a batch's last write statement.
+const markPart uint = 1 << len(writeParts)
 
 // writeSQL is the one statement that writes a batch's rows on shard id: a
 // WITH part per table that has rows (bit i of parts for writeParts[i]),
-// none touching a row another touches.
+// none touching a row another touches, and, with markPart, the
+// committer's mark, its two parameters last.
 func writeSQL(id coffer.ShardID, parts uint) string {
 	var with []string
 	offset := 0
@@ -246,12 +251,15 @@ func writeSQL(id coffer.ShardID, parts uint) string {
 		with = append(with, p.part(offset))
 		offset += p.width()
 	}
+	if parts&markPart != 0 {
+		with = append(with, markParts("$"+strconv.Itoa(offset+1), "$"+strconv.Itoa(offset+2)))
+	}
 	return shard.Tables("WITH "+strings.Join(with, ",\n")+"\nSELECT 1", id)
 }
 
 // persist is the second round trip: per shard, one statement that
-// writes every row the plans make there (writeSQL); m's token; and
-// COMMIT.
+// writes every row the plans make there, the last one also m's token
+// (writeSQL); and COMMIT.
 func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan, m *mark) error {
 	// rows[i] holds the rows of writeParts[i], per shard.
 	rows := make([]perShard, len(writeParts))
@@ -295,7 +303,8 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan,
 		}
 	}
 	b := &pgx.Batch{}
-	for _, id := range written.shards() {
+	shards := written.shards()
+	for j, id := range shards {
 		var parts uint
 		var args []any
 		for i, table := range rows {
@@ -304,9 +313,12 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan,
 				args = append(args, table[id].args()...)
 			}
 		}
+		if j == len(shards)-1 {
+			parts |= markPart
+			args = append(args, m.committer, m.token)
+		}
 		b.Queue(t.s.writeSQL(id, parts), args...)
 	}
-	b.Queue(setMark, m.committer, m.token)
 	b.Queue("COMMIT")
 	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
 		return err

@@ -333,12 +333,12 @@ func failReads(reqs []*readRequest, err error) {
 // a statement per shard they touch (batchSQL.balances), each read getting
 // its player's version and lots with coins from one snapshot, with the
 // snapshot's time: coffer.Catalog.CurrentBalances answers from them.
-func (s *Store) runReads(db int, reqs []*readRequest) {
+func (s *Store) runReads(ctx context.Context, db int, reqs []*readRequest) {
 	byShard := perShard{}
 	for i, r := range reqs {
 		byShard.add(r.shard, int32(r.ns), int64(r.player), int32(i+1))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	b := &pgx.Batch{}
 	b.Queue(keyedJoins)

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 
@@ -20,8 +21,9 @@ import (
 // attempt reads whether it was applied, from m (batch_mark). Each
 // attempt's ending is told to the Observer. The writes an attempt left
 // unplanned when its time ran short (attempt) are left unanswered: the
-// committer runs them in a later batch.
-func (s *Store) settle(db int, m *mark, reqs []*request) {
+// committer runs them in a later batch. ctx carries the batch's span, if
+// traced, to its round trips; it has no deadline: each attempt has its own.
+func (s *Store) settle(ctx context.Context, db int, m *mark, reqs []*request) {
 	var a, unknown *attempt
 	for try := 0; ; try++ {
 		// Before every attempt but one that reads whether a cut COMMIT
@@ -40,7 +42,7 @@ func (s *Store) settle(db int, m *mark, reqs []*request) {
 			}
 			break
 		}
-		a = s.attempt(db, m, reqs, unknown)
+		a = s.attempt(ctx, db, m, reqs, unknown)
 		if a.err == nil {
 			for i := range a.plans {
 				reqs[i].plan = &a.plans[i]
@@ -76,7 +78,7 @@ func (s *Store) settle(db int, m *mark, reqs []*request) {
 	}
 	s.observe(db, AttemptSplit)
 	for _, part := range parts {
-		s.settle(db, m, part)
+		s.settle(ctx, db, m, part)
 	}
 }
 
@@ -92,9 +94,9 @@ type mark struct {
 
 // settler is what runs one committer goroutine's batches of writes, with
 // a mark of its own.
-func (s *Store) settler() func(db int, reqs []*request) {
+func (s *Store) settler() func(ctx context.Context, db int, reqs []*request) {
 	m := &mark{committer: rand.Int64()}
-	return func(db int, reqs []*request) { s.settle(db, m, reqs) }
+	return func(ctx context.Context, db int, reqs []*request) { s.settle(ctx, db, m, reqs) }
 }
 
 // live answers the writes whose caller is gone and returns the others:

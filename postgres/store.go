@@ -134,7 +134,7 @@ func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
 		session: sessionSettings{lockTimeout: ms(opts.LockTimeout), idleInTransaction: ms(opts.Timeout)}, now: time.Now}
 	for i := range router.Map().Databases() {
 		s.writers = append(s.writers, newCommitter(s, i, "writes", opts.Committers, s.settler, failWrites, unanswered))
-		s.readers = append(s.readers, newCommitter(s, i, "reads", opts.Readers, func() func(int, []*readRequest) { return s.runReads }, failReads, nil))
+		s.readers = append(s.readers, newCommitter(s, i, "reads", opts.Readers, func() func(context.Context, int, []*readRequest) { return s.runReads }, failReads, nil))
 	}
 	return s
 }

@@ -4,7 +4,7 @@
 # .cache/clients/venv, made once, with pytest and the Python client
 # installed from clients/python (again on every run, so that the tests
 # see the current source; with the venv's setuptools, not a new one
-# fetched for each build), and clients/typescript's
+# fetched for each build, and the wheel package its builds need), and clients/typescript's
 # dev dependencies (TypeScript, Node's types) in its node_modules.
 # Installs Python's venv module, Node.js and npm from Debian when missing.
 set -eu
@@ -14,7 +14,7 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || "$root/scripts/apt-instal
 venv=$root/.cache/clients/venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 pip="$venv/bin/python -m pip --disable-pip-version-check -q"
-"$venv/bin/python" -c "import setuptools" 2>/dev/null || $pip install "setuptools>=68"
+"$venv/bin/python" -c "import setuptools, wheel" 2>/dev/null || $pip install "setuptools>=68" wheel
 $pip install --no-build-isolation "$root/clients/python[test]"
 cd "$root/clients/typescript"
 npm install --no-audit --no-fund --loglevel=error

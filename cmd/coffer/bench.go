@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"github.com/cofferhq/coffer/bench"
 	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/shard"
+	"github.com/cofferhq/coffer/telemetry"
 )
 
 // benchFlags are the flags of `coffer bench`.
@@ -34,34 +36,41 @@ type benchFlags struct {
 	baseline                    string
 	jsonPath, reportDir         string
 	decay                       int64
-	keep, stockPostgres         bool
+	keep, stockPostgres, trace  bool
 	pgSet                       map[string]string
 	pprof                       string
 	shards, committers, readers int
+	// pgCPUs and pgCPUQuota confine the --self stack's PostgreSQL
+	// servers; cpus are the CPUs the bench may use (found by check).
+	pgCPUs     int
+	pgCPUQuota float64
+	cpus       []int
+	// servers are the stacks of --databases, by server count.
+	servers []int
 }
 
 // tunedPostgres are the settings docs/operations.md recommends for a ledger
 // server: checkpoints far apart (each one makes the next change of every
 // page write the whole page to the WAL), compressed full pages, and a
-// buffer cache of a quarter of this machine's memory, which holds the
-// indexes a write touches.
-func tunedPostgres() map[string]string {
+// buffer cache of a quarter of this machine's memory (shared by servers
+// running on it), which holds the indexes a write touches.
+func tunedPostgres(servers int) map[string]string {
 	return map[string]string{
-		"shared_buffers":     quarterOfMemory(),
+		"shared_buffers":     quarterOfMemory(servers),
 		"max_wal_size":       "16GB",
 		"checkpoint_timeout": "30min",
 		"wal_compression":    "lz4",
 	}
 }
 
-// quarterOfMemory is 25 % of the machine's RAM as a PostgreSQL size, or
-// 1GB if the kernel does not say.
-func quarterOfMemory() string {
+// quarterOfMemory is 25 % of the machine's RAM, shared by servers, as a
+// PostgreSQL size; 1GB if the kernel does not say.
+func quarterOfMemory(servers int) string {
 	var si syscall.Sysinfo_t
 	if err := syscall.Sysinfo(&si); err != nil || si.Totalram == 0 {
 		return "1GB"
 	}
-	return strconv.FormatUint(si.Totalram*uint64(si.Unit)/4>>20, 10) + "MB"
+	return strconv.FormatUint(si.Totalram*uint64(si.Unit)/4/uint64(servers)>>20, 10) + "MB"
 }
 
 func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
@@ -95,7 +104,14 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.IntVar(&f.shards, "shards", 16, "with --self: shard tables over its two databases (shard_count), even")
 	fs.IntVar(&f.committers, "committers", DefaultConfig().Batches.Committers, "with --self: batches of writes in flight per database (batches.committers)")
 	fs.IntVar(&f.readers, "readers", DefaultConfig().Batches.Readers, "with --self: batches of balance reads in flight per database (batches.readers)")
+	fs.BoolVar(&f.trace, "trace", false, "with --self: coffer serve traces every call (telemetry.otlp_endpoint) to an OTLP receiver in the bench, which counts the spans")
 	fs.StringVar(&f.pprof, "pprof", "", "with --self: coffer serve serves /debug/pprof/ (and /metrics) on this address, for profiling")
+	fs.IntVar(&f.pgCPUs, "pg-cpus", 0, "with --self: confine every PostgreSQL server to this many CPUs (the last ones), the bench and coffer serve to the rest (cgroup v1 cpuset, as root)")
+	fs.Float64Var(&f.pgCPUQuota, "pg-cpu-quota", 0, "with --self: each PostgreSQL server's CPU budget in cores, e.g. 0.2 (a CFS quota, cgroup v1, as root)")
+	fs.Func("databases", "with --self: run the bench on a stack of each of these numbers of PostgreSQL servers (one database each, the shards spread over them), e.g. 1,2,4, and compare their throughput", func(list string) (err error) {
+		f.servers, err = parseServers(list)
+		return err
+	})
 	fs.StringVar(&f.target, "target", "", "a running coffer: http://host:port (http) or host:port (grpc)")
 	fs.StringVar(&f.apiKey, "api-key", "", "with --target: the API key (needs write and read on namespaces 1–10)")
 	fs.StringVar(&f.configPath, "c", "", "with --target: its config, for database figures and the baseline")
@@ -151,6 +167,8 @@ func (f *benchFlags) check(given map[string]bool) error {
 		return errors.New("--shards needs --self")
 	case (given["committers"] || given["readers"]) && !f.self:
 		return errors.New("--committers and --readers need --self")
+	case f.trace && !f.self:
+		return errors.New("--trace needs --self")
 	case f.committers < 1 || f.readers < 1 || stack.poolCrowded():
 		return fmt.Errorf("--committers, --readers: at least 1 each, and together below pool.conns_max (%d)", stack.Pool.ConnsMax)
 	case f.shards > 1024:
@@ -160,8 +178,11 @@ func (f *benchFlags) check(given map[string]bool) error {
 	case f.Clients < 1 || f.Rounds < 1 || f.Scale <= 0 || f.Duration <= 0:
 		return errors.New("--clients, --rounds, --scale and --duration must be > 0")
 	}
-	if _, err := shardsOnEach(f.shards, benchDatabases); err != nil {
+	if _, err := shardsOnEach(f.shards, benchDatabases); err != nil && len(f.servers) == 0 {
 		return fmt.Errorf("--shards: %w", err)
+	}
+	if err := f.checkCPUs(given); err != nil {
+		return err
 	}
 	// Found out now, not after a long run.
 	if f.jsonPath != "" {
@@ -206,11 +227,21 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	if rep.AuditViolations > 0 {
-		fmt.Fprintf(stderr, "coffer bench: the audit found %d violations\n", rep.AuditViolations)
+	if n := rep.Violations(); n > 0 {
+		fmt.Fprintf(stderr, "coffer bench: the audit found %d violations\n", n)
 		return 1
 	}
 	return 0
+}
+
+// benchReport is what a bench reports: one stack's (bench.Report) or, with
+// --databases, several stacks' (bench.ScaleOut).
+type benchReport interface {
+	WriteText(w io.Writer)
+	WriteJSON(path string) error
+	WriteMarkdown(dir string) error
+	// Violations is what the audit found.
+	Violations() int
 }
 
 // stopOnInterrupt returns a channel closed at the first interrupt (or
@@ -239,9 +270,12 @@ func stopOnInterrupt(ctx context.Context, abandon func(), stderr io.Writer) <-ch
 	return stop
 }
 
-func (f *benchFlags) run(ctx context.Context, out io.Writer) (*bench.Report, error) {
-	if f.self {
-		return f.runSelf(ctx, out)
+func (f *benchFlags) run(ctx context.Context, out io.Writer) (benchReport, error) {
+	switch {
+	case len(f.servers) > 0:
+		return f.runServers(ctx, out)
+	case f.self:
+		return f.runSelf(ctx, out, stackLayout{servers: 1, databasesEach: benchDatabases})
 	}
 	env := bench.Env{}
 	if f.configPath != "" {
@@ -333,9 +367,10 @@ func (f *benchFlags) cofferTarget(httpURL, grpcAddr, key string) (bench.Target, 
 }
 
 // runSelf runs the benchmark on a local stack of its own: PostgreSQL with
-// real fsync (two databases, 16 shards unless --shards) and `coffer serve` as a separate
+// real fsync (layout's servers and databases, 16 shards unless --shards),
+// confined to CPUs and budgets if asked, and `coffer serve` as a separate
 // process, so that its CPU and memory are its own.
-func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report, error) {
+func (f *benchFlags) runSelf(ctx context.Context, out io.Writer, layout stackLayout) (rep *bench.Report, err error) {
 	dir, err := os.MkdirTemp("", "coffer-bench-")
 	if err != nil {
 		return nil, err
@@ -345,33 +380,40 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 	} else {
 		defer pgserver.RemoveAll(dir)
 	}
+	cpus, err := f.confine(layout)
+	if err != nil {
+		return nil, err
+	}
+	// After the stack has stopped: its processes leave their cgroups.
+	defer func() { err = errors.Join(err, cpus.remove()) }()
 	key := newAPIKey()
-	cfg := benchConfig(key)
-	cfg.ShardCount = f.shards
-	cfg.Batches.Committers, cfg.Batches.Readers = f.committers, f.readers
-	cfg.Listen.Ops = f.pprof
-	// The sweepers stay idle while the bench runs: a lot sweeper's pass
-	// writes every shard's window (expiry_sweep_N), a transaction per
-	// shard at each interval whatever the load, which the figures per op
-	// would charge to whichever side was running, the more the fewer its
-	// ops. The workloads leave nothing due to sweep.
-	cfg.Sweep.Interval = benchSweepInterval
-	settings := map[string]string{}
-	if !f.stockPostgres {
-		maps.Copy(settings, tunedPostgres())
+	cfg := f.stackConfig(key)
+	if f.trace {
+		// In the bench's process: the receiver's CPU is not coffer's.
+		spans, err := telemetry.Receive()
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			spans.Stop()
+			fmt.Fprintf(out, "coffer bench: %d spans received over OTLP\n", spans.Spans())
+		}()
+		cfg.Telemetry.OTLPEndpoint = "http://" + spans.Addr
 	}
-	if f.Statements {
-		settings["shared_preload_libraries"] = "pg_stat_statements"
-		// The statements run inside functions too (a deployment's
-		// triggers, say), not only those sent.
-		settings["pg_stat_statements.track"] = "all"
-	}
-	maps.Copy(settings, f.pgSet)
-	st, err := startLocalStack(ctx, dir, cfg, benchDatabases, settings, io.Discard)
+	settings := f.stackSettings()
+	st, err := startLocalStack(ctx, dir, cfg, layout, settings, io.Discard)
 	if err != nil {
 		return nil, err
 	}
 	defer st.stop()
+	for i, server := range st.servers {
+		if err := cpus.place(i, server); err != nil {
+			return nil, err
+		}
+	}
+	if err := cpus.placeBench(); err != nil {
+		return nil, err
+	}
 	m, err := st.shardMap()
 	if err != nil {
 		return nil, err
@@ -381,7 +423,10 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 		return nil, err
 	}
 	defer svc.stop()
-	env := bench.Env{CofferPID: svc.cmd.Process.Pid, PostgresPIDs: st.server.PIDs}
+	env := bench.Env{CofferPID: svc.cmd.Process.Pid, PostgresPIDs: st.postgresPIDs}
+	if f.pgCPUQuota > 0 {
+		env.PostgresThrottling = cpus.throttling
+	}
 	if env.Router, err = f.openRouter(ctx, m, st.config); err != nil {
 		return nil, err
 	}
@@ -392,18 +437,52 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer) (*bench.Report,
 	if err := f.setBaseline(ctx, &env); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "coffer bench: %s on a local stack (coffer serve pid %d), %d clients, %d round(s)\n", f.Workload, env.CofferPID, f.Clients, f.Rounds)
-	rep, err := bench.Bench(ctx, f.Options, env, out)
-	if err != nil {
+	fmt.Fprintf(out, "coffer bench: %s on a local stack of %d PostgreSQL server(s) (coffer serve pid %d), %d clients, %d round(s)\n", f.Workload, layout.servers, env.CofferPID, f.Clients, f.Rounds)
+	if rep, err = bench.Bench(ctx, f.Options, env, out); err != nil {
 		return nil, err
 	}
+	cpus.readBack(st, env.CofferPID)
 	ar, err := (&audit.Checker{Router: env.Router}).Check(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	rep.Audited, rep.AuditViolations = true, len(ar.Violations)
 	rep.PostgresSettings, rep.Committers, rep.Readers = settings, cfg.Batches.Committers, cfg.Batches.Readers
+	rep.Confinement = &cpus.report
 	return rep, nil
+}
+
+// stackConfig is the config of a --self stack's coffer serve.
+func (f *benchFlags) stackConfig(key string) *Config {
+	cfg := benchConfig(key)
+	cfg.ShardCount = f.shards
+	cfg.Batches.Committers, cfg.Batches.Readers = f.committers, f.readers
+	cfg.Listen.Ops = f.pprof
+	// The sweepers stay idle while the bench runs: a lot sweeper's pass
+	// writes every shard's window (expiry_sweep_N), a transaction per
+	// shard at each interval whatever the load, which the figures per op
+	// would charge to whichever side was running, the more the fewer its
+	// ops. The workloads leave nothing due to sweep.
+	cfg.Sweep.Interval = benchSweepInterval
+	return cfg
+}
+
+// stackSettings are the settings of a --self stack's PostgreSQL servers.
+// With --databases every stack's servers get the same ones, a share of
+// the memory that the largest stack's fit in.
+func (f *benchFlags) stackSettings() map[string]string {
+	settings := map[string]string{}
+	if !f.stockPostgres {
+		maps.Copy(settings, tunedPostgres(slices.Max(append([]int{1}, f.servers...))))
+	}
+	if f.Statements {
+		settings["shared_preload_libraries"] = "pg_stat_statements"
+		// The statements run inside functions too (a deployment's
+		// triggers, say), not only those sent.
+		settings["pg_stat_statements.track"] = "all"
+	}
+	maps.Copy(settings, f.pgSet)
+	return settings
 }
 
 // benchDatabases is how many databases the --self stack spreads its

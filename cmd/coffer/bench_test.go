@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer/bench"
+	"github.com/cofferhq/coffer/internal/cgroup"
 )
 
 // TestBenchSelf runs a short `coffer bench --self` with the SQL baseline
@@ -49,12 +51,15 @@ func TestBenchSelf(t *testing.T) {
 		t.Fatalf("writes acknowledged %d, trx rows written %d", rep.Writes, rep.TrxWritten)
 	case !rep.Audited || rep.AuditViolations != 0:
 		t.Fatalf("audit: ran %v, %d violations", rep.Audited, rep.AuditViolations)
-	case rep.PostgresSettings["shared_buffers"] != quarterOfMemory() || rep.PostgresSettings["shared_preload_libraries"] != "pg_stat_statements" ||
+	case rep.PostgresSettings["shared_buffers"] != quarterOfMemory(1) || rep.PostgresSettings["shared_preload_libraries"] != "pg_stat_statements" ||
 		rep.PostgresSettings["pg_stat_statements.track"] != "all" ||
 		!strings.Contains(string(out), "PostgreSQL: checkpoint_timeout=30min max_wal_size=16GB pg_stat_statements.track=all shared_buffers="):
 		t.Fatalf("PostgreSQL settings: %v\n%s", rep.PostgresSettings, out)
 	case rep.Committers != 1 || rep.Readers != 2 || !strings.Contains(string(out), "coffer serve: batches.committers=1 batches.readers=2\n"):
 		t.Fatalf("committers %d, readers %d\n%s", rep.Committers, rep.Readers, out)
+	case rep.Confinement == nil || rep.Confinement.Servers != 1 || rep.Confinement.Databases != 2 || rep.Confinement.PostgresCPUs != "" ||
+		rep.Confinement.CPUs == "" || !strings.Contains(string(out), "CPUs: shared: PostgreSQL (1 server(s), 2 database(s)), coffer serve and the bench on CPUs "+rep.Confinement.CPUs+"\n"):
+		t.Fatalf("confinement %+v\n%s", rep.Confinement, out)
 	case rep.WALBytesPerOp <= 0 || rep.Baseline == nil || rep.Baseline.WALBytesPerOp <= 0 || rep.RSSPeakBytes <= 0 || rep.Coffer.CofferCPUPer1000Op <= 0:
 		t.Fatalf("costs: %s", raw)
 	case rep.Coffer.TransactionsPerOp <= 0 || rep.Coffer.TransactionsPerOp > 1.01 || rep.Baseline.TransactionsPerOp < 0.99 || rep.Baseline.TransactionsPerOp > 1.01:
@@ -186,9 +191,9 @@ func TestQuarterOfMemory(t *testing.T) {
 			must(t, err)
 		}
 	}
-	mb, err := strconv.ParseInt(strings.TrimSuffix(quarterOfMemory(), "MB"), 10, 64)
+	mb, err := strconv.ParseInt(strings.TrimSuffix(quarterOfMemory(1), "MB"), 10, 64)
 	if err != nil || kb == 0 || mb < kb/4/1024-1 || mb > kb/4/1024+1 {
-		t.Fatalf("quarterOfMemory() = %s, MemTotal %d kB", quarterOfMemory(), kb)
+		t.Fatalf("quarterOfMemory(1) = %s, MemTotal %d kB", quarterOfMemory(1), kb)
 	}
 }
 
@@ -221,9 +226,98 @@ func TestBenchFlags(t *testing.T) {
 		{"--self", "--committers", "8", "--readers", "8"},
 		{"--target", "http://x", "--api-key", "k", "--committers", "2"},
 		{"--target", "http://x", "--api-key", "k", "--readers", "2"},
+		{"--target", "http://x", "--api-key", "k", "--pg-cpus", "1"},
+		{"--target", "http://x", "--api-key", "k", "--pg-cpu-quota", "0.5"},
+		{"--target", "http://x", "--api-key", "k", "--databases", "1,2"},
+		{"--target", "http://x", "--api-key", "k", "--trace"},
 	} {
 		if code, _, _ := run(t, append([]string{"bench"}, args...)...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+// The CPU flags that do not fit: each refused before anything runs, with
+// what is wrong.
+func TestBenchCPUFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pg-cpus", "-1"}, "must not be negative"},
+		{[]string{"--pg-cpus", "1000"}, "needs one at least for itself and coffer serve"},
+		{[]string{"--pg-cpu-quota", "0.05"}, "at least 0.1 cores"},
+		{[]string{"--pg-cpu-quota", "1000"}, "more than the"},
+		{[]string{"--databases", "2,1"}, "ascending"},
+		{[]string{"--databases", "0"}, "not a list of server counts"},
+		{[]string{"--databases", "1,x"}, "not a list of server counts"},
+		{[]string{"--databases", "17"}, "not a list of server counts"},
+		{[]string{"--databases", "1,3"}, "16 shards do not spread evenly over 3"},
+		{[]string{"--pg-cpus", "1", "--pg-cpu-quota", "0.5", "--databases", "1,4"}, "--pg-cpu-quota 0.5 × 4 servers is more than --pg-cpus 1"},
+	} {
+		code, _, errOut := run(t, append([]string{"bench", "--self"}, tc.args...)...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
+// TestBenchSelfConfined runs `coffer bench --self --databases 1,2` with
+// every PostgreSQL server on the last CPU with half a core each, the bench
+// and coffer serve on the others: the CPUs read back from the processes
+// after the runs are those (the backends forked during the runs
+// included), each stack is reported and audited, the scale-out table
+// compares them, and no cgroup is left. Without root and cgroup v1 it is
+// skipped, and make test says so.
+func TestBenchSelfConfined(t *testing.T) {
+	if err := cgroup.Check(true, true); err != nil {
+		t.Skip(err)
+	}
+	allowed, err := cgroup.AllowedCPUs(os.Getpid())
+	must(t, err)
+	cpus, err := cgroup.ParseList(allowed)
+	must(t, err)
+	if len(cpus) < 2 {
+		t.Fatalf("--pg-cpus needs two CPUs at least; this test may use %s", allowed)
+	}
+	last, rest := cgroup.FormatList(cpus[len(cpus)-1:]), cgroup.FormatList(cpus[:len(cpus)-1])
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	cmd := exec.Command(cofferBinary(t), "bench", "--self", "--pg-cpus", "1", "--pg-cpu-quota", "0.5", "--databases", "1,2", "--shards", "4",
+		"--workload", "write", "--clients", "4", "--duration", "2s", "--rounds", "1", "--progress", "0", "--warmup", "1s", "--scale", "0.01", "--json", jsonPath)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("coffer bench: %v\n%s", err, out)
+	}
+	for _, c := range []string{"cpuset", "cpu"} {
+		if _, err := os.Stat(filepath.Join(cgroup.Root, c, "coffer-bench-"+strconv.Itoa(cmd.Process.Pid))); !os.IsNotExist(err) {
+			t.Errorf("the bench's %s cgroup is left: %v", c, err)
+		}
+	}
+	raw, err := os.ReadFile(jsonPath)
+	must(t, err)
+	var so bench.ScaleOut
+	must(t, json.Unmarshal(raw, &so))
+	if len(so.Stacks) != 2 || len(so.Points) != 2 || so.Points[0].Ratio != 1 || so.Points[1].Ratio <= 0 || so.Points[1].Cores.PostgresBudget != 1 {
+		t.Fatalf("scale-out: %+v", so.Points)
+	}
+	for i, rep := range so.Stacks {
+		c, want := rep.Confinement, bench.Confinement{Servers: i + 1, Databases: i + 1, CPUs: allowed, PostgresCPUs: last, LoadCPUs: rest,
+			PostgresCPUQuota: 0.5, PostgresCPUsSeen: last, LoadCPUsSeen: rest}
+		switch {
+		case c == nil || *c != want:
+			t.Fatalf("stack %d: confinement %+v, want %+v", i, c, want)
+		case rep.TPS <= 0 || len(rep.Errors) != 0 || rep.Writes == 0 || rep.Writes != rep.TrxWritten || !rep.Audited || rep.AuditViolations != 0:
+			t.Fatalf("stack %d: tps %.0f, errors %v, writes %d, trx rows %d, audit %v %d", i, rep.TPS, rep.Errors, rep.Writes, rep.TrxWritten, rep.Audited, rep.AuditViolations)
+		case rep.Coffer.PostgresCPUPer1000Op <= 0 || rep.Coffer.CofferCPUPer1000Op <= 0:
+			t.Fatalf("stack %d: CPU per op %+v", i, rep.Coffer)
+		}
+	}
+	for _, line := range []string{
+		fmt.Sprintf("CPUs: PostgreSQL (2 server(s), 2 database(s)) on CPUs %s (seen: %s), 0.50 cores each (CFS quota); coffer serve and the bench on CPUs %s (seen: %s)\n", last, last, rest, rest),
+		"PostgreSQL quota ran out %", "scale-out: write, 4 clients", "cores busy in coffer's runs: PostgreSQL ",
+	} {
+		if !strings.Contains(string(out), line) {
+			t.Fatalf("no %q in the report:\n%s", line, out)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/migrate"
 	"github.com/cofferhq/coffer/shard"
+	"github.com/cofferhq/coffer/telemetry"
 	"gopkg.in/yaml.v3"
 )
 
@@ -32,6 +33,7 @@ type Config struct {
 	Holds        HoldsConfig       `yaml:"holds"`
 	Sweep        SweepConfig       `yaml:"sweep"`
 	Log          LogConfig         `yaml:"log"`
+	Telemetry    TelemetryConfig   `yaml:"telemetry"`
 	Currencies   []CurrencyConfig  `yaml:"currencies,omitempty"`
 	Namespaces   []NamespaceConfig `yaml:"namespaces,omitempty"`
 	Clients      []ClientConfig    `yaml:"clients,omitempty"`
@@ -147,6 +149,19 @@ type LogConfig struct {
 	Level string `yaml:"level"`
 }
 
+// TelemetryConfig turns tracing on: the spans of the calls, their waits
+// in the queues, the batches, the round trips and the commits, sent to an
+// OpenTelemetry collector (docs/operations.md#tracing).
+type TelemetryConfig struct {
+	// OTLPEndpoint is the collector's OTLP/gRPC URL, http://host:4317 (or
+	// https:// for TLS); empty, the default, is tracing off.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	// SampleRatio is the share of calls traced among those whose caller
+	// sent no traceparent (0 … 1); a caller's traceparent decides for its
+	// own calls.
+	SampleRatio float64 `yaml:"sample_ratio"`
+}
+
 // CurrencyConfig is one currency of the deployment.
 type CurrencyConfig struct {
 	ID         int32    `yaml:"id"`
@@ -193,11 +208,12 @@ func DefaultConfig() *Config {
 			RequestBytesInFlightMax: 8 << 20, ReportsInFlightMax: 2, GRPCStreamsMax: 128},
 		Timeouts: TimeoutsConfig{Request: 5 * time.Second, ReadHeader: 5 * time.Second, Read: 30 * time.Second, Write: 10 * time.Second,
 			Idle: 2 * time.Minute, Shutdown: 20 * time.Second},
-		Batches: BatchesConfig{Committers: 2, Readers: 1, SizeMax: 100, QueueMax: 1024},
-		Holds:   HoldsConfig{TTLDefault: 10 * time.Minute, TTLMax: 24 * time.Hour},
-		Sweep:   SweepConfig{Interval: 5 * time.Second, BatchMax: 1000},
-		Log:     LogConfig{Level: "info"},
-		Feed:    defaultFeed(),
+		Batches:   BatchesConfig{Committers: 2, Readers: 1, SizeMax: 100, QueueMax: 1024},
+		Holds:     HoldsConfig{TTLDefault: 10 * time.Minute, TTLMax: 24 * time.Hour},
+		Sweep:     SweepConfig{Interval: 5 * time.Second, BatchMax: 1000},
+		Log:       LogConfig{Level: "info"},
+		Telemetry: TelemetryConfig{SampleRatio: 1},
+		Feed:      defaultFeed(),
 	}
 }
 
@@ -325,8 +341,15 @@ func (c *Config) service() (*coffer.Catalog, *coffer.Clients, error) {
 		return nil, nil, fmt.Errorf("batches: committers, readers, size_max and queue_max must be > 0")
 	case c.Sweep.Interval <= 0 || c.Sweep.BatchMax <= 0:
 		return nil, nil, fmt.Errorf("sweep: interval and batch_max must be > 0")
+	case !(c.Telemetry.SampleRatio >= 0 && c.Telemetry.SampleRatio <= 1):
+		return nil, nil, fmt.Errorf("telemetry.sample_ratio: must be between 0 and 1")
 	case len(c.Currencies) == 0 || len(c.Namespaces) == 0 || len(c.Clients) == 0:
 		return nil, nil, fmt.Errorf("currencies, namespaces and clients: the service needs at least one of each")
+	}
+	if c.Telemetry.OTLPEndpoint != "" {
+		if err := telemetry.CheckEndpoint(c.Telemetry.OTLPEndpoint); err != nil {
+			return nil, nil, fmt.Errorf("telemetry.otlp_endpoint: %w", err)
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.Log.Level)); err != nil {

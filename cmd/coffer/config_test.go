@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -34,6 +35,9 @@ func TestServiceConfigErrors(t *testing.T) {
 			c.Namespaces[1].Exchanges = append(c.Namespaces[1].Exchanges, ExchangeConfig{From: "credits", To: "gold", Rate: "1:1"})
 		}, "would let players create currency"},
 		"bad refund policy": {func(c *Config) { c.Currencies[0].RefundPolicy = "clawback" }, "currencies[0].refund_policy"},
+		"sample ratio > 1":  {func(c *Config) { c.Telemetry.SampleRatio = 1.5 }, "telemetry.sample_ratio"},
+		"sample ratio NaN":  {func(c *Config) { c.Telemetry.SampleRatio = math.NaN() }, "telemetry.sample_ratio"},
+		"endpoint no URL":   {func(c *Config) { c.Telemetry.OTLPEndpoint = "collector:4317" }, "telemetry.otlp_endpoint"},
 	} {
 		cfg := devConfig("127.0.0.1:0", "", "k")
 		c.tweak(cfg)

@@ -25,7 +25,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address of the API")
 	grpcListen := fs.String("grpc-listen", "127.0.0.1:9090", "gRPC address of the API (empty: no gRPC)")
 	opsListen := fs.String("ops-listen", "127.0.0.1:8081", "address of the operations listener: /metrics and /debug/pprof/ (empty: none)")
-	consoleListen := fs.String("console-listen", "127.0.0.1:8082", "address of the support console (empty: none)")
+	consoleListen := fs.String("console-listen", "127.0.0.1:8083", "address of the support console (empty: none)")
 	apiKey := fs.String("api-key", "", "the development API key (default: a new random key, printed)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -39,7 +39,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "coffer dev: starting PostgreSQL under %s/pg ...\n", *dataDir)
 	cfg := devConfig(*listen, *grpcListen, *apiKey)
 	cfg.Listen.Ops, cfg.Listen.Console = *opsListen, *consoleListen
-	st, err := startLocalStack(ctx, *dataDir, cfg, 2, nil, stdout)
+	st, err := startLocalStack(ctx, *dataDir, cfg, stackLayout{servers: 1, databasesEach: 2}, nil, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "coffer dev:", err)
 		return 1
@@ -161,5 +161,5 @@ curl -s -X POST %s/v1/namespaces/1/players/42/transactions -H 'Authorization: Be
 curl -s %s/v1/namespaces/1/players/42/balances -H 'Authorization: Bearer %s'
 
 Press Ctrl-C to stop.
-`, base, svc.GRPCAddr, base, opsURL(svc), consoleURL(svc), devSupportKey(key), key, st.server.Port(), st.configPath, st.configPath, st.configPath, st.dir, base, key, base, key)
+`, base, svc.GRPCAddr, base, opsURL(svc), consoleURL(svc), devSupportKey(key), key, st.servers[0].Port(), st.configPath, st.configPath, st.configPath, st.dir, base, key, base, key)
 }

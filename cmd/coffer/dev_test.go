@@ -144,7 +144,7 @@ var binary struct {
 }
 
 // cofferBinary builds the coffer binary once for the tests that run it as
-// a user would.
+// a user would, static, as the container image builds it (CGO_ENABLED=0).
 func cofferBinary(t *testing.T) string {
 	t.Helper()
 	binary.once.Do(func() {
@@ -154,7 +154,9 @@ func cofferBinary(t *testing.T) string {
 			return
 		}
 		binary.path = filepath.Join(dir, "coffer")
-		if out, err := exec.Command("go", "build", "-o", binary.path, ".").CombinedOutput(); err != nil {
+		build := exec.Command("go", "build", "-o", binary.path, ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
 			binary.err = fmt.Errorf("build: %v\n%s", err, out)
 		}
 	})

@@ -27,6 +27,8 @@ import (
 	"github.com/cofferhq/coffer/postgres"
 	"github.com/cofferhq/coffer/shard"
 	"github.com/cofferhq/coffer/shed"
+	"github.com/cofferhq/coffer/telemetry"
+	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 )
 
@@ -40,6 +42,9 @@ type Main struct {
 	Config *Config
 	Map    *shard.Map
 	Logger *slog.Logger
+	// Tracing traces the calls: if nil, Start makes the one the config
+	// asks for (telemetry.otlp_endpoint), or none. Shutdown shuts it down.
+	Tracing *telemetry.Tracing
 	// HTTPAddr, GRPCAddr, OpsAddr and ConsoleAddr are the bound
 	// addresses, set by Start.
 	HTTPAddr, GRPCAddr, OpsAddr, ConsoleAddr string
@@ -73,7 +78,19 @@ func (m *Main) Start(ctx context.Context) error {
 		m.Logger.Warn(w)
 	}
 	m.started = time.Now().UTC()
-	if m.router, err = shard.Open(m.Map, m.Config.Pool); err != nil {
+	pool := m.Config.Pool
+	if m.Tracing == nil && m.Config.Telemetry.OTLPEndpoint != "" {
+		if m.Tracing, err = telemetry.OTLP(ctx, m.Config.Telemetry.OTLPEndpoint, m.Config.Telemetry.SampleRatio, version()); err != nil {
+			return fmt.Errorf("config: telemetry.otlp_endpoint: %w", err)
+		}
+	}
+	if m.Tracing != nil {
+		pool.Tracer = postgres.RoundTrips{}
+		// The exporter's failures (a collector down) are OpenTelemetry's
+		// to report, process-wide: into the log, not stderr's plain text.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { m.Logger.Warn("tracing", "error", err.Error()) }))
+	}
+	if m.router, err = shard.Open(m.Map, pool); err != nil {
 		return err
 	}
 	if m.Config.RequireSynchronousStandby {
@@ -129,7 +146,7 @@ func (m *Main) listen(store *postgres.Store, clients *coffer.Clients) error {
 	gate := shed.NewGate("requests in flight", cfg.Limits.RequestsInFlightMax)
 	budget := shed.NewBudget("request bytes", cfg.Limits.RequestBytesInFlightMax)
 	m.metrics.WatchRequestBytes(budget.Held)
-	h := (&cofferhttp.Server{Ledger: store, Clients: clients, Metrics: m.metrics, Logger: m.Logger,
+	h := (&cofferhttp.Server{Ledger: store, Clients: clients, Metrics: m.metrics, Logger: m.Logger, Tracing: m.Tracing,
 		BodyBytesMax: cfg.Limits.BodyBytesMax, BatchBodyBytesMax: cfg.Limits.BatchBodyBytesMax, Gate: gate, Bytes: budget,
 		WriteTimeout: cfg.Timeouts.Write, Status: m.status, Ready: m.ready.Load}).Handler()
 	if ln := lns["listen.http"]; ln != nil {
@@ -156,7 +173,7 @@ func (m *Main) listen(store *postgres.Store, clients *coffer.Clients) error {
 		go func() { _ = m.opsServer.Serve(ln) }()
 	}
 	if ln := lns["listen.grpc"]; ln != nil {
-		g := &coffergrpc.Server{Ledger: store, Clients: clients, Metrics: m.metrics, Logger: m.Logger,
+		g := &coffergrpc.Server{Ledger: store, Clients: clients, Metrics: m.metrics, Logger: m.Logger, Tracing: m.Tracing,
 			MessageBytesMax: int(cfg.Limits.BodyBytesMax), BatchMessageBytesMax: int(cfg.Limits.BatchBodyBytesMax), HeaderBytesMax: cfg.Limits.HeaderBytesMax,
 			StreamsPerConnMax: cfg.Limits.GRPCStreamsMax, Gate: gate, Bytes: budget,
 			HandshakeTimeout: cfg.Timeouts.ReadHeader, IdleTimeout: cfg.Timeouts.Idle, Status: m.status}
@@ -199,7 +216,9 @@ func listenAll(addrs map[string]string) (map[string]net.Listener, error) {
 }
 
 // Shutdown stops taking requests, drains those in flight until ctx ends,
-// then stops the sweepers and closes the pools. HTTP and gRPC drain side
+// then stops the sweepers, closes the pools and sends the spans not sent
+// yet (for at most spansFlushMax: spans a collector does not take are
+// logged as lost, not a failed drain). HTTP and gRPC drain side
 // by side: one after the other, gRPC would take new calls while HTTP
 // drained, and be cut off at once if HTTP's drain used the whole time.
 func (m *Main) Shutdown(ctx context.Context) error {
@@ -223,8 +242,18 @@ func (m *Main) Shutdown(ctx context.Context) error {
 	m.bg.Wait()
 	m.store.Close()
 	m.router.Close()
+	flush, cancel := context.WithTimeout(ctx, spansFlushMax)
+	defer cancel()
+	if err := m.Tracing.Shutdown(flush); err != nil {
+		m.Logger.Warn("spans not sent at shutdown", "error", err.Error())
+	}
 	return errors.Join(httpErr, grpcErr, consoleErr)
 }
+
+// spansFlushMax bounds the sending of the last spans at shutdown: a
+// collector that is down must not hold the drain for all of
+// timeouts.shutdown.
+const spansFlushMax = 2 * time.Second
 
 // drainGRPC stops gRPC gracefully, or at once when ctx ends first.
 func (m *Main) drainGRPC(ctx context.Context) error {

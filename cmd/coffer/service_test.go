@@ -20,6 +20,7 @@ import (
 	"github.com/cofferhq/coffer/internal/pgtest"
 	"github.com/cofferhq/coffer/migrate"
 	"github.com/cofferhq/coffer/shard"
+	"github.com/cofferhq/coffer/telemetry"
 	"github.com/cofferhq/coffer/wallet"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -85,12 +86,13 @@ func keyHash(key string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// startMain starts coffer serve's Main on cfg and m, its JSON log in the
-// buffer it returns; the caller shuts it down.
-func startMain(t *testing.T, cfg *Config, m *shard.Map) (*Main, *lockedBuffer) {
+// startMain starts coffer serve's Main on cfg and m, traced by tracing
+// (nil: as cfg says), its JSON log in the buffer it returns; the caller
+// shuts it down.
+func startMain(t *testing.T, cfg *Config, m *shard.Map, tracing *telemetry.Tracing) (*Main, *lockedBuffer) {
 	t.Helper()
 	logs := &lockedBuffer{}
-	main := &Main{Config: cfg, Map: m, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
+	main := &Main{Config: cfg, Map: m, Logger: slog.New(slog.NewJSONHandler(logs, nil)), Tracing: tracing}
 	if err := main.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +102,12 @@ func startMain(t *testing.T, cfg *Config, m *shard.Map) (*Main, *lockedBuffer) {
 // startService migrates one database on each server and starts coffer on
 // them; tweak may change the config first.
 func startService(t *testing.T, servers []*pgserver.Server, tweak func(*Config)) *service {
+	t.Helper()
+	return startTracedService(t, servers, tweak, nil)
+}
+
+// startTracedService is startService, its calls traced by tracing.
+func startTracedService(t *testing.T, servers []*pgserver.Server, tweak func(*Config), tracing *telemetry.Tracing) *service {
 	t.Helper()
 	cfg := devConfig("127.0.0.1:0", "127.0.0.1:0", devKey)
 	cfg.ShardCount, cfg.DistributionMode, cfg.ShardOnDB = 8, "auto", 8/len(servers)
@@ -130,7 +138,7 @@ func startService(t *testing.T, servers []*pgserver.Server, tweak func(*Config))
 	if err := schema.Apply(ctx, migrate.Options{TargetVersion: -1}); err != nil {
 		t.Fatal(err)
 	}
-	main, logs := startMain(t, cfg, m)
+	main, logs := startMain(t, cfg, m, tracing)
 	conn, err := grpc.NewClient(main.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/migrate"
@@ -14,57 +16,76 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// localStack is one local PostgreSQL server holding several coffer
-// databases, migrated, with the config that describes it written to disk.
-// `coffer dev` runs one; so can the benchmark.
+// localStack is local PostgreSQL servers holding coffer databases,
+// migrated, with the config that describes them written to disk. `coffer
+// dev` runs one; so does the benchmark.
 type localStack struct {
 	dir        string
-	server     *pgserver.Server
+	servers    []*pgserver.Server
 	config     *Config
 	configPath string
 }
 
-// startLocalStack starts (or, if dir holds one, restarts) the server under
-// dir/pg, creates databases coffer_0 … coffer_{databases-1}, spreads
+// stackLayout is how many PostgreSQL servers a local stack runs and how
+// many of its databases each holds.
+type stackLayout struct{ servers, databasesEach int }
+
+// databases is how many databases the stack holds in all.
+func (l stackLayout) databases() int { return l.servers * l.databasesEach }
+
+// startLocalStack starts (or, if dir holds them, restarts) the servers,
+// the first under dir/pg and server i under dir/pg<i>, creates databases
+// coffer_0 … coffer_{n-1} (consecutive ones on the same server), spreads
 // cfg.ShardCount shards over them, writes cfg to dir/coffer.yaml and
-// applies coffer's schema. The server keeps fsync on; settings are added to
-// its postgresql.conf. Its superuser has a random password, kept in
-// dir/pg/password and in the config. Progress goes to out.
-func startLocalStack(ctx context.Context, dir string, cfg *Config, databases int, settings map[string]string, out io.Writer) (*localStack, error) {
-	onEach, err := shardsOnEach(cfg.ShardCount, databases)
+// applies coffer's schema. The servers keep fsync on; settings are added
+// to their postgresql.conf. Each superuser has a random password, kept in
+// the server's directory and in the config. Progress goes to out.
+func startLocalStack(ctx context.Context, dir string, cfg *Config, layout stackLayout, settings map[string]string, out io.Writer) (*localStack, error) {
+	onEach, err := shardsOnEach(cfg.ShardCount, layout.databases())
 	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	server, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(dir, "pg"), Durable: true, Settings: settings, RandomPassword: true})
-	if err != nil {
-		return nil, err
-	}
-	st := &localStack{dir: dir, server: server, configPath: filepath.Join(dir, "coffer.yaml")}
-	st.config = cfg
+	st := &localStack{dir: dir, config: cfg, configPath: filepath.Join(dir, "coffer.yaml")}
 	cfg.DistributionMode, cfg.ShardOnDB, cfg.Databases = "auto", onEach, nil
-	for i := 0; i < databases; i++ {
-		name := fmt.Sprintf("coffer_%d", i)
-		if err := createDatabase(ctx, server, name); err != nil {
-			server.Stop()
+	for i := 0; i < layout.servers; i++ {
+		server, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(dir, serverDir(i)), Durable: true, Settings: settings, RandomPassword: true})
+		if err != nil {
+			st.stop()
 			return nil, err
 		}
-		st.config.Databases = append(st.config.Databases, shard.DatabaseConfig{
-			Name: name, Host: "127.0.0.1", Port: server.Port(), Type: "postgres",
-			User: pgserver.Superuser, Password: server.Password(),
-		})
+		st.servers = append(st.servers, server)
+		for j := 0; j < layout.databasesEach; j++ {
+			name := fmt.Sprintf("coffer_%d", len(cfg.Databases))
+			if err := createDatabase(ctx, server, name); err != nil {
+				st.stop()
+				return nil, err
+			}
+			cfg.Databases = append(cfg.Databases, shard.DatabaseConfig{
+				Name: name, Host: "127.0.0.1", Port: server.Port(), Type: "postgres",
+				User: pgserver.Superuser, Password: server.Password(),
+			})
+		}
 	}
 	if err := st.writeConfig(); err != nil {
-		server.Stop()
+		st.stop()
 		return nil, err
 	}
 	if err := st.migrate(ctx, out); err != nil {
-		server.Stop()
+		st.stop()
 		return nil, err
 	}
 	return st, nil
+}
+
+// serverDir is the directory of a stack's server i, under the stack's.
+func serverDir(i int) string {
+	if i == 0 {
+		return "pg"
+	}
+	return "pg" + strconv.Itoa(i)
 }
 
 // shardsOnEach is how many of count shards each of a local stack's
@@ -131,8 +152,24 @@ func applySchema(ctx context.Context, m *shard.Map, env migrate.Env, out io.Writ
 	return e.Apply(ctx, migrate.Options{TargetVersion: -1})
 }
 
-// stop shuts the server down cleanly.
-func (st *localStack) stop() error { return st.server.Stop() }
+// stop shuts the servers down cleanly.
+func (st *localStack) stop() error {
+	var errs []error
+	for _, server := range st.servers {
+		errs = append(errs, server.Stop())
+	}
+	return errors.Join(errs...)
+}
+
+// postgresPIDs lists the processes of every server, for measuring their
+// CPU.
+func (st *localStack) postgresPIDs() []int {
+	var pids []int
+	for _, server := range st.servers {
+		pids = append(pids, server.PIDs()...)
+	}
+	return pids
+}
 
 // shardMap is the map of the stack's config.
 func (st *localStack) shardMap() (*shard.Map, error) { return shard.NewMap(st.config.Config) }

@@ -1,0 +1,86 @@
+package telemetry
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Queued is a call's wait in a database's queue, from Queue until a batch
+// takes it (Batch.Join). Its zero value, for a call not traced, does
+// nothing.
+type Queued struct {
+	call, wait trace.Span
+}
+
+// Queue starts the wait of the call of ctx in database's queue of kind
+// (writes, reads), if the call's span records.
+func Queue(ctx context.Context, database, kind string) Queued {
+	call := trace.SpanFromContext(ctx)
+	if !call.IsRecording() {
+		return Queued{}
+	}
+	_, wait := TracerOf(call).Start(ctx, "queue wait", trace.WithAttributes(
+		attribute.String("coffer.database", database), attribute.String("coffer.batch.kind", kind)))
+	return Queued{call: call, wait: wait}
+}
+
+// Batch is the span of one group-commit batch. One batch serves many
+// calls, of many traces: its span is the root of a trace of its own,
+// linked with each call it carries, and each call's span with it. Its
+// zero value is a batch with no call traced, which makes no span.
+type Batch struct {
+	tracer trace.Tracer
+	calls  []*Queued
+	span   trace.Span
+}
+
+// Join adds a call to the batch; the call's wait ends when the batch
+// starts.
+func (b *Batch) Join(q *Queued) {
+	if q.call == nil {
+		return
+	}
+	if b.tracer == nil {
+		b.tracer = TracerOf(q.call)
+	}
+	b.calls = append(b.calls, q)
+}
+
+// Start starts the batch's span, of size writes or reads of kind on
+// database, if a call of it is traced, and returns ctx with it for the
+// batch's round trips. It ends the calls' waits.
+func (b *Batch) Start(ctx context.Context, database, kind string, size int) context.Context {
+	if b.tracer == nil {
+		return ctx
+	}
+	links := make([]trace.Link, len(b.calls))
+	for i, q := range b.calls {
+		links[i] = trace.Link{SpanContext: q.call.SpanContext()}
+	}
+	ctx, b.span = b.tracer.Start(ctx, "batch", trace.WithNewRoot(), trace.WithLinks(links...), trace.WithAttributes(
+		attribute.String("coffer.database", database), attribute.String("coffer.batch.kind", kind),
+		attribute.Int("coffer.batch.size", size), attribute.Int("coffer.batch.calls", len(b.calls))))
+	joined := trace.Link{SpanContext: b.span.SpanContext()}
+	for _, q := range b.calls {
+		q.call.AddLink(joined)
+		if q.wait != nil {
+			q.wait.End()
+			q.wait = nil
+		}
+	}
+	return ctx
+}
+
+// End ends the batch's span.
+func (b *Batch) End() {
+	if b.span != nil {
+		b.span.End()
+	}
+}
+
+// TracerOf is the tracer of the provider that made span: the store and
+// its pgx tracer (postgres.RoundTrips) trace under the calls' spans, and
+// so need no Tracing of their own.
+func TracerOf(span trace.Span) trace.Tracer { return span.TracerProvider().Tracer(scope) }

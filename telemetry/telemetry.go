@@ -1,0 +1,159 @@
+// Package telemetry is coffer's tracing, with OpenTelemetry: a span for
+// each API call, its parent read from the caller's W3C traceparent; for
+// each call that goes through a database's queue, the wait there; a span
+// for each group-commit batch, linked with the calls it carries; and,
+// through a pgx tracer, a span for each round trip to PostgreSQL and for
+// the COMMIT (docs/operations.md#tracing).
+//
+// Tracing is off unless a Tracing is made, and free then: a nil *Tracing
+// starts nothing, and the queue's and the batch's spans, like the round
+// trips', start only under a span that records, so the calls of an
+// instance without tracing allocate nothing more.
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/cofferhq/coffer"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// scope names coffer's spans' instrumentation.
+const scope = "github.com/cofferhq/coffer"
+
+// Tracing makes the spans of one service instance. A nil *Tracing is
+// tracing off. It is safe for concurrent use.
+type Tracing struct {
+	provider *sdktrace.TracerProvider
+	tracer   trace.Tracer
+}
+
+// New returns a Tracing that hands its spans to processor. A call whose
+// caller sent a traceparent is traced as the caller chose (its sampled
+// flag); one without, with the probability sampleRatio (0 … 1).
+func New(processor sdktrace.SpanProcessor, sampleRatio float64, version string) *Tracing {
+	p := sdktrace.NewTracerProvider(
+		sdktrace.WithSpanProcessor(processor),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(sampleRatio))),
+		sdktrace.WithResource(resource.NewSchemaless(
+			attribute.String("service.name", "coffer"), attribute.String("service.version", version))))
+	return &Tracing{provider: p, tracer: p.Tracer(scope)}
+}
+
+// OTLP returns a Tracing (New) that sends its spans in batches over
+// OTLP/gRPC to endpoint, a URL: http://host:4317 in clear text,
+// https://host:4317 over TLS. The standard OTEL_EXPORTER_OTLP_* variables
+// add headers or certificates. It connects lazily, and a batch of spans
+// waits for no call: a collector that is down or slow loses spans, never
+// delays a call.
+func OTLP(ctx context.Context, endpoint string, sampleRatio float64, version string) (*Tracing, error) {
+	if err := CheckEndpoint(endpoint); err != nil {
+		return nil, err
+	}
+	exporter, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(endpoint))
+	if err != nil {
+		return nil, err
+	}
+	return New(sdktrace.NewBatchSpanProcessor(exporter), sampleRatio, version), nil
+}
+
+// CheckEndpoint tells whether endpoint is an OTLP endpoint OTLP takes.
+func CheckEndpoint(endpoint string) error {
+	if !strings.HasPrefix(endpoint, "http://") && !strings.HasPrefix(endpoint, "https://") {
+		return fmt.Errorf("%q: must be a URL, http://host:4317 or https://host:4317", endpoint)
+	}
+	return nil
+}
+
+// Shutdown sends the spans not sent yet, until ctx ends, and stops.
+func (t *Tracing) Shutdown(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	return t.provider.Shutdown(ctx)
+}
+
+// Call is the span of one API call. Its zero value, from a nil Tracing,
+// does nothing.
+type Call struct{ span trace.Span }
+
+// StartHTTP starts the span of an HTTP call of rpc on route (its pattern:
+// /v1/namespaces/{ns}/…), its parent the traceparent header, if any.
+func (t *Tracing) StartHTTP(ctx context.Context, h http.Header, method, route, rpc string) (context.Context, Call) {
+	if t == nil {
+		return ctx, Call{}
+	}
+	ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(h))
+	ctx, span := t.tracer.Start(ctx, method+" "+route, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		attribute.String("http.request.method", method), attribute.String("http.route", route), attribute.String("coffer.call", rpc)))
+	return ctx, Call{span}
+}
+
+// StartGRPC starts the span of a gRPC call of rpc (fullMethod:
+// /coffer.v1.Wallet/Change), its parent the traceparent metadata, if any.
+func (t *Tracing) StartGRPC(ctx context.Context, md map[string][]string, fullMethod, rpc string) (context.Context, Call) {
+	if t == nil {
+		return ctx, Call{}
+	}
+	ctx = propagation.TraceContext{}.Extract(ctx, metadataCarrier(md))
+	ctx, span := t.tracer.Start(ctx, strings.TrimPrefix(fullMethod, "/"), trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		attribute.String("rpc.system", "grpc"), attribute.String("rpc.method", rpc), attribute.String("coffer.call", rpc)))
+	return ctx, Call{span}
+}
+
+// EndHTTP ends an HTTP call's span with the status it answered.
+func (c Call) EndHTTP(status int, err error) {
+	if c.span == nil {
+		return
+	}
+	c.span.SetAttributes(attribute.Int("http.response.status_code", status))
+	c.End(err)
+}
+
+// End ends the call's span with its error (nil for success): its code
+// in coffer.code, and the span's status an error when the server failed
+// (a refusal of the request is the caller's, and not the server's,
+// error).
+func (c Call) End(err error) {
+	if c.span == nil {
+		return
+	}
+	if err != nil {
+		code := coffer.ErrorCode(err)
+		c.span.SetAttributes(attribute.String("coffer.code", string(code)))
+		if code.ServerFailure() {
+			c.span.SetStatus(codes.Error, string(code))
+		}
+	}
+	c.span.End()
+}
+
+// metadataCarrier reads the traceparent of gRPC metadata, whose keys are
+// lower case.
+type metadataCarrier map[string][]string
+
+func (m metadataCarrier) Get(key string) string {
+	if v := m[strings.ToLower(key)]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (m metadataCarrier) Set(key, value string) { m[strings.ToLower(key)] = []string{value} }
+
+func (m metadataCarrier) Keys() []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
+}
