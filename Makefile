@@ -23,7 +23,8 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-# The dev test runs the curl example that `coffer dev` prints; the deploy
+# The dev test runs the curl example that `coffer dev` prints, the console
+# test drives Debian's chromium headless (docs/console.md); the deploy
 # test checks the alerting rules and the dashboard's queries with promtool
 # (PROMTOOL: scripts/ensure-promtool.sh); the fault
 # suite's Patroni run needs Patroni and etcd (installed when root, else
@@ -34,6 +35,7 @@ lint:
 test: deps lint
 	@command -v curl >/dev/null 2>&1 || scripts/apt-install.sh curl
 	@scripts/ensure-nats.sh
+	@command -v chromium >/dev/null 2>&1 || scripts/apt-install.sh chromium
 	@scripts/ensure-patroni.sh
 	@scripts/ensure-schemathesis.sh >/dev/null
 	promtool=$$(scripts/ensure-promtool.sh) && PROMTOOL="$$promtool" $(GO) test -count=1 -timeout 20m ./...

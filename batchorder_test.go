@@ -120,9 +120,9 @@ func (m *storeModel) stored(tr *modelTrx) *StoredTrx {
 	if len(tr.Meta) > 0 {
 		meta = slices.Clone(tr.Meta)
 	}
-	st := &StoredTrx{Trx: Trx{ID: tr.ID, IdempotencyKey: tr.IdempotencyKey, Kind: tr.Kind, Status: tr.Status, Reason: tr.Reason, Meta: meta,
+	st := &StoredTrx{Trx: Trx{ID: tr.ID, IdempotencyKey: tr.IdempotencyKey, Emitter: tr.Emitter, Kind: tr.Kind, Status: tr.Status, Reason: tr.Reason, Meta: meta,
 		Ops: m.c.Ops(all), CreatedAt: tr.CreatedAt.UTC(), HoldExpiresAt: tr.HoldExpiresAt, Refund: m.c.Refund(tr.Refund), Version: tr.Version,
-		Balances: m.c.BalancesAfter(last)}, Emitter: tr.Emitter, Hash: tr.Hash, PendingGrants: tr.PendingGrants}
+		Balances: m.c.BalancesAfter(last)}, Hash: tr.Hash, PendingGrants: tr.PendingGrants}
 	if len(tr.PendingGrants) > 0 {
 		st.Ops = append(st.Ops, m.c.PendingOps(st.Status, st.PendingGrants)...)
 	}

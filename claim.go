@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -127,4 +128,25 @@ func (k PurchaseKey) Credit(claimant, owner Scope) error {
 		return nil
 	}
 	return Errorf(CodePurchaseAlreadyCredited, "store %q order %q was presented by another request; an order is credited at most once", k.Store, k.OrderID)
+}
+
+// OrderClaim is who presented a store order first: the player it was
+// credited to (or is to be, by that request), and the request's client
+// and idempotency key. Support finds a player by an order with it.
+type OrderClaim struct {
+	Namespace      Namespace `json:"namespace"`
+	Store          string    `json:"store"`
+	OrderID        string    `json:"order_id"`
+	PlayerID       PlayerID  `json:"player_id"`
+	Emitter        Emitter   `json:"emitter"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// Validate checks the key's namespace and names. Errors: invalid_argument.
+func (k PurchaseKey) Validate() error {
+	if k.Namespace <= 0 {
+		return Errorf(CodeInvalid, "namespace must be > 0")
+	}
+	return checkOrder("", k.Store, k.OrderID)
 }

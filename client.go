@@ -5,6 +5,8 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Permission is what a client may do in its namespaces, or, for ops, on
@@ -16,12 +18,23 @@ type Permission string
 // exchange); admin (revenue report) in a namespace; ops (instance status,
 // which shows every database) on the deployment, in no namespace: an admin
 // of one namespace must not see the rest of the deployment.
+//
+// Support and SupportWrite are a support agent's, through the console
+// (docs/console.md): support reads what read and admin read, any client's
+// trx, and the instance's status; support_write makes the corrections —
+// a change, a refund, another client's hold committed or rolled back —
+// each a support write (Client.Support).
 const (
-	PermRead  Permission = "read"
-	PermWrite Permission = "write"
-	PermAdmin Permission = "admin"
-	PermOps   Permission = "ops"
+	PermRead         Permission = "read"
+	PermWrite        Permission = "write"
+	PermAdmin        Permission = "admin"
+	PermOps          Permission = "ops"
+	PermSupport      Permission = "support"
+	PermSupportWrite Permission = "support_write"
 )
+
+// Permissions lists every permission.
+var Permissions = []Permission{PermRead, PermWrite, PermAdmin, PermOps, PermSupport, PermSupportWrite}
 
 // KeyHash is the SHA-256 of an API key. API keys are random and long, so a
 // fast hash is enough; only hashes are configured or kept in memory.
@@ -51,38 +64,58 @@ type Client struct {
 	Permissions []Permission
 }
 
-// Allow checks that the client may act with permission p in namespace ns.
-// Errors: permission_denied.
-func (c *Client) Allow(ns Namespace, p Permission) error {
-	if !c.has(p) {
-		return Errorf(CodePermissionDenied, "client %s lacks the %s permission", c.Name, p)
+// Allow checks that the client may act in namespace ns with one of the
+// permissions ps (a call names those that allow it). Errors:
+// permission_denied.
+func (c *Client) Allow(ns Namespace, ps ...Permission) error {
+	if err := c.AllowPermission(ps...); err != nil {
+		return err
 	}
-	for _, n := range c.Namespaces {
-		if n == ns {
-			return nil
-		}
-	}
-	return Errorf(CodePermissionDenied, "client %s may not use namespace %d", c.Name, ns)
-}
-
-// AllowPermission checks that the client has permission p, whatever the
-// namespace: for calls that address the instance rather than a namespace
-// (PermOps), and for a request refused before its namespace could be read.
-// Errors: permission_denied.
-func (c *Client) AllowPermission(p Permission) error {
-	if !c.has(p) {
-		return Errorf(CodePermissionDenied, "client %s lacks the %s permission", c.Name, p)
+	if !slices.Contains(c.Namespaces, ns) {
+		return Errorf(CodePermissionDenied, "client %s may not use namespace %d", c.Name, ns)
 	}
 	return nil
 }
 
-func (c *Client) has(p Permission) bool {
-	for _, q := range c.Permissions {
-		if q == p {
-			return true
+// AllowPermission checks that the client has one of the permissions ps,
+// whatever the namespace: for calls that address the instance rather than
+// a namespace (PermOps), and for a request refused before its namespace
+// could be read. Errors: permission_denied.
+func (c *Client) AllowPermission(ps ...Permission) error {
+	for _, p := range ps {
+		if slices.Contains(c.Permissions, p) {
+			return nil
 		}
 	}
-	return false
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = string(p)
+	}
+	return Errorf(CodePermissionDenied, "client %s lacks the %s permission", c.Name, strings.Join(names, " or "))
+}
+
+// Support tells whether the client is a support agent's: its writes are
+// support writes, each with a reason, which its trx keep with its name
+// (SupportMeta).
+func (c *Client) Support() bool { return slices.Contains(c.Permissions, PermSupportWrite) }
+
+// TrxEmitter is the emitter of the trx a call of the client names: its
+// own when other is 0 or its own, else another client's, which only a
+// support agent may name, with permission p (PermSupport to read the
+// trx, PermSupportWrite to commit or roll back the hold). A negative
+// emitter names no client (every client's is > 0). Errors:
+// invalid_argument, permission_denied.
+func (c *Client) TrxEmitter(ns Namespace, other Emitter, p Permission) (Emitter, error) {
+	switch {
+	case other < 0:
+		return 0, Errorf(CodeInvalid, "emitter: must be ≥ 0 (0: the calling client's trx), got %d", other)
+	case other == 0 || other == c.Emitter:
+		return c.Emitter, nil
+	}
+	if err := c.Allow(ns, p); err != nil {
+		return 0, Errorf(CodePermissionDenied, "client %s may name another client's trx only with the %s permission", c.Name, p)
+	}
+	return other, nil
 }
 
 // Clients authenticates API keys. It is read-only once built and safe for
@@ -116,9 +149,14 @@ func NewClients(list []Client) (*Clients, error) {
 			hashes[h] = true
 		}
 		for _, p := range c.Permissions {
-			if p != PermRead && p != PermWrite && p != PermAdmin && p != PermOps {
-				return nil, fmt.Errorf("clients[%d].permissions: %q is not read, write, admin or ops", i, p)
+			if !slices.Contains(Permissions, p) {
+				return nil, fmt.Errorf("clients[%d].permissions: %q is not read, write, admin, ops, support or support_write", i, p)
 			}
+		}
+		if c.Support() && slices.Contains(c.Permissions, PermWrite) {
+			// Every write of a support client is a support write, with
+			// a reason and its name: a game's backend is another client.
+			return nil, fmt.Errorf("clients[%d].permissions: support_write and write: give the support console a client of its own", i)
 		}
 		for _, ns := range c.Namespaces {
 			if ns <= 0 {
@@ -129,6 +167,24 @@ func NewClients(list []Client) (*Clients, error) {
 		cs.list = append(cs.list, &c)
 	}
 	return cs, nil
+}
+
+// ClientName is a client's name and emitter, and whether it is a support
+// client (Client.Support): what a support agent sees of the clients, to
+// tell who wrote a trx.
+type ClientName struct {
+	Emitter Emitter `json:"emitter"`
+	Name    string  `json:"name"`
+	Support bool    `json:"support,omitempty"`
+}
+
+// Names lists every client's name, in the config's order.
+func (cs *Clients) Names() []ClientName {
+	out := make([]ClientName, len(cs.list))
+	for i, c := range cs.list {
+		out[i] = ClientName{Emitter: c.Emitter, Name: c.Name, Support: c.Support()}
+	}
+	return out
 }
 
 // Authenticate finds the client of an API key. Every configured hash is

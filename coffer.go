@@ -105,6 +105,9 @@ const (
 	TrxRefund   TrxKind = "refund"
 )
 
+// TrxKinds lists every trx kind: what a finlog may be filtered by.
+var TrxKinds = []TrxKind{TrxChange, TrxHold, TrxExchange, TrxExpire, TrxRefund}
+
 // TrxStatus is the state of a trx; only holds are ever pending.
 type TrxStatus string
 
@@ -115,6 +118,9 @@ const (
 	StatusRolledBack TrxStatus = "rolled_back"
 	StatusExpired    TrxStatus = "expired"
 )
+
+// TrxStatuses lists every trx status: what a finlog may be filtered by.
+var TrxStatuses = []TrxStatus{StatusCommitted, StatusPending, StatusRolledBack, StatusExpired}
 
 // Purchase is the record of real money behind a paid grant.
 type Purchase struct {
@@ -197,15 +203,18 @@ func (o Op) value() Amount {
 
 // Trx is one accepted request, the unit of idempotency.
 type Trx struct {
-	ID             int64           `json:"id"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	Kind           TrxKind         `json:"kind"`
-	Status         TrxStatus       `json:"status"`
-	Reason         string          `json:"reason,omitempty"`
-	Meta           json.RawMessage `json:"meta,omitempty"`
-	Ops            []Op            `json:"ops"`
-	CreatedAt      time.Time       `json:"created_at"`
-	HoldExpiresAt  *time.Time      `json:"hold_expires_at,omitempty"`
+	ID             int64  `json:"id"`
+	IdempotencyKey string `json:"idempotency_key"`
+	// Emitter is the emitter of the client that wrote the trx, whose
+	// idempotency key it is; 0 for the expiries coffer records itself.
+	Emitter       Emitter         `json:"emitter,omitempty"`
+	Kind          TrxKind         `json:"kind"`
+	Status        TrxStatus       `json:"status"`
+	Reason        string          `json:"reason,omitempty"`
+	Meta          json.RawMessage `json:"meta,omitempty"`
+	Ops           []Op            `json:"ops"`
+	CreatedAt     time.Time       `json:"created_at"`
+	HoldExpiresAt *time.Time      `json:"hold_expires_at,omitempty"`
 	// Refund is a refund trx's order, kind and shortfall.
 	Refund *Refund `json:"refund,omitempty"`
 	// Version and Balances are the player's, right after the trx (or its

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/big"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -30,9 +31,21 @@ type FinlogQuery struct {
 	From, To  *time.Time // [From, To)
 	Currency  string
 	Reason    string
-	Limit     int
-	Cursor    string
-	Desc      bool
+	// Kind, Status and IdempotencyKey, when set, list only the trx of
+	// that kind, in that status (pending: the player's holds still
+	// pending), or under that key, whichever client gave it.
+	Kind           TrxKind
+	Status         TrxStatus
+	IdempotencyKey string
+	Limit          int
+	Cursor         string
+	Desc           bool
+}
+
+// Filtered tells whether the query lists only some trx: a page then looks
+// at a bounded number of them, and may hold fewer than Limit.
+func (q FinlogQuery) Filtered() bool {
+	return q.Currency != "" || q.Reason != "" || q.Kind != "" || q.Status != "" || q.IdempotencyKey != ""
 }
 
 // FinlogPage is one page of trx, oldest first (or newest first with Desc).
@@ -184,6 +197,12 @@ func (q FinlogQuery) Validate() error {
 		return Errorf(CodeInvalid, "limit must be 1–%d, or 0 for the default", FinlogLimitMax)
 	case !utf8.ValidString(q.Reason) || strings.IndexByte(q.Reason, 0) >= 0:
 		return Errorf(CodeInvalid, "reason: must be UTF-8 without NUL")
+	case q.Kind != "" && !slices.Contains(TrxKinds, q.Kind):
+		return Errorf(CodeInvalid, "kind: must be change, hold, exchange, expire or refund")
+	case q.Status != "" && !slices.Contains(TrxStatuses, q.Status):
+		return Errorf(CodeInvalid, "status: must be committed, pending, rolled_back or expired")
+	case utf8.RuneCountInString(q.IdempotencyKey) > IdempotencyKeyLenMax || !utf8.ValidString(q.IdempotencyKey) || strings.IndexByte(q.IdempotencyKey, 0) >= 0:
+		return Errorf(CodeInvalid, "idempotency_key: must be at most %d characters of UTF-8, without NUL", IdempotencyKeyLenMax)
 	case q.From != nil && q.To != nil && !q.From.Before(*q.To):
 		return Errorf(CodeInvalid, "from must be before to")
 	}
@@ -298,6 +317,11 @@ type Ledger interface {
 	// shard, per currency and fiat. Errors: invalid_argument,
 	// shard_unavailable, internal.
 	Revenue(ctx context.Context, q RevenueQuery) ([]RevenueLine, error)
+	// Order reads the claim of a store order: which player and request
+	// presented it first. One lookup, on the shard the order's key
+	// hashes to. Errors: invalid_argument, not_found (never presented),
+	// shard_unavailable, internal.
+	Order(ctx context.Context, k PurchaseKey) (OrderClaim, error)
 }
 
 // SpendLot is what the spend order needs to know of a lot.

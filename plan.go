@@ -30,7 +30,6 @@ type PendingGrant struct {
 // gives it again) and what a hold's commit or rollback needs.
 type StoredTrx struct {
 	Trx
-	Emitter Emitter
 	// Hash identifies the request's payload: its RequestHash.Sum.
 	Hash []byte
 	// PendingGrants are a hold's grants, applied at its commit.
@@ -284,14 +283,14 @@ func (w *draft) expiries(ops []BookOp) {
 }
 
 // answer is a new committed trx of the ops, as answered to the client.
-func (w *draft) answer(id int64, key string, kind TrxKind, reason string, meta json.RawMessage, ops []BookOp) Trx {
-	return Trx{ID: id, IdempotencyKey: key, Kind: kind, Status: StatusCommitted, Reason: reason, Meta: meta,
+func (w *draft) answer(id int64, sc Scope, kind TrxKind, reason string, meta json.RawMessage, ops []BookOp) Trx {
+	return Trx{ID: id, IdempotencyKey: sc.IdempotencyKey, Emitter: sc.Emitter, Kind: kind, Status: StatusCommitted, Reason: reason, Meta: meta,
 		CreatedAt: w.at.UTC(), Version: w.version, Ops: w.p.catalog.Ops(ops), Balances: w.p.catalog.BalancesAfter(ops)}
 }
 
 // keep files a new client trx under its key, for the requests after it.
-func (w *draft) keep(trx Trx, emitter Emitter, hash []byte, pending []PendingGrant) {
-	w.stored = &StoredTrx{Trx: trx, Emitter: emitter, Hash: hash, PendingGrants: pending}
+func (w *draft) keep(trx Trx, hash []byte, pending []PendingGrant) {
+	w.stored = &StoredTrx{Trx: trx, Hash: hash, PendingGrants: pending}
 }
 
 // replay answers a request whose key was used before: the original answer
@@ -349,7 +348,7 @@ func (p *Player) Change(v ValidChange) Plan {
 			ops = append(ops, g)
 		}
 	}
-	trx := w.answer(id, v.IdempotencyKey, TrxChange, v.Reason, v.Meta, ops)
+	trx := w.answer(id, v.Scope, TrxChange, v.Reason, v.Meta, ops)
 	if v.Hold {
 		until := w.at.Add(v.HoldTTL).UTC()
 		trx.Kind, trx.HoldExpiresAt = TrxHold, &until
@@ -358,7 +357,7 @@ func (p *Player) Change(v ValidChange) Plan {
 	w.expiries(expired)
 	w.insert(TrxRow{ID: id, Emitter: v.Emitter, IdempotencyKey: v.IdempotencyKey, Hash: v.Hash.Sum, Kind: trx.Kind,
 		Status: trx.Status, Reason: v.Reason, Meta: v.Meta, HoldExpiresAt: trx.HoldExpiresAt, PendingGrants: pending}, ops)
-	w.keep(trx, v.Emitter, v.Hash.Sum, pending)
+	w.keep(trx, v.Hash.Sum, pending)
 	w.credited = ops
 	w.plan.Trx = trx
 	return w.done()
@@ -408,11 +407,11 @@ func (p *Player) Exchange(v ValidExchange) Plan {
 		}
 		ops = append(ops, g)
 	}
-	trx := w.answer(id, v.IdempotencyKey, TrxExchange, v.Reason, v.Meta, ops)
+	trx := w.answer(id, v.Scope, TrxExchange, v.Reason, v.Meta, ops)
 	w.expiries(expired)
 	w.insert(TrxRow{ID: id, Emitter: v.Emitter, IdempotencyKey: v.IdempotencyKey, Hash: v.Hash.Sum, Kind: TrxExchange,
 		Status: StatusCommitted, Reason: v.Reason, Meta: v.Meta}, ops)
-	w.keep(trx, v.Emitter, v.Hash.Sum, nil)
+	w.keep(trx, v.Hash.Sum, nil)
 	p.exchanged(id, ops)
 	w.plan.Trx = trx
 	return w.done()

@@ -414,8 +414,8 @@ func TestPlanHoldBeginReplayedAfterItsEnd(t *testing.T) {
 func TestPlanHoldStates(t *testing.T) {
 	c := requestCatalog(t)
 	hold := func(status TrxStatus, expiresIn time.Duration) *StoredTrx {
-		return &StoredTrx{Trx: Trx{ID: 9, IdempotencyKey: "h", Kind: TrxHold, Status: status, HoldExpiresAt: at(expiresIn), Version: 2,
-			Ops: []Op{{Currency: "gold", Amount: -4, Kind: OpConsume, LotID: 1}}}, Emitter: 7}
+		return &StoredTrx{Trx: Trx{ID: 9, IdempotencyKey: "h", Emitter: 7, Kind: TrxHold, Status: status, HoldExpiresAt: at(expiresIn), Version: 2,
+			Ops: []Op{{Currency: "gold", Amount: -4, Kind: OpConsume, LotID: 1}}}}
 	}
 	reserved := []BookLot{{ID: 1, Currency: 1, Amount: 6, Reserved: 4}}
 	for _, sc := range []struct {
@@ -431,7 +431,7 @@ func TestPlanHoldStates(t *testing.T) {
 		{"committed", hold(StatusCommitted, time.Minute), "replay 9", "error hold_not_pending", "replay 9"},
 		{"rolled back", hold(StatusRolledBack, time.Minute), "error hold_not_pending", "replay 9", "replay 9"},
 		{"expired", hold(StatusExpired, -time.Minute), "error hold_expired", "replay 9", "replay 9"},
-		{"a change", &StoredTrx{Trx: Trx{ID: 9, IdempotencyKey: "h", Kind: TrxChange, Status: StatusCommitted}, Emitter: 7},
+		{"a change", &StoredTrx{Trx: Trx{ID: 9, IdempotencyKey: "h", Emitter: 7, Kind: TrxChange, Status: StatusCommitted}},
 			"error hold_not_pending", "error hold_not_pending", "error hold_not_pending"},
 	} {
 		for _, action := range []struct {
@@ -456,8 +456,8 @@ func TestPlanHoldStates(t *testing.T) {
 // trx after the hold's ops.
 func TestPlanHoldCommitOntoExpiredLot(t *testing.T) {
 	c := requestCatalog(t)
-	h := &StoredTrx{Trx: Trx{ID: 9, IdempotencyKey: "h", Kind: TrxHold, Status: StatusPending, HoldExpiresAt: at(time.Minute), Version: 2,
-		Ops: []Op{{Currency: "gold", Amount: -4, Kind: OpConsume, LotID: 1}}}, Emitter: 7}
+	h := &StoredTrx{Trx: Trx{ID: 9, IdempotencyKey: "h", Emitter: 7, Kind: TrxHold, Status: StatusPending, HoldExpiresAt: at(time.Minute), Version: 2,
+		Ops: []Op{{Currency: "gold", Amount: -4, Kind: OpConsume, LotID: 1}}}}
 	p := testPlayer(t, c, []BookLot{{ID: 1, Currency: 1, Amount: 0, Reserved: 4, ExpiresAt: at(-time.Second)}}, h)
 	want := "finish 9 rolled_back v4 (begin v2)\n  grant gold 4 lot 1 = 4/0 @11\ntrx 100 expire committed v4 @12\n  expire gold -4 lot 1 = 0/0 @13"
 	if got := render(c, p.Rollback(key("h"))); got != want {

@@ -222,12 +222,12 @@ func (p *Player) Refund(v ValidRefund) Plan {
 		return Plan{Err: err}
 	}
 	row := &RefundRow{Store: v.Store, OrderID: v.OrderID, Kind: v.Kind, Exchanged: exchanged, Shortfall: shortfall}
-	trx := w.answer(id, v.IdempotencyKey, TrxRefund, v.Reason, nil, ops)
+	trx := w.answer(id, v.Scope, TrxRefund, v.Reason, nil, ops)
 	trx.Refund = p.catalog.Refund(row)
 	w.expiries(expired)
 	w.insert(TrxRow{ID: id, Emitter: v.Emitter, IdempotencyKey: v.IdempotencyKey, Hash: v.Hash.Sum, Kind: TrxRefund,
 		Status: StatusCommitted, Reason: v.Reason, Refund: row}, ops)
-	w.keep(trx, v.Emitter, v.Hash.Sum, nil)
+	w.keep(trx, v.Hash.Sum, nil)
 	o.RefundedBy = id
 	w.plan.Trx = trx
 	return w.done()

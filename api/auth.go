@@ -22,3 +22,23 @@ func APIKey(authorization []string) (string, error) {
 	}
 	return key, nil
 }
+
+// ClientInfo is what GetClient answers: the calling client, and for a
+// support agent's every client's name by emitter, so that the console
+// names who wrote each trx.
+type ClientInfo struct {
+	Name        string              `json:"name"`
+	Emitter     coffer.Emitter      `json:"emitter"`
+	Namespaces  []coffer.Namespace  `json:"namespaces"`
+	Permissions []coffer.Permission `json:"permissions"`
+	Clients     []coffer.ClientName `json:"clients,omitempty"`
+}
+
+// NewClientInfo is c as GetClient answers it, among the clients cs.
+func NewClientInfo(c *coffer.Client, cs *coffer.Clients) ClientInfo {
+	info := ClientInfo{Name: c.Name, Emitter: c.Emitter, Namespaces: append([]coffer.Namespace{}, c.Namespaces...), Permissions: c.Permissions}
+	if c.AllowPermission(coffer.PermSupport) == nil {
+		info.Clients = cs.Names()
+	}
+	return info
+}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cofferhq/coffer"
@@ -27,26 +28,36 @@ type Route struct {
 	Query []string
 	// Namespaced tells whether the path names a namespace, which the
 	// permission then applies to. A call that names none addresses the
-	// instance and needs ops.
+	// instance, and ops is one of the permissions that allow it.
 	Namespaced bool
-	// Permission is what the calling client needs.
-	Permission coffer.Permission
+	// Permissions are those that allow the call: the calling client
+	// needs one of them.
+	Permissions []coffer.Permission
 }
 
-// permissions is what each rpc needs; Routes panics on an rpc missing here.
-var permissions = map[string]coffer.Permission{
-	"GetBalances": coffer.PermRead,
-	"Change":      coffer.PermWrite,
-	"BatchChange": coffer.PermWrite,
-	"Commit":      coffer.PermWrite,
-	"Rollback":    coffer.PermWrite,
-	"GetTrx":      coffer.PermRead,
-	"Exchange":    coffer.PermWrite,
-	"Refund":      coffer.PermWrite,
-	"Finlog":      coffer.PermRead,
-	"Revenue":     coffer.PermAdmin,
-	"GetStatus":   coffer.PermOps,
-}
+// The permissions that allow each rpc; Routes panics on an rpc missing
+// here. A support agent's (support, support_write) allow what the
+// console shows and corrects (docs/console.md); every client may read
+// itself.
+var (
+	reads       = []coffer.Permission{coffer.PermRead, coffer.PermSupport}
+	corrections = []coffer.Permission{coffer.PermWrite, coffer.PermSupportWrite}
+	permissions = map[string][]coffer.Permission{
+		"GetBalances": reads,
+		"Change":      corrections,
+		"BatchChange": {coffer.PermWrite},
+		"Commit":      corrections,
+		"Rollback":    corrections,
+		"GetTrx":      reads,
+		"Exchange":    {coffer.PermWrite},
+		"Refund":      corrections,
+		"Finlog":      reads,
+		"Revenue":     {coffer.PermAdmin, coffer.PermSupport},
+		"GetStatus":   {coffer.PermOps, coffer.PermSupport},
+		"GetOrder":    reads,
+		"GetClient":   coffer.Permissions,
+	}
+)
 
 // Routes lists the Wallet rpcs in contract order, read from the compiled
 // contract.
@@ -56,7 +67,7 @@ func Routes() []Route {
 	for i := 0; i < methods.Len(); i++ {
 		m := methods.Get(i)
 		rule := proto.GetExtension(m.Options(), annotations.E_Http).(*annotations.HttpRule)
-		r := Route{RPC: string(m.Name()), Body: rule.GetBody() == "*", Permission: permissions[string(m.Name())]}
+		r := Route{RPC: string(m.Name()), Body: rule.GetBody() == "*", Permissions: permissions[string(m.Name())]}
 		switch p := rule.GetPattern().(type) {
 		case *annotations.HttpRule_Get:
 			r.Method, r.Path = "GET", p.Get
@@ -72,13 +83,13 @@ func Routes() []Route {
 				}
 			}
 		}
-		if r.Method == "" || r.Permission == "" || r.Namespaced == (r.Permission == coffer.PermOps) {
-			panic(fmt.Sprintf("api: rpc %s needs a GET or POST rule and a permission, ops exactly when it names no namespace", r.RPC))
+		if r.Method == "" || len(r.Permissions) == 0 || r.Namespaced == slices.Contains(r.Permissions, coffer.PermOps) {
+			panic(fmt.Sprintf("api: rpc %s needs a GET or POST rule and permissions, ops among them exactly when it names no namespace", r.RPC))
 		}
 		out = append(out, r)
 	}
 	return out
 }
 
-// Permission is what rpc needs ("" for an unknown rpc).
-func Permission(rpc string) coffer.Permission { return permissions[rpc] }
+// Permissions are those that allow rpc (none for an unknown rpc).
+func Permissions(rpc string) []coffer.Permission { return permissions[rpc] }

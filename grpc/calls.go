@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/api"
 	cofferv1 "github.com/cofferhq/coffer/api/coffer/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -30,6 +31,9 @@ func (s *Server) GetBalances(ctx context.Context, req *cofferv1.GetBalancesReque
 // Change implements the rpc of the same name: a one-phase change or the begin of a hold.
 func (s *Server) Change(ctx context.Context, req *cofferv1.ChangeRequest) (*cofferv1.Trx, error) {
 	change, err := changeRequest(req, scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey))
+	if err == nil {
+		change, err = clientOf(ctx).SupportChange(change)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -39,19 +43,31 @@ func (s *Server) Change(ctx context.Context, req *cofferv1.ChangeRequest) (*coff
 
 // Commit implements the rpc of the same name: applies a pending hold.
 func (s *Server) Commit(ctx context.Context, req *cofferv1.TrxRequest) (*cofferv1.Trx, error) {
-	trx, replay, err := s.Ledger.Commit(ctx, scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey))
+	sc, err := trxScope(ctx, req, coffer.PermSupportWrite)
+	if err != nil {
+		return nil, err
+	}
+	trx, replay, err := s.Ledger.Commit(ctx, sc)
 	return written(ctx, trx, replay, err)
 }
 
 // Rollback implements the rpc of the same name: returns a pending hold's reservations.
 func (s *Server) Rollback(ctx context.Context, req *cofferv1.TrxRequest) (*cofferv1.Trx, error) {
-	trx, replay, err := s.Ledger.Rollback(ctx, scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey))
+	sc, err := trxScope(ctx, req, coffer.PermSupportWrite)
+	if err != nil {
+		return nil, err
+	}
+	trx, replay, err := s.Ledger.Rollback(ctx, sc)
 	return written(ctx, trx, replay, err)
 }
 
 // GetTrx implements the rpc of the same name: one trx of the calling client.
 func (s *Server) GetTrx(ctx context.Context, req *cofferv1.TrxRequest) (*cofferv1.Trx, error) {
-	trx, err := s.Ledger.Trx(ctx, scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey))
+	sc, err := trxScope(ctx, req, coffer.PermSupport)
+	if err != nil {
+		return nil, err
+	}
+	trx, err := s.Ledger.Trx(ctx, sc)
 	if err != nil {
 		return nil, err
 	}
@@ -70,8 +86,12 @@ func (s *Server) Exchange(ctx context.Context, req *cofferv1.ExchangeRequest) (*
 
 // Refund implements the rpc of the same name: a refund or chargeback of a store order.
 func (s *Server) Refund(ctx context.Context, req *cofferv1.RefundRequest) (*cofferv1.Trx, error) {
-	trx, replay, err := s.Ledger.Refund(ctx, coffer.RefundRequest{Scope: scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey),
-		Store: req.Store, OrderID: req.OrderId, Kind: coffer.RefundKind(req.Kind), Reason: req.Reason})
+	refund := coffer.RefundRequest{Scope: scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey),
+		Store: req.Store, OrderID: req.OrderId, Kind: coffer.RefundKind(req.Kind), Reason: req.Reason}
+	if err := clientOf(ctx).SupportRefund(refund); err != nil {
+		return nil, err
+	}
+	trx, replay, err := s.Ledger.Refund(ctx, refund)
 	return written(ctx, trx, replay, err)
 }
 
@@ -84,6 +104,7 @@ func (s *Server) Finlog(ctx context.Context, req *cofferv1.FinlogRequest) (*coff
 	q := coffer.FinlogQuery{
 		Namespace: coffer.Namespace(req.Namespace), PlayerID: coffer.PlayerID(req.PlayerId),
 		From: from, To: to, Currency: req.Currency, Reason: req.Reason,
+		Kind: coffer.TrxKind(req.Kind), Status: coffer.TrxStatus(req.Status), IdempotencyKey: req.IdempotencyKey,
 		Limit: int(req.Limit), Cursor: req.Cursor,
 	}
 	if q.Desc, err = coffer.FinlogOrder(req.Order); err != nil {
@@ -137,6 +158,21 @@ func (s *Server) GetStatus(ctx context.Context, _ *cofferv1.StatusRequest) (*cof
 	return toStatusMessage(s.Status(ctx)), nil
 }
 
+// GetOrder implements the rpc of the same name: who presented a store order first.
+func (s *Server) GetOrder(ctx context.Context, req *cofferv1.OrderRequest) (*cofferv1.OrderClaim, error) {
+	o, err := s.Ledger.Order(ctx, coffer.PurchaseKey{Namespace: coffer.Namespace(req.Namespace), Store: req.Store, OrderID: req.OrderId})
+	if err != nil {
+		return nil, err
+	}
+	return &cofferv1.OrderClaim{Namespace: int32(o.Namespace), Store: o.Store, OrderId: o.OrderID, PlayerId: int64(o.PlayerID),
+		Emitter: int32(o.Emitter), IdempotencyKey: o.IdempotencyKey, CreatedAt: timestamppb.New(o.CreatedAt)}, nil
+}
+
+// GetClient implements the rpc of the same name: the calling client.
+func (s *Server) GetClient(ctx context.Context, _ *cofferv1.ClientRequest) (*cofferv1.ClientInfo, error) {
+	return toClientInfo(api.NewClientInfo(clientOf(ctx), s.Clients)), nil
+}
+
 // period reads the from and to of a query, either of which may be left out.
 func period(from, to *timestamppb.Timestamp) (*time.Time, *time.Time, error) {
 	f, err := optTime("from", from)
@@ -149,6 +185,16 @@ func period(from, to *timestamppb.Timestamp) (*time.Time, *time.Time, error) {
 
 func scope(ctx context.Context, ns int32, player int64, key string) coffer.Scope {
 	return coffer.Scope{Namespace: coffer.Namespace(ns), PlayerID: coffer.PlayerID(player), Emitter: clientOf(ctx).Emitter, IdempotencyKey: key}
+}
+
+// trxScope is the scope of a call on one trx: the calling client's, or
+// with req's emitter another client's, which only a client with
+// permission other may name (coffer.Client.TrxEmitter).
+func trxScope(ctx context.Context, req *cofferv1.TrxRequest, other coffer.Permission) (coffer.Scope, error) {
+	sc := scope(ctx, req.Namespace, req.PlayerId, req.IdempotencyKey)
+	var err error
+	sc.Emitter, err = clientOf(ctx).TrxEmitter(sc.Namespace, coffer.Emitter(req.Emitter), other)
+	return sc, err
 }
 
 // written answers a write; a replay is flagged in the response header.

@@ -133,7 +133,7 @@ func toBalances(b coffer.Balances) *cofferv1.Balances {
 }
 
 func toTrx(t coffer.Trx) (*cofferv1.Trx, error) {
-	out := &cofferv1.Trx{Id: t.ID, IdempotencyKey: t.IdempotencyKey, Kind: string(t.Kind), Status: string(t.Status),
+	out := &cofferv1.Trx{Id: t.ID, IdempotencyKey: t.IdempotencyKey, Emitter: int32(t.Emitter), Kind: string(t.Kind), Status: string(t.Status),
 		Reason: t.Reason, CreatedAt: timestamppb.New(t.CreatedAt), HoldExpiresAt: optTimestamp(t.HoldExpiresAt), Version: t.Version}
 	if len(t.Meta) > 0 {
 		meta, err := coffer.ParseJSON(t.Meta, math.MaxInt)
@@ -154,6 +154,20 @@ func toTrx(t coffer.Trx) (*cofferv1.Trx, error) {
 			Shortfall: toRefundAmounts(r.Shortfall), Exchanged: toRefundAmounts(r.Exchanged)}
 	}
 	return out, nil
+}
+
+func toClientInfo(c api.ClientInfo) *cofferv1.ClientInfo {
+	out := &cofferv1.ClientInfo{Name: c.Name, Emitter: int32(c.Emitter)}
+	for _, ns := range c.Namespaces {
+		out.Namespaces = append(out.Namespaces, int32(ns))
+	}
+	for _, p := range c.Permissions {
+		out.Permissions = append(out.Permissions, string(p))
+	}
+	for _, n := range c.Clients {
+		out.Clients = append(out.Clients, &cofferv1.ClientName{Emitter: int32(n.Emitter), Name: n.Name, Support: n.Support})
+	}
+	return out
 }
 
 func toRefundAmounts(in []coffer.RefundAmount) []*cofferv1.RefundAmount {

@@ -191,20 +191,20 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 // namespace.
 func (s *Server) admit(ctx context.Context, info *tap.Info) (context.Context, error) {
 	rpc := rpcName(info.FullMethodName)
-	perm := api.Permission(rpc) // "" for a name the caller made up: gRPC answers it, reading nothing
+	perms := api.Permissions(rpc) // none for a name the caller made up: gRPC answers it, reading nothing
 	key, err := api.APIKey(info.Header.Get("authorization"))
 	var c *coffer.Client
 	if err == nil {
 		c, err = s.Clients.Authenticate(key)
 	}
-	if err == nil && perm != "" {
-		err = c.AllowPermission(perm)
+	if err == nil && perms != nil {
+		err = c.AllowPermission(perms...)
 	}
 	if err == nil {
 		return context.WithValue(ctx, clientKey{}, c), nil
 	}
 	id := requestID(info.Header)
-	if perm != "" { // a name the caller made up is no label
+	if perms != nil { // a name the caller made up is no label
 		s.Metrics.Begin(rpc)(err)
 	}
 	s.log(ctx, rpc, id, c, err, 0)
@@ -216,23 +216,23 @@ func rpcName(fullMethod string) string { return fullMethod[strings.LastIndexByte
 
 // authorize checks that client c may make call rpc with req.
 func authorize(c *coffer.Client, rpc string, req any) error {
-	perm := api.Permission(rpc)
-	if perm == "" {
+	perms := api.Permissions(rpc)
+	if perms == nil {
 		// Not reached today (gRPC answers an unknown method itself, and
 		// api.Routes gives every rpc a permission); kept so that a call
 		// with no permission is refused, never let through.
 		return coffer.Errorf(coffer.CodeNotFound, "no rpc %s", rpc)
 	}
 	r, ok := req.(namespaced)
-	if perm == coffer.PermOps || !ok {
+	if !ok {
 		// An ops call addresses no namespace; from a request that did not
 		// decode (nil) none can be read, and its refusal comes after this.
-		return c.AllowPermission(perm)
+		return c.AllowPermission(perms...)
 	}
 	if r.GetNamespace() <= 0 {
 		return coffer.Errorf(coffer.CodeInvalid, "namespace must be > 0")
 	}
-	return c.Allow(coffer.Namespace(r.GetNamespace()), perm)
+	return c.Allow(coffer.Namespace(r.GetNamespace()), perms...)
 }
 
 // messageLimit is the most bytes a request message v may have: its rpc's

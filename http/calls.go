@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/api"
 )
 
 // revenueReport is the body of a revenue report.
@@ -41,12 +42,15 @@ func (s *Server) change(r *http.Request, c *coffer.Client) (int, any, error) {
 	if err != nil {
 		return 0, nil, bodyError(err, s.BodyBytesMax)
 	}
+	if req, err = c.SupportChange(req); err != nil {
+		return 0, nil, err
+	}
 	trx, replay, err := s.Ledger.Change(r.Context(), req)
 	return written(trx, replay, err)
 }
 
 func (s *Server) commit(r *http.Request, c *coffer.Client) (int, any, error) {
-	sc, err := s.scope(r, c)
+	sc, err := s.scope(r, c, coffer.PermSupportWrite)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -55,7 +59,7 @@ func (s *Server) commit(r *http.Request, c *coffer.Client) (int, any, error) {
 }
 
 func (s *Server) rollback(r *http.Request, c *coffer.Client) (int, any, error) {
-	sc, err := s.scope(r, c)
+	sc, err := s.scope(r, c, coffer.PermSupportWrite)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -64,7 +68,7 @@ func (s *Server) rollback(r *http.Request, c *coffer.Client) (int, any, error) {
 }
 
 func (s *Server) getTrx(r *http.Request, c *coffer.Client) (int, any, error) {
-	sc, err := s.scope(r, c)
+	sc, err := s.scope(r, c, coffer.PermSupport)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -94,6 +98,9 @@ func (s *Server) refund(r *http.Request, c *coffer.Client) (int, any, error) {
 	if err != nil {
 		return 0, nil, bodyError(err, s.BodyBytesMax)
 	}
+	if err := c.SupportRefund(req); err != nil {
+		return 0, nil, err
+	}
 	trx, replay, err := s.Ledger.Refund(r.Context(), req)
 	return written(trx, replay, err)
 }
@@ -107,6 +114,7 @@ func (s *Server) finlog(r *http.Request, _ *coffer.Client) (int, any, error) {
 	v := query(r)
 	q.From, q.To = v.time("from"), v.time("to")
 	q.Currency, q.Reason, q.Cursor = v.str("currency"), v.str("reason"), v.str("cursor")
+	q.Kind, q.Status, q.IdempotencyKey = coffer.TrxKind(v.str("kind")), coffer.TrxStatus(v.str("status")), v.str("idempotency_key")
 	q.Limit = int(v.int("limit"))
 	if v.err != nil {
 		return 0, nil, v.err
@@ -137,6 +145,19 @@ func (s *Server) revenue(r *http.Request, _ *coffer.Client) (int, any, error) {
 		lines = []coffer.RevenueLine{}
 	}
 	return http.StatusOK, revenueReport{Namespace: ns, From: q.From.UTC(), To: q.To.UTC(), Lines: lines}, err
+}
+
+func (s *Server) getOrder(r *http.Request, _ *coffer.Client) (int, any, error) {
+	ns, err := pathNamespace(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	o, err := s.Ledger.Order(r.Context(), coffer.PurchaseKey{Namespace: ns, Store: r.PathValue("store"), OrderID: r.PathValue("order_id")})
+	return http.StatusOK, o, err
+}
+
+func (s *Server) getClient(_ *http.Request, c *coffer.Client) (int, any, error) {
+	return http.StatusOK, api.NewClientInfo(c, s.Clients), nil
 }
 
 func (s *Server) getStatus(r *http.Request, _ *coffer.Client) (int, any, error) {

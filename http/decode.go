@@ -20,14 +20,24 @@ import (
 )
 
 // scope reads the scope of a call on one trx: namespace, player and
-// idempotency key from the path, the emitter from the client. The request
-// carries no body (or {}).
-func (s *Server) scope(r *http.Request, c *coffer.Client) (coffer.Scope, error) {
+// idempotency key from the path, the emitter from the client, or the
+// query's emitter, another client's, which a client names only with
+// permission other (coffer.Client.TrxEmitter). The request carries no
+// body (or {}).
+func (s *Server) scope(r *http.Request, c *coffer.Client, other coffer.Permission) (coffer.Scope, error) {
 	sc, err := playerScope(r, c)
 	if err != nil {
 		return coffer.Scope{}, err
 	}
 	sc.IdempotencyKey = r.PathValue("idempotency_key")
+	v := query(r)
+	emitter := coffer.Emitter(v.int("emitter"))
+	if v.err != nil {
+		return coffer.Scope{}, v.err
+	}
+	if sc.Emitter, err = c.TrxEmitter(sc.Namespace, emitter, other); err != nil {
+		return coffer.Scope{}, err
+	}
 	return sc, s.decode(r, &struct{}{}, false)
 }
 

@@ -74,6 +74,8 @@ func (s *Server) Handler() http.Handler {
 		"Finlog":      s.finlog,
 		"Revenue":     s.revenue,
 		"GetStatus":   s.getStatus,
+		"GetOrder":    s.getOrder,
+		"GetClient":   s.getClient,
 	}
 	mux := http.NewServeMux()
 	for _, rt := range api.Routes() {
@@ -189,13 +191,13 @@ func (s *Server) authorize(r *http.Request, rt api.Route) (*coffer.Client, error
 		return nil, err
 	}
 	if !rt.Namespaced {
-		return c, c.AllowPermission(coffer.PermOps)
+		return c, c.AllowPermission(rt.Permissions...)
 	}
 	ns, err := pathNamespace(r)
 	if err != nil {
 		return c, err
 	}
-	return c, c.Allow(ns, rt.Permission)
+	return c, c.Allow(ns, rt.Permissions...)
 }
 
 func (s *Server) log(r *http.Request, rt api.Route, id string, c *coffer.Client, status int, err error, d time.Duration) {

@@ -128,3 +128,32 @@ func (c *claim) scanOwner(row pgx.Row) error {
 	}
 	return err
 }
+
+const orderClaimSQL = `SELECT player_id, emitter, idempotency_key, created_at FROM purchase_claim_N
+	WHERE ns = $1 AND store = $2 AND order_id = $3`
+
+// Order reads a store order's claim: one lookup by its primary key, on the
+// shard the order's key hashes to.
+func (s *Store) Order(ctx context.Context, k coffer.PurchaseKey) (coffer.OrderClaim, error) {
+	if err := k.Validate(); err != nil {
+		return coffer.OrderClaim{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	id := s.router.Map().ShardOfPurchase(k)
+	pool, err := s.pool(ctx, id)
+	if err != nil {
+		return coffer.OrderClaim{}, err
+	}
+	o := coffer.OrderClaim{Namespace: k.Namespace, Store: k.Store, OrderID: k.OrderID}
+	err = pool.QueryRow(ctx, shard.Tables(orderClaimSQL, id), k.Namespace, k.Store, k.OrderID).
+		Scan(&o.PlayerID, &o.Emitter, &o.IdempotencyKey, &o.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return coffer.OrderClaim{}, coffer.Errorf(coffer.CodeNotFound, "store %q order %q was never presented in namespace %d", k.Store, k.OrderID, k.Namespace)
+	}
+	if err != nil {
+		return coffer.OrderClaim{}, s.fail(id, err)
+	}
+	o.CreatedAt = o.CreatedAt.UTC()
+	return o, nil
+}

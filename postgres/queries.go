@@ -91,7 +91,8 @@ func newQueries(id coffer.ShardID) *queries {
 // finlogSQL pages a player's trx in the order of the trx primary key,
 // (created_at, pos), which is position order: one index range scan, from
 // past ($3, $4) to $5, of at most $9 trx. Of those, the ones that pass the
-// filters (hit) are the page, and the scan stops at $8 of them; so a
+// filters (reason $6, currency $7, kind $10, status $11, idempotency key
+// $12; each NULL for none) (hit) are the page, and the scan stops at $8 of them; so a
 // filter that few trx pass bounds the rows a page reads, not only those
 // it answers. When the scan reaches its bound, its last trx comes too
 // (the edge): where the next page starts if this one is not full. The
@@ -108,6 +109,8 @@ func finlogSQL(desc bool) string {
 	return `SELECT t.hit, t.n = $9, ` + trxColumns + ` FROM (
 		SELECT t.*, row_number() OVER (ORDER BY ` + order + `) AS n,
 			($6::text IS NULL OR t.reason = $6)
+			AND ($10::text IS NULL OR t.kind::text = $10) AND ($11::text IS NULL OR t.status::text = $11)
+			AND ($12::text IS NULL OR t.idempotency_key = $12)
 			AND ($7::int IS NULL OR COALESCE((SELECT true FROM op_N o WHERE o.trx_id = t.trx_id AND o.currency = $7 LIMIT 1), false)) AS hit
 		FROM trx_N t
 		WHERE t.ns = $1 AND t.player_id = $2 AND (t.created_at, t.pos) ` + cmp + ` ($3, $4) AND t.created_at ` + end + ` $5

@@ -134,8 +134,16 @@ func (s *Store) Trx(ctx context.Context, sc coffer.Scope) (coffer.Trx, error) {
 	return st.Trx, nil
 }
 
+// optText is s, or nil (SQL NULL: no filter) for "".
+func optText(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
 // Finlog reads a page of a player's trx, with their ops, in one statement.
-// With a filter (currency, reason), the page looks at FinlogScanMax trx
+// With a filter (FinlogQuery.Filtered), the page looks at FinlogScanMax trx
 // at most (finlogSQL): it may then hold fewer than q.Limit, even none,
 // and still have a cursor.
 func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.FinlogPage, error) {
@@ -145,10 +153,7 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 	if q.Limit == 0 {
 		q.Limit = 100
 	}
-	var reason *string
-	if q.Reason != "" {
-		reason = &q.Reason
-	}
+	reason, kind, status, key := optText(q.Reason), optText(string(q.Kind)), optText(string(q.Status)), optText(q.IdempotencyKey)
 	only, err := s.catalog.Named(q.Currency)
 	if err != nil {
 		return coffer.FinlogPage{}, err
@@ -163,7 +168,7 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 		return coffer.FinlogPage{}, err
 	}
 	scan := q.Limit + 1
-	if reason != nil || currency != nil {
+	if q.Filtered() {
 		scan = max(scan, s.opts.FinlogScanMax)
 	}
 	shardID := s.router.Map().ShardOf(q.PlayerID)
@@ -177,7 +182,8 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	rows, err := pool.Query(ctx, sql, q.Namespace, q.PlayerID, startAt, startPos, endAt, reason, currency, q.Limit+1, scan)
+	rows, err := pool.Query(ctx, sql, q.Namespace, q.PlayerID, startAt, startPos, endAt, reason, currency, q.Limit+1, scan,
+		kind, status, key)
 	if err != nil {
 		return coffer.FinlogPage{}, s.fail(shardID, err)
 	}

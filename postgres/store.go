@@ -55,8 +55,8 @@ type Options struct {
 	// 2. Each reads every shard, so a burst of them would take a pool
 	// connection on every database for each.
 	ReportsMax int
-	// FinlogScanMax bounds the trx a finlog page with a filter (currency,
-	// reason) looks at; zero means 10 000. So a page never reads a long
+	// FinlogScanMax bounds the trx a finlog page with a filter
+	// (coffer.FinlogQuery.Filtered) looks at; zero means 10 000. So a page never reads a long
 	// history to find a rare trx; it answers what it found and a cursor.
 	FinlogScanMax int
 	// Observer is told of each batch and of each attempt of a batch of

@@ -193,7 +193,8 @@ func (c *Conn) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.FinlogP
 			v.Set(name, t.Format(time.RFC3339Nano))
 		}
 	}
-	for name, s := range map[string]string{"currency": q.Currency, "reason": q.Reason, "cursor": q.Cursor} {
+	for name, s := range map[string]string{"currency": q.Currency, "reason": q.Reason, "cursor": q.Cursor,
+		"kind": string(q.Kind), "status": string(q.Status), "idempotency_key": q.IdempotencyKey} {
 		if s != "" {
 			v.Set(name, s)
 		}

@@ -30,7 +30,7 @@ func TestClients(t *testing.T) {
 	data := filepath.Join(dir, "data")
 	key := newAPIKey()
 	cmd, upTo, finish := startUntil(t, t.TempDir(), "Press Ctrl-C",
-		"dev", "--data-dir", data, "--listen", "127.0.0.1:0", "--grpc-listen", "", "--ops-listen", "", "--api-key", key)
+		"dev", "--data-dir", data, "--listen", "127.0.0.1:0", "--grpc-listen", "", "--ops-listen", "", "--console-listen", "", "--api-key", key)
 	api := regexp.MustCompile(`API\s+(http://\S+)`).FindStringSubmatch(upTo)
 	if api == nil {
 		t.Fatalf("no API address in the banner:\n%s", upTo)

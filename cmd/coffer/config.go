@@ -48,12 +48,15 @@ type Config struct {
 // listener off. Ops is the operations listener: /metrics (which names the
 // database hosts) and Go's profiler (/debug/pprof/), for operators only,
 // never on the API's port; keep it on a private address. Pprof is its
-// former name, refused with a pointer to ops.
+// former name, refused with a pointer to ops. Console is the support
+// console's (docs/console.md): its pages and, on their origin, the HTTP
+// API; off unless set.
 type ListenConfig struct {
-	HTTP  string `yaml:"http"`
-	GRPC  string `yaml:"grpc"`
-	Ops   string `yaml:"ops"`
-	Pprof string `yaml:"pprof,omitempty"`
+	HTTP    string `yaml:"http"`
+	GRPC    string `yaml:"grpc"`
+	Ops     string `yaml:"ops"`
+	Console string `yaml:"console,omitempty"`
+	Pprof   string `yaml:"pprof,omitempty"`
 }
 
 // LimitsConfig bounds requests and what an instance serves at once.

@@ -61,6 +61,8 @@ func contractBases() map[string][]contractCall {
 		"Revenue": {{path: map[string]string{"namespace": "1"},
 			query: map[string]string{"from": "2026-01-01T00:00:00Z", "to": "2026-02-01T00:00:00Z"}}},
 		"GetStatus": {{}},
+		"GetOrder":  {{path: map[string]string{"namespace": "1", "store": "steam", "order_id": "bounds-1"}}},
+		"GetClient": {{}},
 	}
 }
 

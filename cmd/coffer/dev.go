@@ -25,6 +25,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address of the API")
 	grpcListen := fs.String("grpc-listen", "127.0.0.1:9090", "gRPC address of the API (empty: no gRPC)")
 	opsListen := fs.String("ops-listen", "127.0.0.1:8081", "address of the operations listener: /metrics and /debug/pprof/ (empty: none)")
+	consoleListen := fs.String("console-listen", "127.0.0.1:8083", "address of the support console (empty: none)")
 	apiKey := fs.String("api-key", "", "the development API key (default: a new random key, printed)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -37,7 +38,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	fmt.Fprintf(stdout, "coffer dev: starting PostgreSQL under %s/pg ...\n", *dataDir)
 	cfg := devConfig(*listen, *grpcListen, *apiKey)
-	cfg.Listen.Ops = *opsListen
+	cfg.Listen.Ops, cfg.Listen.Console = *opsListen, *consoleListen
 	st, err := startLocalStack(ctx, *dataDir, cfg, stackLayout{servers: 1, databasesEach: 2}, nil, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "coffer dev:", err)
@@ -93,7 +94,8 @@ func openPrivate(path string) (*os.File, error) {
 // you"): namespaces 1 and 2; gold and silver (can be bought) and credits
 // (free only); gold→silver at 1:100 and silver→credits at 10:1; one
 // client with the dev key, which may also read the instance's status
-// (ops). No operations listener: `coffer dev` adds its own.
+// (ops), and one for the support console (devSupportKey). No operations
+// or console listener: `coffer dev` adds its own.
 func devConfig(listen, grpcListen, apiKey string) *Config {
 	cfg := DefaultConfig()
 	cfg.ShardCount = 16
@@ -103,10 +105,21 @@ func devConfig(listen, grpcListen, apiKey string) *Config {
 	exchanges := []ExchangeConfig{{From: "gold", To: "silver", Rate: "1:100"}, {From: "silver", To: "credits", Rate: "10:1"}}
 	cfg.Namespaces = []NamespaceConfig{{ID: 1, Name: "dev-1", Exchanges: exchanges}, {ID: 2, Name: "dev-2", Exchanges: exchanges}}
 	h := coffer.HashKey(apiKey)
+	hs := coffer.HashKey(devSupportKey(apiKey))
+	// The support client's emitter is apart from the dev client's and
+	// from those the tests add (2–5).
 	cfg.Clients = []ClientConfig{{Name: "dev", Emitter: 1, KeySHA256: []string{hex.EncodeToString(h[:])},
-		Namespaces: []int32{1, 2}, Permissions: []string{"read", "write", "admin", "ops"}}}
+		Namespaces: []int32{1, 2}, Permissions: []string{"read", "write", "admin", "ops"}},
+		{Name: "dev-support", Emitter: 9, KeySHA256: []string{hex.EncodeToString(hs[:])},
+			Namespaces: []int32{1, 2}, Permissions: []string{"support", "support_write"}}}
 	return cfg
 }
+
+// devSupportKey is the key of the dev stack's support client: the dev
+// key and a suffix, so that --api-key gives a script both. A support
+// client may not write as a game does (coffer.NewClients), hence a
+// client of its own.
+func devSupportKey(apiKey string) string { return apiKey + "-support" }
 
 // newAPIKey is a random key: 192 bits, URL-safe.
 func newAPIKey() string {
@@ -122,12 +135,21 @@ func opsURL(svc *Main) string {
 	return "http://" + svc.OpsAddr
 }
 
+// consoleURL is where the console's pages are, or "off".
+func consoleURL(svc *Main) string {
+	if svc.ConsoleAddr == "" {
+		return "off"
+	}
+	return "http://" + svc.ConsoleAddr + "/console/"
+}
+
 func printDevBanner(w io.Writer, st *localStack, svc *Main, key string) {
 	base := "http://" + svc.HTTPAddr
 	fmt.Fprintf(w, `
 coffer dev is up.
   API         %s  (gRPC %s; OpenAPI %s/openapi.json)
   operations  %s  (/metrics, /debug/pprof/)
+  console     %s  (sign in with the support key %s)
   API key     %s
   PostgreSQL  127.0.0.1:%d, databases coffer_0 and coffer_1, 16 shards (superuser coffer, password in %s)
   config      %s   (coffer audit -c %s)
@@ -139,5 +161,5 @@ curl -s -X POST %s/v1/namespaces/1/players/42/transactions -H 'Authorization: Be
 curl -s %s/v1/namespaces/1/players/42/balances -H 'Authorization: Bearer %s'
 
 Press Ctrl-C to stop.
-`, base, svc.GRPCAddr, base, opsURL(svc), key, st.servers[0].Port(), st.configPath, st.configPath, st.configPath, st.dir, base, key, base, key)
+`, base, svc.GRPCAddr, base, opsURL(svc), consoleURL(svc), devSupportKey(key), key, st.servers[0].Port(), st.configPath, st.configPath, st.configPath, st.dir, base, key, base, key)
 }

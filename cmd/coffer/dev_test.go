@@ -39,6 +39,10 @@ func TestDevCommand(t *testing.T) {
 			if ops == nil || !strings.Contains(string(runShell(t, "curl -sf "+ops[1]+"/metrics")), "coffer_shards_available 16") {
 				t.Fatalf("run %d: no metrics on the operations listener:\n%s", run, banner)
 			}
+			console := regexp.MustCompile(`console     (http://\S+)`).FindStringSubmatch(banner)
+			if console == nil || !strings.Contains(string(runShell(t, "curl -sf "+console[1]+"ns/1/players/42")), "<title>coffer console") {
+				t.Fatalf("run %d: no console page at the printed URL:\n%s", run, banner)
+			}
 			var grant coffer.Trx
 			must(t, json.Unmarshal(runShell(t, cmds[0]), &grant))
 			var bal coffer.Balances
@@ -71,7 +75,8 @@ func TestDevCommand(t *testing.T) {
 func startDev(t *testing.T, data string, try func(cmds []string, banner string)) int {
 	t.Helper()
 	cmd, upTo, finish := startUntil(t, t.TempDir(), "Press Ctrl-C",
-		"dev", "--data-dir", data, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0")
+		"dev", "--data-dir", data, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0",
+		"--console-listen", "127.0.0.1:0")
 	var cmds []string
 	for _, l := range strings.Split(upTo, "\n") {
 		if strings.HasPrefix(l, "curl ") {

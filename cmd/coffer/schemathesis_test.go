@@ -36,7 +36,7 @@ func TestSchemathesis(t *testing.T) {
 	data := filepath.Join(dir, "data")
 	const key = "schemathesis-dev-key"
 	cmd, banner, finish := startUntilWithin(t, t.TempDir(), "Press Ctrl-C", 20*time.Minute,
-		"dev", "--data-dir", data, "--listen", "127.0.0.1:0", "--grpc-listen", "", "--ops-listen", "", "--api-key", key)
+		"dev", "--data-dir", data, "--listen", "127.0.0.1:0", "--grpc-listen", "", "--ops-listen", "", "--console-listen", "", "--api-key", key)
 	api := regexp.MustCompile(`API\s+(http://\S+)`).FindStringSubmatch(banner)
 	if api == nil {
 		t.Fatalf("no API address in the banner:\n%s", banner)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/console"
 	coffergrpc "github.com/cofferhq/coffer/grpc"
 	cofferhttp "github.com/cofferhq/coffer/http"
 	"github.com/cofferhq/coffer/metrics"
@@ -51,9 +52,9 @@ type Main struct {
 	// Tracing traces the calls: if nil, Start makes the one the config
 	// asks for (telemetry.otlp_endpoint), or none. Shutdown shuts it down.
 	Tracing *telemetry.Tracing
-	// HTTPAddr, GRPCAddr and OpsAddr are the bound addresses, set by
-	// Start.
-	HTTPAddr, GRPCAddr, OpsAddr string
+	// HTTPAddr, GRPCAddr, OpsAddr and ConsoleAddr are the bound
+	// addresses, set by Start.
+	HTTPAddr, GRPCAddr, OpsAddr, ConsoleAddr string
 
 	router     *shard.Router
 	store      *postgres.Store
@@ -61,11 +62,14 @@ type Main struct {
 	metrics    *metrics.Metrics
 	httpServer *http.Server
 	opsServer  *http.Server
-	grpcServer *grpc.Server
-	ready      atomic.Bool
-	started    time.Time
-	stopBG     context.CancelFunc
-	bg         sync.WaitGroup
+	// consoleServer serves the support console and, on its origin, the
+	// same API handler as httpServer.
+	consoleServer *http.Server
+	grpcServer    *grpc.Server
+	ready         atomic.Bool
+	started       time.Time
+	stopBG        context.CancelFunc
+	bg            sync.WaitGroup
 }
 
 // Start checks the config, verifies every reachable database's schema
@@ -135,7 +139,7 @@ func (m *Main) Start(ctx context.Context) error {
 	})
 	m.goBG(func() { every(bgCtx, m.Config.Sweep.Interval, func() { m.sweep(bgCtx, "marks", store.SweepMarks) }) })
 	m.ready.Store(true)
-	m.Logger.Info("serving", "http", m.HTTPAddr, "grpc", m.GRPCAddr, "ops", m.OpsAddr, "shards", m.Map.ShardCount(), "databases", len(m.Map.Databases()))
+	m.Logger.Info("serving", "http", m.HTTPAddr, "grpc", m.GRPCAddr, "ops", m.OpsAddr, "console", m.ConsoleAddr, "shards", m.Map.ShardCount(), "databases", len(m.Map.Databases()))
 	return nil
 }
 
@@ -172,25 +176,26 @@ func (m *Main) readMoves(ctx context.Context) {
 // one budget the bytes of their requests.
 func (m *Main) listen(store *postgres.Store, clients *coffer.Clients) error {
 	cfg := m.Config
-	lns, err := listenAll(map[string]string{"listen.http": cfg.Listen.HTTP, "listen.grpc": cfg.Listen.GRPC, "listen.ops": cfg.Listen.Ops})
+	lns, err := listenAll(map[string]string{"listen.http": cfg.Listen.HTTP, "listen.grpc": cfg.Listen.GRPC, "listen.ops": cfg.Listen.Ops,
+		"listen.console": cfg.Listen.Console})
 	if err != nil {
 		return err
 	}
 	gate := shed.NewGate("requests in flight", cfg.Limits.RequestsInFlightMax)
 	budget := shed.NewBudget("request bytes", cfg.Limits.RequestBytesInFlightMax)
 	m.metrics.WatchRequestBytes(budget.Held)
+	h := (&cofferhttp.Server{Ledger: store, Clients: clients, Metrics: m.metrics, Logger: m.Logger, Tracing: m.Tracing,
+		BodyBytesMax: cfg.Limits.BodyBytesMax, BatchBodyBytesMax: cfg.Limits.BatchBodyBytesMax, Gate: gate, Bytes: budget,
+		WriteTimeout: cfg.Timeouts.Write, Status: m.status, Ready: m.ready.Load}).Handler()
 	if ln := lns["listen.http"]; ln != nil {
-		h := &cofferhttp.Server{Ledger: store, Clients: clients, Metrics: m.metrics, Logger: m.Logger, Tracing: m.Tracing,
-			BodyBytesMax: cfg.Limits.BodyBytesMax, BatchBodyBytesMax: cfg.Limits.BatchBodyBytesMax, Gate: gate, Bytes: budget,
-			WriteTimeout: cfg.Timeouts.Write, Status: m.status, Ready: m.ready.Load}
-		// WriteTimeout bounds the answers of the routes without a call
-		// (probes, /openapi.json); a call sets its own deadline when its
-		// answer is ready, however long the call took.
-		m.httpServer = &http.Server{Handler: h.Handler(), ReadHeaderTimeout: cfg.Timeouts.ReadHeader,
-			ReadTimeout: cfg.Timeouts.Read, WriteTimeout: cfg.Timeouts.Write, IdleTimeout: cfg.Timeouts.Idle,
-			MaxHeaderBytes: cfg.Limits.HeaderBytesMax, ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
+		m.httpServer = m.httpServerOf(h)
 		m.HTTPAddr = ln.Addr().String()
 		go func() { _ = m.httpServer.Serve(ln) }()
+	}
+	if ln := lns["listen.console"]; ln != nil {
+		m.consoleServer = m.httpServerOf(console.Handler(h))
+		m.ConsoleAddr = ln.Addr().String()
+		go func() { _ = m.consoleServer.Serve(ln) }()
 	}
 	if ln := lns["listen.ops"]; ln != nil {
 		mux := http.NewServeMux()
@@ -215,6 +220,17 @@ func (m *Main) listen(store *postgres.Store, clients *coffer.Clients) error {
 		go func() { _ = m.grpcServer.Serve(ln) }()
 	}
 	return nil
+}
+
+// httpServerOf serves h with the configured bounds. WriteTimeout bounds
+// the answers of the routes without a call (probes, /openapi.json, the
+// console's files); a call sets its own deadline when its answer is
+// ready, however long the call took.
+func (m *Main) httpServerOf(h http.Handler) *http.Server {
+	cfg := m.Config
+	return &http.Server{Handler: h, ReadHeaderTimeout: cfg.Timeouts.ReadHeader,
+		ReadTimeout: cfg.Timeouts.Read, WriteTimeout: cfg.Timeouts.Write, IdleTimeout: cfg.Timeouts.Idle,
+		MaxHeaderBytes: cfg.Limits.HeaderBytesMax, ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
 }
 
 // listenAll listens on each non-empty address (keyed by its config key),
@@ -245,10 +261,13 @@ func listenAll(addrs map[string]string) (map[string]net.Listener, error) {
 // drained, and be cut off at once if HTTP's drain used the whole time.
 func (m *Main) Shutdown(ctx context.Context) error {
 	m.ready.Store(false)
-	var httpErr, grpcErr error
+	var httpErr, grpcErr, consoleErr error
 	var drains sync.WaitGroup
 	if m.httpServer != nil {
 		drains.Go(func() { httpErr = m.httpServer.Shutdown(ctx) })
+	}
+	if m.consoleServer != nil {
+		drains.Go(func() { consoleErr = m.consoleServer.Shutdown(ctx) })
 	}
 	if m.grpcServer != nil {
 		drains.Go(func() { grpcErr = m.drainGRPC(ctx) })
@@ -266,7 +285,7 @@ func (m *Main) Shutdown(ctx context.Context) error {
 	if err := m.Tracing.Shutdown(flush); err != nil {
 		m.Logger.Warn("spans not sent at shutdown", "error", err.Error())
 	}
-	return errors.Join(httpErr, grpcErr)
+	return errors.Join(httpErr, grpcErr, consoleErr)
 }
 
 // spansFlushMax bounds the sending of the last spans at shutdown: a

@@ -59,13 +59,22 @@ var bounds = map[string]bound{
 	"ExchangeRequest.to":     {object{"minLength": 1}, true},
 	"ExchangeRequest.amount": {object{"minimum": 1, "maximum": coffer.OpAmountMax}, true},
 
-	"FinlogRequest.limit": {object{"minimum": 0, "maximum": coffer.FinlogLimitMax}, false},
-	"FinlogRequest.order": {object{"enum": []any{"", coffer.FinlogAsc, coffer.FinlogDesc}}, false},
+	"FinlogRequest.limit":  {object{"minimum": 0, "maximum": coffer.FinlogLimitMax}, false},
+	"FinlogRequest.order":  {object{"enum": []any{"", coffer.FinlogAsc, coffer.FinlogDesc}}, false},
+	"FinlogRequest.kind":   {object{"enum": withEmpty(coffer.TrxKinds)}, false},
+	"FinlogRequest.status": {object{"enum": withEmpty(coffer.TrxStatuses)}, false},
+	// A filter: any key a client may give, none for every trx.
+	"FinlogRequest.idempotency_key": {object{"maxLength": coffer.IdempotencyKeyLenMax, "pattern": noNUL}, false},
 	// A cursor is opaque: base64url without padding (postgres'
 	// encodeCursor), and only one a page gave is taken.
 	"FinlogRequest.cursor": {object{"pattern": "^[A-Za-z0-9_-]*$"}, false},
 	"RevenueRequest.from":  {object{}, true},
 	"RevenueRequest.to":    {object{}, true},
+
+	// 0 (or none) names the calling client's trx (coffer.Client.TrxEmitter).
+	"TrxRequest.emitter":    {object{"minimum": 0, "maximum": math.MaxInt32}, false},
+	"OrderRequest.store":    storeBound,
+	"OrderRequest.order_id": orderIDBound,
 }
 
 var (
@@ -74,6 +83,15 @@ var (
 	orderIDBound = bound{object{"minLength": 1, "maxLength": coffer.OrderIDLenMax,
 		"pattern": "^" + runeClass(coffer.OrderIDEdgeRune) + "(" + runeClass(coffer.OrderIDRune) + "*" + runeClass(coffer.OrderIDEdgeRune) + ")?$"}, true}
 )
+
+// withEmpty is the enum of a filter: each of values, or "" for none.
+func withEmpty[T ~string](values []T) []any {
+	out := []any{""}
+	for _, v := range values {
+		out = append(out, string(v))
+	}
+	return out
+}
 
 // boundOf is f's bound in a request message: its own entry, else the
 // entry of its name in every message, else, for an integer, the range of

@@ -145,10 +145,17 @@ func (g *generator) operation(m protoreflect.MethodDescriptor, path, method stri
 func responses(m protoreflect.MethodDescriptor, method string) object {
 	rpc := string(m.Name())
 	content := object{"application/json": object{"schema": ref(m.Output())}}
-	out := object{"200": object{"description": "OK", "content": content}}
+	ok := []object{{"description": "OK", "content": content}}
 	if m.Output().Name() == "Trx" && method == "POST" {
-		out["200"] = object{"description": "A replay: the original result of the same key and payload.", "content": content, "links": links(rpc)}
-		out["201"] = object{"description": "Created: a new write.", "content": content, "links": links(rpc)}
+		ok = []object{{"description": "A replay: the original result of the same key and payload.", "content": content},
+			{"description": "Created: a new write.", "content": content}}
+	}
+	out := object{}
+	for i, r := range ok {
+		if l, found := links[rpc]; found {
+			r["links"] = l.of()
+		}
+		out[strconv.Itoa(http.StatusOK+i)] = r
 	}
 	byStatus := map[int][]any{}
 	for _, c := range codesOf(rpc, method) {
@@ -199,6 +206,8 @@ var rpcCodes = map[string][]coffer.Code{
 	"Finlog":      {coffer.CodeUnavailable},
 	"Revenue":     {coffer.CodeUnavailable},
 	"GetStatus":   {},
+	"GetOrder":    {coffer.CodeNotFound, coffer.CodeUnavailable},
+	"GetClient":   {},
 }
 
 // codesOf are the codes of every answer of rpc: the ledger's (rpcCodes)
@@ -218,30 +227,52 @@ func codesOf(rpc, method string) []coffer.Code {
 	return append(out, coffer.CodeOverloaded, coffer.CodeInternal)
 }
 
-// linkedRPCs are the calls a trx written by an rpc leads to, named by its
-// key: a stateful tester or a client generator follows them.
-var linkedRPCs = map[string][]string{
-	"Change":   {"GetTrx", "Commit", "Rollback"},
-	"Exchange": {"GetTrx"},
-	"Refund":   {"GetTrx"},
-	"Commit":   {"GetTrx"},
-	"Rollback": {"GetTrx"},
+// trxRef names a trx to the calls a link leads to: its parameters are
+// OpenAPI runtime expressions.
+type trxRef struct {
+	what       string
+	parameters object
 }
 
-// links are the OpenAPI links of a trx rpc wrote: the same namespace and
-// player, the trx's key.
-func links(rpc string) object {
+var (
+	// writtenTrx is the trx a write just wrote: the request's namespace
+	// and player, the trx's key, the calling client's.
+	writtenTrx = trxRef{"The trx just written, by its idempotency key.", object{
+		"namespace":       "$request.path.namespace",
+		"player_id":       "$request.path.player_id",
+		"idempotency_key": "$response.body#/idempotency_key",
+	}}
+	// presentingTrx is the trx whose request presented a store order
+	// first: its player, its client's emitter, its key.
+	presentingTrx = trxRef{"The trx whose request presented the order, by its client's emitter and its key.", object{
+		"namespace":       "$request.path.namespace",
+		"player_id":       "$response.body#/player_id",
+		"emitter":         "$response.body#/emitter",
+		"idempotency_key": "$response.body#/idempotency_key",
+	}}
+)
+
+// link is where an rpc's answer leads: the calls to, on the trx ref.
+// A stateful tester or a client generator follows them.
+type link struct {
+	ref trxRef
+	to  []string
+}
+
+var links = map[string]link{
+	"Change":   {writtenTrx, []string{"GetTrx", "Commit", "Rollback"}},
+	"Exchange": {writtenTrx, []string{"GetTrx"}},
+	"Refund":   {writtenTrx, []string{"GetTrx"}},
+	"Commit":   {writtenTrx, []string{"GetTrx"}},
+	"Rollback": {writtenTrx, []string{"GetTrx"}},
+	"GetOrder": {presentingTrx, []string{"GetTrx"}},
+}
+
+// of is l as the OpenAPI links of a response.
+func (l link) of() object {
 	out := object{}
-	for _, to := range linkedRPCs[rpc] {
-		out[to] = object{
-			"operationId": to,
-			"description": "The trx just written, by its idempotency key.",
-			"parameters": object{
-				"namespace":       "$request.path.namespace",
-				"player_id":       "$request.path.player_id",
-				"idempotency_key": "$response.body#/idempotency_key",
-			},
-		}
+	for _, to := range l.to {
+		out[to] = object{"operationId": to, "description": l.ref.what, "parameters": l.ref.parameters}
 	}
 	return out
 }

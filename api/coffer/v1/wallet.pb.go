@@ -659,14 +659,19 @@ func (x *BatchChangeResult) GetError() *status.Status {
 	return nil
 }
 
-// TrxRequest names one trx of the calling client.
+// TrxRequest names one trx of the calling client, or with emitter
+// another client's.
 type TrxRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Namespace      int32                  `protobuf:"varint,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	PlayerId       int64                  `protobuf:"varint,2,opt,name=player_id,json=playerId,proto3" json:"player_id,omitempty"`
 	IdempotencyKey string                 `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The emitter of the client that gave the key; 0 means the calling
+	// client. Another client's: only with support (GetTrx) or support_write
+	// (Commit, Rollback).
+	Emitter       int32 `protobuf:"varint,4,opt,name=emitter,proto3" json:"emitter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TrxRequest) Reset() {
@@ -718,6 +723,13 @@ func (x *TrxRequest) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *TrxRequest) GetEmitter() int32 {
+	if x != nil {
+		return x.Emitter
+	}
+	return 0
 }
 
 // ExchangeRequest consumes amount of from and grants to at the configured
@@ -938,9 +950,15 @@ type FinlogRequest struct {
 	// The next_cursor of the previous page.
 	Cursor string `protobuf:"bytes,8,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	// asc (oldest first, the default) or desc.
-	Order         string `protobuf:"bytes,9,opt,name=order,proto3" json:"order,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Order string `protobuf:"bytes,9,opt,name=order,proto3" json:"order,omitempty"`
+	// Only trx of this kind: change, hold, exchange, expire or refund.
+	Kind string `protobuf:"bytes,10,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Only trx in this status: committed, pending, rolled_back or expired.
+	Status string `protobuf:"bytes,11,opt,name=status,proto3" json:"status,omitempty"`
+	// Only trx under this idempotency key, whichever client gave it.
+	IdempotencyKey string `protobuf:"bytes,12,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *FinlogRequest) Reset() {
@@ -1032,6 +1050,27 @@ func (x *FinlogRequest) GetCursor() string {
 func (x *FinlogRequest) GetOrder() string {
 	if x != nil {
 		return x.Order
+	}
+	return ""
+}
+
+func (x *FinlogRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *FinlogRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *FinlogRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
 	}
 	return ""
 }
@@ -1142,6 +1181,339 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{13}
 }
 
+// OrderRequest names a store order, as a paid grant's purchase named it.
+type OrderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     int32                  `protobuf:"varint,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Store         string                 `protobuf:"bytes,2,opt,name=store,proto3" json:"store,omitempty"`
+	OrderId       string                 `protobuf:"bytes,3,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrderRequest) Reset() {
+	*x = OrderRequest{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderRequest) ProtoMessage() {}
+
+func (x *OrderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderRequest.ProtoReflect.Descriptor instead.
+func (*OrderRequest) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *OrderRequest) GetNamespace() int32 {
+	if x != nil {
+		return x.Namespace
+	}
+	return 0
+}
+
+func (x *OrderRequest) GetStore() string {
+	if x != nil {
+		return x.Store
+	}
+	return ""
+}
+
+func (x *OrderRequest) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+// OrderClaim is who presented a store order first.
+type OrderClaim struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace int32                  `protobuf:"varint,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Store     string                 `protobuf:"bytes,2,opt,name=store,proto3" json:"store,omitempty"`
+	OrderId   string                 `protobuf:"bytes,3,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	PlayerId  int64                  `protobuf:"varint,4,opt,name=player_id,json=playerId,proto3" json:"player_id,omitempty"`
+	// The emitter of the client whose request presented it.
+	Emitter        int32                  `protobuf:"varint,5,opt,name=emitter,proto3" json:"emitter,omitempty"`
+	IdempotencyKey string                 `protobuf:"bytes,6,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	CreatedAt      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *OrderClaim) Reset() {
+	*x = OrderClaim{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderClaim) ProtoMessage() {}
+
+func (x *OrderClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderClaim.ProtoReflect.Descriptor instead.
+func (*OrderClaim) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *OrderClaim) GetNamespace() int32 {
+	if x != nil {
+		return x.Namespace
+	}
+	return 0
+}
+
+func (x *OrderClaim) GetStore() string {
+	if x != nil {
+		return x.Store
+	}
+	return ""
+}
+
+func (x *OrderClaim) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *OrderClaim) GetPlayerId() int64 {
+	if x != nil {
+		return x.PlayerId
+	}
+	return 0
+}
+
+func (x *OrderClaim) GetEmitter() int32 {
+	if x != nil {
+		return x.Emitter
+	}
+	return 0
+}
+
+func (x *OrderClaim) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *OrderClaim) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// ClientRequest asks for the calling client.
+type ClientRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientRequest) Reset() {
+	*x = ClientRequest{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientRequest) ProtoMessage() {}
+
+func (x *ClientRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientRequest.ProtoReflect.Descriptor instead.
+func (*ClientRequest) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{16}
+}
+
+// ClientInfo is the calling client, as the config names it.
+type ClientInfo struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Emitter     int32                  `protobuf:"varint,2,opt,name=emitter,proto3" json:"emitter,omitempty"`
+	Namespaces  []int32                `protobuf:"varint,3,rep,packed,name=namespaces,proto3" json:"namespaces,omitempty"`
+	Permissions []string               `protobuf:"bytes,4,rep,name=permissions,proto3" json:"permissions,omitempty"`
+	// For a support client: every client, by emitter.
+	Clients       []*ClientName `protobuf:"bytes,5,rep,name=clients,proto3" json:"clients,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientInfo) Reset() {
+	*x = ClientInfo{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientInfo) ProtoMessage() {}
+
+func (x *ClientInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientInfo.ProtoReflect.Descriptor instead.
+func (*ClientInfo) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ClientInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClientInfo) GetEmitter() int32 {
+	if x != nil {
+		return x.Emitter
+	}
+	return 0
+}
+
+func (x *ClientInfo) GetNamespaces() []int32 {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+func (x *ClientInfo) GetPermissions() []string {
+	if x != nil {
+		return x.Permissions
+	}
+	return nil
+}
+
+func (x *ClientInfo) GetClients() []*ClientName {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+// ClientName is a client's name and emitter.
+type ClientName struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Emitter int32                  `protobuf:"varint,1,opt,name=emitter,proto3" json:"emitter,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Whether it is a support client (permission support_write): its
+	// changes carry "support" in their meta.
+	Support       bool `protobuf:"varint,3,opt,name=support,proto3" json:"support,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientName) Reset() {
+	*x = ClientName{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientName) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientName) ProtoMessage() {}
+
+func (x *ClientName) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientName.ProtoReflect.Descriptor instead.
+func (*ClientName) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ClientName) GetEmitter() int32 {
+	if x != nil {
+		return x.Emitter
+	}
+	return 0
+}
+
+func (x *ClientName) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClientName) GetSupport() bool {
+	if x != nil {
+		return x.Support
+	}
+	return false
+}
+
 // Lot is one balance row.
 type Lot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1158,7 +1530,7 @@ type Lot struct {
 
 func (x *Lot) Reset() {
 	*x = Lot{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[14]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1542,7 @@ func (x *Lot) String() string {
 func (*Lot) ProtoMessage() {}
 
 func (x *Lot) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[14]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1555,7 @@ func (x *Lot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lot.ProtoReflect.Descriptor instead.
 func (*Lot) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{14}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Lot) GetId() int64 {
@@ -1249,7 +1621,7 @@ type Balance struct {
 
 func (x *Balance) Reset() {
 	*x = Balance{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[15]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1633,7 @@ func (x *Balance) String() string {
 func (*Balance) ProtoMessage() {}
 
 func (x *Balance) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[15]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1646,7 @@ func (x *Balance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Balance.ProtoReflect.Descriptor instead.
 func (*Balance) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{15}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Balance) GetCurrency() string {
@@ -1328,7 +1700,7 @@ type Balances struct {
 
 func (x *Balances) Reset() {
 	*x = Balances{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[16]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1712,7 @@ func (x *Balances) String() string {
 func (*Balances) ProtoMessage() {}
 
 func (x *Balances) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[16]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1725,7 @@ func (x *Balances) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Balances.ProtoReflect.Descriptor instead.
 func (*Balances) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{16}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Balances) GetNamespace() int32 {
@@ -1424,7 +1796,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[17]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1808,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[17]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1821,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{17}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Op) GetCurrency() string {
@@ -1535,7 +1907,7 @@ type Money struct {
 
 func (x *Money) Reset() {
 	*x = Money{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1919,7 @@ func (x *Money) String() string {
 func (*Money) ProtoMessage() {}
 
 func (x *Money) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[18]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1932,7 @@ func (x *Money) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Money.ProtoReflect.Descriptor instead.
 func (*Money) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{18}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Money) GetAmount() int64 {
@@ -1599,14 +1971,17 @@ type Trx struct {
 	// touched.
 	Balances []*Balance `protobuf:"bytes,11,rep,name=balances,proto3" json:"balances,omitempty"`
 	// A refund's order, kind and shortfall.
-	Refund        *Refund `protobuf:"bytes,12,opt,name=refund,proto3" json:"refund,omitempty"`
+	Refund *Refund `protobuf:"bytes,12,opt,name=refund,proto3" json:"refund,omitempty"`
+	// The emitter of the client that wrote the trx (whose key it is); 0
+	// for the expiries coffer records.
+	Emitter       int32 `protobuf:"varint,13,opt,name=emitter,proto3" json:"emitter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Trx) Reset() {
 	*x = Trx{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1993,7 @@ func (x *Trx) String() string {
 func (*Trx) ProtoMessage() {}
 
 func (x *Trx) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[19]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +2006,7 @@ func (x *Trx) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Trx.ProtoReflect.Descriptor instead.
 func (*Trx) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{19}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Trx) GetId() int64 {
@@ -1718,6 +2093,13 @@ func (x *Trx) GetRefund() *Refund {
 	return nil
 }
 
+func (x *Trx) GetEmitter() int32 {
+	if x != nil {
+		return x.Emitter
+	}
+	return 0
+}
+
 // Refund is what a refund trx records besides its ops.
 type Refund struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1738,7 +2120,7 @@ type Refund struct {
 
 func (x *Refund) Reset() {
 	*x = Refund{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[20]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1750,7 +2132,7 @@ func (x *Refund) String() string {
 func (*Refund) ProtoMessage() {}
 
 func (x *Refund) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[20]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1763,7 +2145,7 @@ func (x *Refund) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refund.ProtoReflect.Descriptor instead.
 func (*Refund) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{20}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Refund) GetStore() string {
@@ -1816,7 +2198,7 @@ type RefundAmount struct {
 
 func (x *RefundAmount) Reset() {
 	*x = RefundAmount{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[21]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2210,7 @@ func (x *RefundAmount) String() string {
 func (*RefundAmount) ProtoMessage() {}
 
 func (x *RefundAmount) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[21]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2223,7 @@ func (x *RefundAmount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefundAmount.ProtoReflect.Descriptor instead.
 func (*RefundAmount) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{21}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RefundAmount) GetCurrency() string {
@@ -1876,7 +2258,7 @@ type FinlogPage struct {
 
 func (x *FinlogPage) Reset() {
 	*x = FinlogPage{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[22]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +2270,7 @@ func (x *FinlogPage) String() string {
 func (*FinlogPage) ProtoMessage() {}
 
 func (x *FinlogPage) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[22]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +2283,7 @@ func (x *FinlogPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinlogPage.ProtoReflect.Descriptor instead.
 func (*FinlogPage) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{22}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FinlogPage) GetItems() []*Trx {
@@ -1963,7 +2345,7 @@ type RevenueLine struct {
 
 func (x *RevenueLine) Reset() {
 	*x = RevenueLine{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[23]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2357,7 @@ func (x *RevenueLine) String() string {
 func (*RevenueLine) ProtoMessage() {}
 
 func (x *RevenueLine) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[23]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2370,7 @@ func (x *RevenueLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevenueLine.ProtoReflect.Descriptor instead.
 func (*RevenueLine) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{23}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RevenueLine) GetCurrency() string {
@@ -2144,7 +2526,7 @@ type RevenueReport struct {
 
 func (x *RevenueReport) Reset() {
 	*x = RevenueReport{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[24]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2538,7 @@ func (x *RevenueReport) String() string {
 func (*RevenueReport) ProtoMessage() {}
 
 func (x *RevenueReport) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[24]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2551,7 @@ func (x *RevenueReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevenueReport.ProtoReflect.Descriptor instead.
 func (*RevenueReport) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{24}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RevenueReport) GetNamespace() int32 {
@@ -2219,7 +2601,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[25]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2613,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[25]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2626,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{25}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Status) GetVersion() string {
@@ -2306,7 +2688,7 @@ type ShardMove struct {
 
 func (x *ShardMove) Reset() {
 	*x = ShardMove{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[26]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2700,7 @@ func (x *ShardMove) String() string {
 func (*ShardMove) ProtoMessage() {}
 
 func (x *ShardMove) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[26]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2713,7 @@ func (x *ShardMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMove.ProtoReflect.Descriptor instead.
 func (*ShardMove) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{26}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ShardMove) GetShard() int32 {
@@ -2380,7 +2762,7 @@ type ShardRange struct {
 
 func (x *ShardRange) Reset() {
 	*x = ShardRange{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[27]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2774,7 @@ func (x *ShardRange) String() string {
 func (*ShardRange) ProtoMessage() {}
 
 func (x *ShardRange) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[27]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2787,7 @@ func (x *ShardRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRange.ProtoReflect.Descriptor instead.
 func (*ShardRange) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{27}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ShardRange) GetMin() int32 {
@@ -2453,7 +2835,7 @@ type DatabaseStatus struct {
 
 func (x *DatabaseStatus) Reset() {
 	*x = DatabaseStatus{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[28]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2847,7 @@ func (x *DatabaseStatus) String() string {
 func (*DatabaseStatus) ProtoMessage() {}
 
 func (x *DatabaseStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[28]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2860,7 @@ func (x *DatabaseStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DatabaseStatus.ProtoReflect.Descriptor instead.
 func (*DatabaseStatus) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{28}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DatabaseStatus) GetName() string {
@@ -2615,12 +2997,13 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12 \n" +
 	"\x03trx\x18\x02 \x01(\v2\x0e.coffer.v1.TrxR\x03trx\x12\x16\n" +
 	"\x06replay\x18\x03 \x01(\bR\x06replay\x12(\n" +
-	"\x05error\x18\x04 \x01(\v2\x12.google.rpc.StatusR\x05error\"p\n" +
+	"\x05error\x18\x04 \x01(\v2\x12.google.rpc.StatusR\x05error\"\x8a\x01\n" +
 	"\n" +
 	"TrxRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x12\x1b\n" +
 	"\tplayer_id\x18\x02 \x01(\x03R\bplayerId\x12'\n" +
-	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"\xf6\x01\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12\x18\n" +
+	"\aemitter\x18\x04 \x01(\x05R\aemitter\"\xf6\x01\n" +
 	"\x0fExchangeRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x12\x1b\n" +
 	"\tplayer_id\x18\x02 \x01(\x03R\bplayerId\x12'\n" +
@@ -2637,7 +3020,7 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\x05store\x18\x04 \x01(\tR\x05store\x12\x19\n" +
 	"\border_id\x18\x05 \x01(\tR\aorderId\x12\x12\n" +
 	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"\x9e\x02\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\xf3\x02\n" +
 	"\rFinlogRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x12\x1b\n" +
 	"\tplayer_id\x18\x02 \x01(\x03R\bplayerId\x12.\n" +
@@ -2647,13 +3030,46 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05limit\x18\a \x01(\x05R\x05limit\x12\x16\n" +
 	"\x06cursor\x18\b \x01(\tR\x06cursor\x12\x14\n" +
-	"\x05order\x18\t \x01(\tR\x05order\"\xa6\x01\n" +
+	"\x05order\x18\t \x01(\tR\x05order\x12\x12\n" +
+	"\x04kind\x18\n" +
+	" \x01(\tR\x04kind\x12\x16\n" +
+	"\x06status\x18\v \x01(\tR\x06status\x12'\n" +
+	"\x0fidempotency_key\x18\f \x01(\tR\x0eidempotencyKey\"\xa6\x01\n" +
 	"\x0eRevenueRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x1a\n" +
 	"\bcurrency\x18\x04 \x01(\tR\bcurrency\"\x0f\n" +
-	"\rStatusRequest\"\xef\x01\n" +
+	"\rStatusRequest\"]\n" +
+	"\fOrderRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x12\x14\n" +
+	"\x05store\x18\x02 \x01(\tR\x05store\x12\x19\n" +
+	"\border_id\x18\x03 \x01(\tR\aorderId\"\xf6\x01\n" +
+	"\n" +
+	"OrderClaim\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x12\x14\n" +
+	"\x05store\x18\x02 \x01(\tR\x05store\x12\x19\n" +
+	"\border_id\x18\x03 \x01(\tR\aorderId\x12\x1b\n" +
+	"\tplayer_id\x18\x04 \x01(\x03R\bplayerId\x12\x18\n" +
+	"\aemitter\x18\x05 \x01(\x05R\aemitter\x12'\n" +
+	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x0f\n" +
+	"\rClientRequest\"\xad\x01\n" +
+	"\n" +
+	"ClientInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aemitter\x18\x02 \x01(\x05R\aemitter\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\x03 \x03(\x05R\n" +
+	"namespaces\x12 \n" +
+	"\vpermissions\x18\x04 \x03(\tR\vpermissions\x12/\n" +
+	"\aclients\x18\x05 \x03(\v2\x15.coffer.v1.ClientNameR\aclients\"T\n" +
+	"\n" +
+	"ClientName\x12\x18\n" +
+	"\aemitter\x18\x01 \x01(\x05R\aemitter\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\asupport\x18\x03 \x01(\bR\asupport\"\xef\x01\n" +
 	"\x03Lot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x12\n" +
@@ -2690,7 +3106,7 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	" \x01(\tR\x05cause\"3\n" +
 	"\x05Money\x12\x16\n" +
 	"\x06amount\x18\x01 \x01(\x03R\x06amount\x12\x12\n" +
-	"\x04fiat\x18\x02 \x01(\tR\x04fiat\"\xc4\x03\n" +
+	"\x04fiat\x18\x02 \x01(\tR\x04fiat\"\xde\x03\n" +
 	"\x03Trx\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x12\n" +
@@ -2705,7 +3121,8 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\aversion\x18\n" +
 	" \x01(\x03R\aversion\x12.\n" +
 	"\bbalances\x18\v \x03(\v2\x12.coffer.v1.BalanceR\bbalances\x12)\n" +
-	"\x06refund\x18\f \x01(\v2\x11.coffer.v1.RefundR\x06refund\"\xbb\x01\n" +
+	"\x06refund\x18\f \x01(\v2\x11.coffer.v1.RefundR\x06refund\x12\x18\n" +
+	"\aemitter\x18\r \x01(\x05R\aemitter\"\xbb\x01\n" +
 	"\x06Refund\x12\x14\n" +
 	"\x05store\x18\x01 \x01(\tR\x05store\x12\x19\n" +
 	"\border_id\x18\x02 \x01(\tR\aorderId\x12\x12\n" +
@@ -2784,8 +3201,7 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\aprimary\x18\n" +
 	" \x01(\tR\aprimary\x121\n" +
 	"\x14synchronous_standbys\x18\v \x01(\x05R\x13synchronousStandbys\x12%\n" +
-	"\x0ewrites_refused\x18\f \x01(\bR\rwritesRefused2\xef\n" +
-	"\n" +
+	"\x0ewrites_refused\x18\f \x01(\bR\rwritesRefused2\xbb\f\n" +
 	"\x06Wallet\x12\x82\x01\n" +
 	"\vGetBalances\x12\x1d.coffer.v1.GetBalancesRequest\x1a\x13.coffer.v1.Balances\"?\x82\xd3\xe4\x93\x029\x127/v1/namespaces/{namespace}/players/{player_id}/balances\x12z\n" +
 	"\x06Change\x12\x18.coffer.v1.ChangeRequest\x1a\x0e.coffer.v1.Trx\"F\x82\xd3\xe4\x93\x02@:\x01*\";/v1/namespaces/{namespace}/players/{player_id}/transactions\x12\x86\x01\n" +
@@ -2798,7 +3214,10 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\x06Finlog\x12\x18.coffer.v1.FinlogRequest\x1a\x15.coffer.v1.FinlogPage\"=\x82\xd3\xe4\x93\x027\x125/v1/namespaces/{namespace}/players/{player_id}/finlog\x12r\n" +
 	"\aRevenue\x12\x19.coffer.v1.RevenueRequest\x1a\x18.coffer.v1.RevenueReport\"2\x82\xd3\xe4\x93\x02,\x12*/v1/namespaces/{namespace}/reports/revenue\x12L\n" +
 	"\tGetStatus\x12\x18.coffer.v1.StatusRequest\x1a\x11.coffer.v1.Status\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
-	"/v1/statusB3Z1github.com/cofferhq/coffer/api/coffer/v1;cofferv1b\x06proto3"
+	"/v1/status\x12x\n" +
+	"\bGetOrder\x12\x17.coffer.v1.OrderRequest\x1a\x15.coffer.v1.OrderClaim\"<\x82\xd3\xe4\x93\x026\x124/v1/namespaces/{namespace}/orders/{store}/{order_id}\x12P\n" +
+	"\tGetClient\x12\x18.coffer.v1.ClientRequest\x1a\x15.coffer.v1.ClientInfo\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
+	"/v1/clientB3Z1github.com/cofferhq/coffer/api/coffer/v1;cofferv1b\x06proto3"
 
 var (
 	file_coffer_v1_wallet_proto_rawDescOnce sync.Once
@@ -2812,7 +3231,7 @@ func file_coffer_v1_wallet_proto_rawDescGZIP() []byte {
 	return file_coffer_v1_wallet_proto_rawDescData
 }
 
-var file_coffer_v1_wallet_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_coffer_v1_wallet_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_coffer_v1_wallet_proto_goTypes = []any{
 	(*GetBalancesRequest)(nil),    // 0: coffer.v1.GetBalancesRequest
 	(*Purchase)(nil),              // 1: coffer.v1.Purchase
@@ -2828,93 +3247,104 @@ var file_coffer_v1_wallet_proto_goTypes = []any{
 	(*FinlogRequest)(nil),         // 11: coffer.v1.FinlogRequest
 	(*RevenueRequest)(nil),        // 12: coffer.v1.RevenueRequest
 	(*StatusRequest)(nil),         // 13: coffer.v1.StatusRequest
-	(*Lot)(nil),                   // 14: coffer.v1.Lot
-	(*Balance)(nil),               // 15: coffer.v1.Balance
-	(*Balances)(nil),              // 16: coffer.v1.Balances
-	(*Op)(nil),                    // 17: coffer.v1.Op
-	(*Money)(nil),                 // 18: coffer.v1.Money
-	(*Trx)(nil),                   // 19: coffer.v1.Trx
-	(*Refund)(nil),                // 20: coffer.v1.Refund
-	(*RefundAmount)(nil),          // 21: coffer.v1.RefundAmount
-	(*FinlogPage)(nil),            // 22: coffer.v1.FinlogPage
-	(*RevenueLine)(nil),           // 23: coffer.v1.RevenueLine
-	(*RevenueReport)(nil),         // 24: coffer.v1.RevenueReport
-	(*Status)(nil),                // 25: coffer.v1.Status
-	(*ShardMove)(nil),             // 26: coffer.v1.ShardMove
-	(*ShardRange)(nil),            // 27: coffer.v1.ShardRange
-	(*DatabaseStatus)(nil),        // 28: coffer.v1.DatabaseStatus
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 30: google.protobuf.Struct
-	(*status.Status)(nil),         // 31: google.rpc.Status
+	(*OrderRequest)(nil),          // 14: coffer.v1.OrderRequest
+	(*OrderClaim)(nil),            // 15: coffer.v1.OrderClaim
+	(*ClientRequest)(nil),         // 16: coffer.v1.ClientRequest
+	(*ClientInfo)(nil),            // 17: coffer.v1.ClientInfo
+	(*ClientName)(nil),            // 18: coffer.v1.ClientName
+	(*Lot)(nil),                   // 19: coffer.v1.Lot
+	(*Balance)(nil),               // 20: coffer.v1.Balance
+	(*Balances)(nil),              // 21: coffer.v1.Balances
+	(*Op)(nil),                    // 22: coffer.v1.Op
+	(*Money)(nil),                 // 23: coffer.v1.Money
+	(*Trx)(nil),                   // 24: coffer.v1.Trx
+	(*Refund)(nil),                // 25: coffer.v1.Refund
+	(*RefundAmount)(nil),          // 26: coffer.v1.RefundAmount
+	(*FinlogPage)(nil),            // 27: coffer.v1.FinlogPage
+	(*RevenueLine)(nil),           // 28: coffer.v1.RevenueLine
+	(*RevenueReport)(nil),         // 29: coffer.v1.RevenueReport
+	(*Status)(nil),                // 30: coffer.v1.Status
+	(*ShardMove)(nil),             // 31: coffer.v1.ShardMove
+	(*ShardRange)(nil),            // 32: coffer.v1.ShardRange
+	(*DatabaseStatus)(nil),        // 33: coffer.v1.DatabaseStatus
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 35: google.protobuf.Struct
+	(*status.Status)(nil),         // 36: google.rpc.Status
 }
 var file_coffer_v1_wallet_proto_depIdxs = []int32{
-	29, // 0: coffer.v1.GetBalancesRequest.at:type_name -> google.protobuf.Timestamp
-	29, // 1: coffer.v1.OpRequest.expires_at:type_name -> google.protobuf.Timestamp
+	34, // 0: coffer.v1.GetBalancesRequest.at:type_name -> google.protobuf.Timestamp
+	34, // 1: coffer.v1.OpRequest.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: coffer.v1.OpRequest.purchase:type_name -> coffer.v1.Purchase
 	2,  // 3: coffer.v1.ChangeRequest.ops:type_name -> coffer.v1.OpRequest
-	30, // 4: coffer.v1.ChangeRequest.meta:type_name -> google.protobuf.Struct
+	35, // 4: coffer.v1.ChangeRequest.meta:type_name -> google.protobuf.Struct
 	5,  // 5: coffer.v1.BatchChangeRequest.changes:type_name -> coffer.v1.BatchChange
 	2,  // 6: coffer.v1.BatchChange.ops:type_name -> coffer.v1.OpRequest
-	30, // 7: coffer.v1.BatchChange.meta:type_name -> google.protobuf.Struct
+	35, // 7: coffer.v1.BatchChange.meta:type_name -> google.protobuf.Struct
 	7,  // 8: coffer.v1.BatchChangeResponse.results:type_name -> coffer.v1.BatchChangeResult
-	19, // 9: coffer.v1.BatchChangeResult.trx:type_name -> coffer.v1.Trx
-	31, // 10: coffer.v1.BatchChangeResult.error:type_name -> google.rpc.Status
-	30, // 11: coffer.v1.ExchangeRequest.meta:type_name -> google.protobuf.Struct
-	29, // 12: coffer.v1.FinlogRequest.from:type_name -> google.protobuf.Timestamp
-	29, // 13: coffer.v1.FinlogRequest.to:type_name -> google.protobuf.Timestamp
-	29, // 14: coffer.v1.RevenueRequest.from:type_name -> google.protobuf.Timestamp
-	29, // 15: coffer.v1.RevenueRequest.to:type_name -> google.protobuf.Timestamp
-	29, // 16: coffer.v1.Lot.expires_at:type_name -> google.protobuf.Timestamp
-	29, // 17: coffer.v1.Lot.created_at:type_name -> google.protobuf.Timestamp
-	14, // 18: coffer.v1.Balance.lots:type_name -> coffer.v1.Lot
-	29, // 19: coffer.v1.Balances.at:type_name -> google.protobuf.Timestamp
-	15, // 20: coffer.v1.Balances.balances:type_name -> coffer.v1.Balance
-	1,  // 21: coffer.v1.Op.purchase:type_name -> coffer.v1.Purchase
-	18, // 22: coffer.v1.Op.value:type_name -> coffer.v1.Money
-	30, // 23: coffer.v1.Trx.meta:type_name -> google.protobuf.Struct
-	17, // 24: coffer.v1.Trx.ops:type_name -> coffer.v1.Op
-	29, // 25: coffer.v1.Trx.created_at:type_name -> google.protobuf.Timestamp
-	29, // 26: coffer.v1.Trx.hold_expires_at:type_name -> google.protobuf.Timestamp
-	15, // 27: coffer.v1.Trx.balances:type_name -> coffer.v1.Balance
-	20, // 28: coffer.v1.Trx.refund:type_name -> coffer.v1.Refund
-	21, // 29: coffer.v1.Refund.shortfall:type_name -> coffer.v1.RefundAmount
-	21, // 30: coffer.v1.Refund.exchanged:type_name -> coffer.v1.RefundAmount
-	19, // 31: coffer.v1.FinlogPage.items:type_name -> coffer.v1.Trx
-	29, // 32: coffer.v1.RevenueReport.from:type_name -> google.protobuf.Timestamp
-	29, // 33: coffer.v1.RevenueReport.to:type_name -> google.protobuf.Timestamp
-	23, // 34: coffer.v1.RevenueReport.lines:type_name -> coffer.v1.RevenueLine
-	29, // 35: coffer.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	28, // 36: coffer.v1.Status.databases:type_name -> coffer.v1.DatabaseStatus
-	26, // 37: coffer.v1.Status.moves:type_name -> coffer.v1.ShardMove
-	27, // 38: coffer.v1.DatabaseStatus.shards:type_name -> coffer.v1.ShardRange
-	29, // 39: coffer.v1.DatabaseStatus.checked_at:type_name -> google.protobuf.Timestamp
-	0,  // 40: coffer.v1.Wallet.GetBalances:input_type -> coffer.v1.GetBalancesRequest
-	3,  // 41: coffer.v1.Wallet.Change:input_type -> coffer.v1.ChangeRequest
-	4,  // 42: coffer.v1.Wallet.BatchChange:input_type -> coffer.v1.BatchChangeRequest
-	8,  // 43: coffer.v1.Wallet.Commit:input_type -> coffer.v1.TrxRequest
-	8,  // 44: coffer.v1.Wallet.Rollback:input_type -> coffer.v1.TrxRequest
-	8,  // 45: coffer.v1.Wallet.GetTrx:input_type -> coffer.v1.TrxRequest
-	9,  // 46: coffer.v1.Wallet.Exchange:input_type -> coffer.v1.ExchangeRequest
-	10, // 47: coffer.v1.Wallet.Refund:input_type -> coffer.v1.RefundRequest
-	11, // 48: coffer.v1.Wallet.Finlog:input_type -> coffer.v1.FinlogRequest
-	12, // 49: coffer.v1.Wallet.Revenue:input_type -> coffer.v1.RevenueRequest
-	13, // 50: coffer.v1.Wallet.GetStatus:input_type -> coffer.v1.StatusRequest
-	16, // 51: coffer.v1.Wallet.GetBalances:output_type -> coffer.v1.Balances
-	19, // 52: coffer.v1.Wallet.Change:output_type -> coffer.v1.Trx
-	6,  // 53: coffer.v1.Wallet.BatchChange:output_type -> coffer.v1.BatchChangeResponse
-	19, // 54: coffer.v1.Wallet.Commit:output_type -> coffer.v1.Trx
-	19, // 55: coffer.v1.Wallet.Rollback:output_type -> coffer.v1.Trx
-	19, // 56: coffer.v1.Wallet.GetTrx:output_type -> coffer.v1.Trx
-	19, // 57: coffer.v1.Wallet.Exchange:output_type -> coffer.v1.Trx
-	19, // 58: coffer.v1.Wallet.Refund:output_type -> coffer.v1.Trx
-	22, // 59: coffer.v1.Wallet.Finlog:output_type -> coffer.v1.FinlogPage
-	24, // 60: coffer.v1.Wallet.Revenue:output_type -> coffer.v1.RevenueReport
-	25, // 61: coffer.v1.Wallet.GetStatus:output_type -> coffer.v1.Status
-	51, // [51:62] is the sub-list for method output_type
-	40, // [40:51] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	24, // 9: coffer.v1.BatchChangeResult.trx:type_name -> coffer.v1.Trx
+	36, // 10: coffer.v1.BatchChangeResult.error:type_name -> google.rpc.Status
+	35, // 11: coffer.v1.ExchangeRequest.meta:type_name -> google.protobuf.Struct
+	34, // 12: coffer.v1.FinlogRequest.from:type_name -> google.protobuf.Timestamp
+	34, // 13: coffer.v1.FinlogRequest.to:type_name -> google.protobuf.Timestamp
+	34, // 14: coffer.v1.RevenueRequest.from:type_name -> google.protobuf.Timestamp
+	34, // 15: coffer.v1.RevenueRequest.to:type_name -> google.protobuf.Timestamp
+	34, // 16: coffer.v1.OrderClaim.created_at:type_name -> google.protobuf.Timestamp
+	18, // 17: coffer.v1.ClientInfo.clients:type_name -> coffer.v1.ClientName
+	34, // 18: coffer.v1.Lot.expires_at:type_name -> google.protobuf.Timestamp
+	34, // 19: coffer.v1.Lot.created_at:type_name -> google.protobuf.Timestamp
+	19, // 20: coffer.v1.Balance.lots:type_name -> coffer.v1.Lot
+	34, // 21: coffer.v1.Balances.at:type_name -> google.protobuf.Timestamp
+	20, // 22: coffer.v1.Balances.balances:type_name -> coffer.v1.Balance
+	1,  // 23: coffer.v1.Op.purchase:type_name -> coffer.v1.Purchase
+	23, // 24: coffer.v1.Op.value:type_name -> coffer.v1.Money
+	35, // 25: coffer.v1.Trx.meta:type_name -> google.protobuf.Struct
+	22, // 26: coffer.v1.Trx.ops:type_name -> coffer.v1.Op
+	34, // 27: coffer.v1.Trx.created_at:type_name -> google.protobuf.Timestamp
+	34, // 28: coffer.v1.Trx.hold_expires_at:type_name -> google.protobuf.Timestamp
+	20, // 29: coffer.v1.Trx.balances:type_name -> coffer.v1.Balance
+	25, // 30: coffer.v1.Trx.refund:type_name -> coffer.v1.Refund
+	26, // 31: coffer.v1.Refund.shortfall:type_name -> coffer.v1.RefundAmount
+	26, // 32: coffer.v1.Refund.exchanged:type_name -> coffer.v1.RefundAmount
+	24, // 33: coffer.v1.FinlogPage.items:type_name -> coffer.v1.Trx
+	34, // 34: coffer.v1.RevenueReport.from:type_name -> google.protobuf.Timestamp
+	34, // 35: coffer.v1.RevenueReport.to:type_name -> google.protobuf.Timestamp
+	28, // 36: coffer.v1.RevenueReport.lines:type_name -> coffer.v1.RevenueLine
+	34, // 37: coffer.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	33, // 38: coffer.v1.Status.databases:type_name -> coffer.v1.DatabaseStatus
+	31, // 39: coffer.v1.Status.moves:type_name -> coffer.v1.ShardMove
+	32, // 40: coffer.v1.DatabaseStatus.shards:type_name -> coffer.v1.ShardRange
+	34, // 41: coffer.v1.DatabaseStatus.checked_at:type_name -> google.protobuf.Timestamp
+	0,  // 42: coffer.v1.Wallet.GetBalances:input_type -> coffer.v1.GetBalancesRequest
+	3,  // 43: coffer.v1.Wallet.Change:input_type -> coffer.v1.ChangeRequest
+	4,  // 44: coffer.v1.Wallet.BatchChange:input_type -> coffer.v1.BatchChangeRequest
+	8,  // 45: coffer.v1.Wallet.Commit:input_type -> coffer.v1.TrxRequest
+	8,  // 46: coffer.v1.Wallet.Rollback:input_type -> coffer.v1.TrxRequest
+	8,  // 47: coffer.v1.Wallet.GetTrx:input_type -> coffer.v1.TrxRequest
+	9,  // 48: coffer.v1.Wallet.Exchange:input_type -> coffer.v1.ExchangeRequest
+	10, // 49: coffer.v1.Wallet.Refund:input_type -> coffer.v1.RefundRequest
+	11, // 50: coffer.v1.Wallet.Finlog:input_type -> coffer.v1.FinlogRequest
+	12, // 51: coffer.v1.Wallet.Revenue:input_type -> coffer.v1.RevenueRequest
+	13, // 52: coffer.v1.Wallet.GetStatus:input_type -> coffer.v1.StatusRequest
+	14, // 53: coffer.v1.Wallet.GetOrder:input_type -> coffer.v1.OrderRequest
+	16, // 54: coffer.v1.Wallet.GetClient:input_type -> coffer.v1.ClientRequest
+	21, // 55: coffer.v1.Wallet.GetBalances:output_type -> coffer.v1.Balances
+	24, // 56: coffer.v1.Wallet.Change:output_type -> coffer.v1.Trx
+	6,  // 57: coffer.v1.Wallet.BatchChange:output_type -> coffer.v1.BatchChangeResponse
+	24, // 58: coffer.v1.Wallet.Commit:output_type -> coffer.v1.Trx
+	24, // 59: coffer.v1.Wallet.Rollback:output_type -> coffer.v1.Trx
+	24, // 60: coffer.v1.Wallet.GetTrx:output_type -> coffer.v1.Trx
+	24, // 61: coffer.v1.Wallet.Exchange:output_type -> coffer.v1.Trx
+	24, // 62: coffer.v1.Wallet.Refund:output_type -> coffer.v1.Trx
+	27, // 63: coffer.v1.Wallet.Finlog:output_type -> coffer.v1.FinlogPage
+	29, // 64: coffer.v1.Wallet.Revenue:output_type -> coffer.v1.RevenueReport
+	30, // 65: coffer.v1.Wallet.GetStatus:output_type -> coffer.v1.Status
+	15, // 66: coffer.v1.Wallet.GetOrder:output_type -> coffer.v1.OrderClaim
+	17, // 67: coffer.v1.Wallet.GetClient:output_type -> coffer.v1.ClientInfo
+	55, // [55:68] is the sub-list for method output_type
+	42, // [42:55] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_coffer_v1_wallet_proto_init() }
@@ -2928,7 +3358,7 @@ func file_coffer_v1_wallet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coffer_v1_wallet_proto_rawDesc), len(file_coffer_v1_wallet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,8 @@ const (
 	Wallet_Finlog_FullMethodName      = "/coffer.v1.Wallet/Finlog"
 	Wallet_Revenue_FullMethodName     = "/coffer.v1.Wallet/Revenue"
 	Wallet_GetStatus_FullMethodName   = "/coffer.v1.Wallet/GetStatus"
+	Wallet_GetOrder_FullMethodName    = "/coffer.v1.Wallet/GetOrder"
+	Wallet_GetClient_FullMethodName   = "/coffer.v1.Wallet/GetClient"
 )
 
 // WalletClient is the client API for Wallet service.
@@ -50,11 +52,13 @@ const (
 // gRPC ErrorInfo reason).
 type WalletClient interface {
 	// GetBalances reads a player's balances in a namespace, now or at a past
-	// time. Permission: read.
+	// time. Permission: read or support.
 	GetBalances(ctx context.Context, in *GetBalancesRequest, opts ...grpc.CallOption) (*Balances, error)
 	// Change applies ops atomically (one phase), or with hold begins a hold.
 	// A new trx answers 201, a replay of the same key and payload 200.
-	// Permission: write.
+	// Permission: write, or support_write: a support agent's correction,
+	// which must have a reason and whose meta gets "support": {"client":
+	// NAME} from coffer.
 	Change(ctx context.Context, in *ChangeRequest, opts ...grpc.CallOption) (*Trx, error)
 	// BatchChange applies up to 1000 changes, for many players of one
 	// namespace, in one call: each as Change would, with its own idempotency
@@ -66,13 +70,16 @@ type WalletClient interface {
 	// other in request order. To retry, send the whole batch again with the
 	// same keys: what was applied replays. Permission: write.
 	BatchChange(ctx context.Context, in *BatchChangeRequest, opts ...grpc.CallOption) (*BatchChangeResponse, error)
-	// Commit applies a pending hold's grants. Permission: write.
+	// Commit applies a pending hold's grants. Permission: write, or
+	// support_write (also another client's hold, named by emitter).
 	Commit(ctx context.Context, in *TrxRequest, opts ...grpc.CallOption) (*Trx, error)
 	// Rollback returns a pending hold's reservations to their lots.
-	// Permission: write.
+	// Permission: write, or support_write (also another client's hold,
+	// named by emitter).
 	Rollback(ctx context.Context, in *TrxRequest, opts ...grpc.CallOption) (*Trx, error)
 	// GetTrx reads one trx by the idempotency key the calling client gave it.
-	// Permission: read.
+	// Permission: read, or support (also another client's trx, named by
+	// emitter).
 	GetTrx(ctx context.Context, in *TrxRequest, opts ...grpc.CallOption) (*Trx, error)
 	// Exchange consumes one currency and grants another at the namespace's
 	// configured rate. Permission: write.
@@ -85,16 +92,27 @@ type WalletClient interface {
 	// refunded at most once: a second refund, under any other key, is
 	// already_refunded; an order not credited to the player not_found. A
 	// new trx answers 201, a replay of the same key and payload 200.
-	// Permission: write.
+	// Permission: write, or support_write (a reason is then required).
 	Refund(ctx context.Context, in *RefundRequest, opts ...grpc.CallOption) (*Trx, error)
-	// Finlog reads a page of a player's trx with their ops. Permission: read.
+	// Finlog reads a page of a player's trx with their ops. Permission: read
+	// or support.
 	Finlog(ctx context.Context, in *FinlogRequest, opts ...grpc.CallOption) (*FinlogPage, error)
 	// Revenue reports paid currency movements of a namespace over all shards.
-	// Permission: admin.
+	// Permission: admin or support.
 	Revenue(ctx context.Context, in *RevenueRequest, opts ...grpc.CallOption) (*RevenueReport, error)
 	// GetStatus is the operators' view of this instance and its databases.
-	// Permission: ops (on the instance; admin of a namespace is not enough).
+	// Permission: ops or support (on the instance; admin of a namespace is
+	// not enough).
 	GetStatus(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*Status, error)
+	// GetOrder reads who presented a store order first: the player it was
+	// credited to, and the request's client (emitter) and key. One lookup,
+	// on the shard the order's key hashes to. not_found: never presented.
+	// Permission: read or support.
+	GetOrder(ctx context.Context, in *OrderRequest, opts ...grpc.CallOption) (*OrderClaim, error)
+	// GetClient reads the calling client: its name, emitter, namespaces and
+	// permissions, and for a support client every client's name by emitter
+	// (who wrote a trx). Permission: any.
+	GetClient(ctx context.Context, in *ClientRequest, opts ...grpc.CallOption) (*ClientInfo, error)
 }
 
 type walletClient struct {
@@ -215,6 +233,26 @@ func (c *walletClient) GetStatus(ctx context.Context, in *StatusRequest, opts ..
 	return out, nil
 }
 
+func (c *walletClient) GetOrder(ctx context.Context, in *OrderRequest, opts ...grpc.CallOption) (*OrderClaim, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OrderClaim)
+	err := c.cc.Invoke(ctx, Wallet_GetOrder_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *walletClient) GetClient(ctx context.Context, in *ClientRequest, opts ...grpc.CallOption) (*ClientInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClientInfo)
+	err := c.cc.Invoke(ctx, Wallet_GetClient_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WalletServer is the server API for Wallet service.
 // All implementations must embed UnimplementedWalletServer
 // for forward compatibility.
@@ -226,11 +264,13 @@ func (c *walletClient) GetStatus(ctx context.Context, in *StatusRequest, opts ..
 // gRPC ErrorInfo reason).
 type WalletServer interface {
 	// GetBalances reads a player's balances in a namespace, now or at a past
-	// time. Permission: read.
+	// time. Permission: read or support.
 	GetBalances(context.Context, *GetBalancesRequest) (*Balances, error)
 	// Change applies ops atomically (one phase), or with hold begins a hold.
 	// A new trx answers 201, a replay of the same key and payload 200.
-	// Permission: write.
+	// Permission: write, or support_write: a support agent's correction,
+	// which must have a reason and whose meta gets "support": {"client":
+	// NAME} from coffer.
 	Change(context.Context, *ChangeRequest) (*Trx, error)
 	// BatchChange applies up to 1000 changes, for many players of one
 	// namespace, in one call: each as Change would, with its own idempotency
@@ -242,13 +282,16 @@ type WalletServer interface {
 	// other in request order. To retry, send the whole batch again with the
 	// same keys: what was applied replays. Permission: write.
 	BatchChange(context.Context, *BatchChangeRequest) (*BatchChangeResponse, error)
-	// Commit applies a pending hold's grants. Permission: write.
+	// Commit applies a pending hold's grants. Permission: write, or
+	// support_write (also another client's hold, named by emitter).
 	Commit(context.Context, *TrxRequest) (*Trx, error)
 	// Rollback returns a pending hold's reservations to their lots.
-	// Permission: write.
+	// Permission: write, or support_write (also another client's hold,
+	// named by emitter).
 	Rollback(context.Context, *TrxRequest) (*Trx, error)
 	// GetTrx reads one trx by the idempotency key the calling client gave it.
-	// Permission: read.
+	// Permission: read, or support (also another client's trx, named by
+	// emitter).
 	GetTrx(context.Context, *TrxRequest) (*Trx, error)
 	// Exchange consumes one currency and grants another at the namespace's
 	// configured rate. Permission: write.
@@ -261,16 +304,27 @@ type WalletServer interface {
 	// refunded at most once: a second refund, under any other key, is
 	// already_refunded; an order not credited to the player not_found. A
 	// new trx answers 201, a replay of the same key and payload 200.
-	// Permission: write.
+	// Permission: write, or support_write (a reason is then required).
 	Refund(context.Context, *RefundRequest) (*Trx, error)
-	// Finlog reads a page of a player's trx with their ops. Permission: read.
+	// Finlog reads a page of a player's trx with their ops. Permission: read
+	// or support.
 	Finlog(context.Context, *FinlogRequest) (*FinlogPage, error)
 	// Revenue reports paid currency movements of a namespace over all shards.
-	// Permission: admin.
+	// Permission: admin or support.
 	Revenue(context.Context, *RevenueRequest) (*RevenueReport, error)
 	// GetStatus is the operators' view of this instance and its databases.
-	// Permission: ops (on the instance; admin of a namespace is not enough).
+	// Permission: ops or support (on the instance; admin of a namespace is
+	// not enough).
 	GetStatus(context.Context, *StatusRequest) (*Status, error)
+	// GetOrder reads who presented a store order first: the player it was
+	// credited to, and the request's client (emitter) and key. One lookup,
+	// on the shard the order's key hashes to. not_found: never presented.
+	// Permission: read or support.
+	GetOrder(context.Context, *OrderRequest) (*OrderClaim, error)
+	// GetClient reads the calling client: its name, emitter, namespaces and
+	// permissions, and for a support client every client's name by emitter
+	// (who wrote a trx). Permission: any.
+	GetClient(context.Context, *ClientRequest) (*ClientInfo, error)
 	mustEmbedUnimplementedWalletServer()
 }
 
@@ -313,6 +367,12 @@ func (UnimplementedWalletServer) Revenue(context.Context, *RevenueRequest) (*Rev
 }
 func (UnimplementedWalletServer) GetStatus(context.Context, *StatusRequest) (*Status, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStatus not implemented")
+}
+func (UnimplementedWalletServer) GetOrder(context.Context, *OrderRequest) (*OrderClaim, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOrder not implemented")
+}
+func (UnimplementedWalletServer) GetClient(context.Context, *ClientRequest) (*ClientInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetClient not implemented")
 }
 func (UnimplementedWalletServer) mustEmbedUnimplementedWalletServer() {}
 func (UnimplementedWalletServer) testEmbeddedByValue()                {}
@@ -533,6 +593,42 @@ func _Wallet_GetStatus_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Wallet_GetOrder_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OrderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WalletServer).GetOrder(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Wallet_GetOrder_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WalletServer).GetOrder(ctx, req.(*OrderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Wallet_GetClient_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClientRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WalletServer).GetClient(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Wallet_GetClient_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WalletServer).GetClient(ctx, req.(*ClientRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Wallet_ServiceDesc is the grpc.ServiceDesc for Wallet service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -583,6 +679,14 @@ var Wallet_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetStatus",
 			Handler:    _Wallet_GetStatus_Handler,
+		},
+		{
+			MethodName: "GetOrder",
+			Handler:    _Wallet_GetOrder_Handler,
+		},
+		{
+			MethodName: "GetClient",
+			Handler:    _Wallet_GetClient_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

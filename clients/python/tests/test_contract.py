@@ -27,6 +27,7 @@ MODELS = {
     "Refund": (coffer.TrxRefund, set()),
     "Trx": (coffer.Trx, set()),
     "FinlogPage": (coffer.FinlogPage, set()),
+    "OrderClaim": (coffer.OrderClaim, set()),
     "RevenueLine": (coffer.RevenueLine, set()),
 }
 

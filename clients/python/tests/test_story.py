@@ -53,13 +53,22 @@ def test_hold_commit_and_rollback(client, player):
         client.commit(NS, player, other.idempotency_key)
     assert (err.value.code, err.value.status) == ("hold_not_pending", 409)
     assert client.trx(NS, player, other.idempotency_key).status == "rolled_back"
+    holds = client.finlog(NS, player, kind="hold", status="rolled_back")
+    assert [t.idempotency_key for t in holds.items] == [other.idempotency_key]
+    assert [t.kind for t in client.finlog(NS, player, idempotency_key=begin.idempotency_key).items] == ["hold"]
     balances = client.balances(NS, player)
     assert (balances.total("gold"), balances.total("silver")) == (70, 5)
 
 
 def test_exchange_and_refund(client, player):
     order = coffer.Purchase("steam", str(uuid.uuid4()), 999, "USD")
-    client.change(NS, player, coffer.Change(key("buy"), [coffer.Op("gold", 20, kind="paid", purchase=order)]))
+    buy = client.change(NS, player, coffer.Change(key("buy"), [coffer.Op("gold", 20, kind="paid", purchase=order)]))
+    assert buy.emitter > 0, "a client's trx names its emitter"
+    claim = client.order(NS, "steam", order.order_id)
+    assert (claim.player_id, claim.emitter, claim.idempotency_key) == (player, buy.emitter, buy.idempotency_key)
+    with pytest.raises(coffer.CofferError) as err:
+        client.order(NS, "steam", str(uuid.uuid4()))
+    assert err.value.code == "not_found"
     ex = client.exchange(NS, player, coffer.Exchange(key("ex"), from_currency="gold", amount=5,
                                                       to_currency="silver"))
     assert ex.kind == "exchange" and ex.balances

@@ -1,5 +1,5 @@
 import { CofferError } from "./errors.js";
-import type { Balances, BatchChange, Change, Exchange, FinlogPage, Refund, RevenueLine, Trx } from "./models.js";
+import type { Balances, BatchChange, Change, Exchange, FinlogPage, OrderClaim, Refund, RevenueLine, Trx, TrxKind, TrxStatus } from "./models.js";
 /** ClientOptions configure a Client; only baseUrl and apiKey are required. */
 export interface ClientOptions {
     /** The service's address, e.g. "http://127.0.0.1:8080". */
@@ -28,12 +28,19 @@ export interface BalancesQuery {
     at?: string;
     lots?: boolean;
 }
-/** FinlogQuery selects a finlog page: the period [from, to), filters, the page. */
+/**
+ * FinlogQuery selects a finlog page: the period [from, to), filters, the
+ * page. A filtered page may come short, with a cursor.
+ */
 export interface FinlogQuery {
     from?: string;
     to?: string;
     currency?: string;
     reason?: string;
+    kind?: TrxKind;
+    status?: TrxStatus;
+    /** Only the trx under this key, whichever client gave it. */
+    idempotency_key?: string;
     limit?: number;
     cursor?: string;
     order?: "asc" | "desc";
@@ -74,6 +81,8 @@ export declare class Client {
     refund(ns: number, player: number, refund: Refund): Promise<Trx>;
     /** finlog reads a page of a player's finlog; pass its next_cursor as cursor for the next. */
     finlog(ns: number, player: number, q?: FinlogQuery): Promise<FinlogPage>;
+    /** order reads who presented a store order first: its player, and the request's emitter and key; not_found if it never was. */
+    order(ns: number, store: string, orderId: string): Promise<OrderClaim>;
     /** revenue reads the revenue report of ns (admin). */
     revenue(ns: number, q: RevenueQuery): Promise<RevenueLine[]>;
 }

@@ -7,15 +7,18 @@ const retryAfterDefaultSeconds = 1;
 function playerPath(ns, player) {
     return `/v1/namespaces/${ns}/players/${player}`;
 }
-// trxPath is the path of the trx of key: one escaped segment. An empty key
-// would make an empty segment, which routes elsewhere; "." and ".." are
-// keys too, whose dots URL resolvers would remove, so they are escaped.
-function trxPath(ns, player, key, suffix = "") {
-    if (key === "") {
-        throw new CofferError("invalid_argument", "an idempotency key is 1-128 characters; nothing was sent");
+// segment is s as one escaped segment of a path. An empty s would make an
+// empty segment, which routes elsewhere; "." and ".." are names too, whose
+// dots URL resolvers would remove, so they are escaped.
+function segment(what, s) {
+    if (s === "") {
+        throw new CofferError("invalid_argument", `${what} is empty; nothing was sent`);
     }
-    const seg = key === "." || key === ".." ? "%2E".repeat(key.length) : encodeURIComponent(key);
-    return `${playerPath(ns, player)}/transactions/${seg}${suffix}`;
+    return s === "." || s === ".." ? "%2E".repeat(s.length) : encodeURIComponent(s);
+}
+// trxPath is the path of the trx of key.
+function trxPath(ns, player, key, suffix = "") {
+    return `${playerPath(ns, player)}/transactions/${segment("an idempotency key", key)}${suffix}`;
 }
 function trx(status, body) {
     return { ...body, replay: status === 200 };
@@ -102,6 +105,11 @@ export class Client {
     /** finlog reads a page of a player's finlog; pass its next_cursor as cursor for the next. */
     finlog(ns, player, q = {}) {
         return this.#send({ method: "GET", path: `${playerPath(ns, player)}/finlog`, query: { ...q }, read: (_, b) => b });
+    }
+    /** order reads who presented a store order first: its player, and the request's emitter and key; not_found if it never was. */
+    order(ns, store, orderId) {
+        const path = `/v1/namespaces/${ns}/orders/${segment("a store", store)}/${segment("an order id", orderId)}`;
+        return this.#send({ method: "GET", path, read: (_, b) => b });
     }
     /** revenue reads the revenue report of ns (admin). */
     revenue(ns, q) {

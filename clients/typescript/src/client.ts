@@ -4,7 +4,7 @@
 // at most `retries` times, each wait at most `retryAfterMaxSeconds`.
 
 import { CofferError, UnexpectedAnswer } from "./errors.js";
-import type { Balances, BatchChange, Change, Exchange, FinlogPage, Refund, RevenueLine, Trx } from "./models.js";
+import type { Balances, BatchChange, Change, Exchange, FinlogPage, OrderClaim, Refund, RevenueLine, Trx, TrxKind, TrxStatus } from "./models.js";
 
 /** ClientOptions configure a Client; only baseUrl and apiKey are required. */
 export interface ClientOptions {
@@ -37,12 +37,19 @@ export interface BalancesQuery {
   lots?: boolean;
 }
 
-/** FinlogQuery selects a finlog page: the period [from, to), filters, the page. */
+/**
+ * FinlogQuery selects a finlog page: the period [from, to), filters, the
+ * page. A filtered page may come short, with a cursor.
+ */
 export interface FinlogQuery {
   from?: string;
   to?: string;
   currency?: string;
   reason?: string;
+  kind?: TrxKind;
+  status?: TrxStatus;
+  /** Only the trx under this key, whichever client gave it. */
+  idempotency_key?: string;
   limit?: number;
   cursor?: string;
   order?: "asc" | "desc";
@@ -69,15 +76,19 @@ function playerPath(ns: number, player: number): string {
   return `/v1/namespaces/${ns}/players/${player}`;
 }
 
-// trxPath is the path of the trx of key: one escaped segment. An empty key
-// would make an empty segment, which routes elsewhere; "." and ".." are
-// keys too, whose dots URL resolvers would remove, so they are escaped.
-function trxPath(ns: number, player: number, key: string, suffix = ""): string {
-  if (key === "") {
-    throw new CofferError("invalid_argument", "an idempotency key is 1-128 characters; nothing was sent");
+// segment is s as one escaped segment of a path. An empty s would make an
+// empty segment, which routes elsewhere; "." and ".." are names too, whose
+// dots URL resolvers would remove, so they are escaped.
+function segment(what: string, s: string): string {
+  if (s === "") {
+    throw new CofferError("invalid_argument", `${what} is empty; nothing was sent`);
   }
-  const seg = key === "." || key === ".." ? "%2E".repeat(key.length) : encodeURIComponent(key);
-  return `${playerPath(ns, player)}/transactions/${seg}${suffix}`;
+  return s === "." || s === ".." ? "%2E".repeat(s.length) : encodeURIComponent(s);
+}
+
+// trxPath is the path of the trx of key.
+function trxPath(ns: number, player: number, key: string, suffix = ""): string {
+  return `${playerPath(ns, player)}/transactions/${segment("an idempotency key", key)}${suffix}`;
 }
 
 function trx(status: number, body: any): Trx {
@@ -181,6 +192,12 @@ export class Client {
   /** finlog reads a page of a player's finlog; pass its next_cursor as cursor for the next. */
   finlog(ns: number, player: number, q: FinlogQuery = {}): Promise<FinlogPage> {
     return this.#send({ method: "GET", path: `${playerPath(ns, player)}/finlog`, query: { ...q }, read: (_, b) => b });
+  }
+
+  /** order reads who presented a store order first: its player, and the request's emitter and key; not_found if it never was. */
+  order(ns: number, store: string, orderId: string): Promise<OrderClaim> {
+    const path = `/v1/namespaces/${ns}/orders/${segment("a store", store)}/${segment("an order id", orderId)}`;
+    return this.#send({ method: "GET", path, read: (_, b) => b });
   }
 
   /** revenue reads the revenue report of ns (admin). */

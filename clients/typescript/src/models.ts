@@ -128,6 +128,12 @@ export interface TrxRefund {
   shortfall?: RefundAmount[];
 }
 
+/** TrxKind is the kind of a trx. */
+export type TrxKind = "change" | "hold" | "exchange" | "expire" | "refund";
+
+/** TrxStatus is the state of a trx; only holds are ever pending. */
+export type TrxStatus = "committed" | "pending" | "rolled_back" | "expired";
+
 /**
  * Trx is one accepted request. replay is not in the body: it is true when
  * the answer is the original result of an earlier request with the same key.
@@ -135,8 +141,10 @@ export interface TrxRefund {
 export interface Trx {
   id: number;
   idempotency_key: string;
-  kind: "change" | "hold" | "exchange" | "expire" | "refund";
-  status: "committed" | "pending" | "rolled_back" | "expired";
+  /** The emitter of the client that wrote it, whose key it is; absent for coffer's expiries. */
+  emitter?: number;
+  kind: TrxKind;
+  status: TrxStatus;
   reason?: string;
   meta?: Record<string, unknown>;
   ops?: TrxOp[];
@@ -152,6 +160,17 @@ export interface Trx {
 export interface FinlogPage {
   items?: Trx[];
   next_cursor?: string;
+}
+
+/** OrderClaim is who presented a store order first: the player it was credited to, and the request's client (emitter) and key. */
+export interface OrderClaim {
+  namespace: number;
+  store: string;
+  order_id: string;
+  player_id: number;
+  emitter: number;
+  idempotency_key: string;
+  created_at: string;
 }
 
 /** RevenueLine is the revenue report's line of one currency and fiat (docs/ledger.md). */

@@ -80,6 +80,10 @@ test("hold: commit and rollback", async () => {
   const err = await refused(client.commit(NS, p, other));
   assert.deepEqual([err.code, err.status], ["hold_not_pending", 409]);
   assert.equal((await client.trx(NS, p, other)).status, "rolled_back");
+  const holds = await client.finlog(NS, p, { kind: "hold", status: "rolled_back" });
+  assert.deepEqual(holds.items?.map((t) => t.idempotency_key), [other]);
+  const byKey = await client.finlog(NS, p, { idempotency_key: begin.idempotency_key });
+  assert.deepEqual(byKey.items?.map((t) => t.kind), ["hold"]);
   const balances = await client.balances(NS, p);
   assert.deepEqual([total(balances, "gold"), total(balances, "silver")], [70, 5]);
 });
@@ -87,7 +91,11 @@ test("hold: commit and rollback", async () => {
 test("exchange and refund", async () => {
   const p = player();
   const order = { store: "steam", order_id: randomUUID(), price: 999, fiat: "USD" };
-  await client.change(NS, p, { idempotency_key: key("buy"), ops: [{ currency: "gold", amount: 20, kind: "paid", purchase: order }] });
+  const buy = await client.change(NS, p, { idempotency_key: key("buy"), ops: [{ currency: "gold", amount: 20, kind: "paid", purchase: order }] });
+  assert.ok((buy.emitter ?? 0) > 0, "a client's trx names its emitter");
+  const claim = await client.order(NS, "steam", order.order_id);
+  assert.deepEqual([claim.player_id, claim.emitter, claim.idempotency_key], [p, buy.emitter, buy.idempotency_key]);
+  assert.equal((await refused(client.order(NS, "steam", randomUUID()))).code, "not_found");
   const ex = await client.exchange(NS, p, { idempotency_key: key("ex"), from: "gold", amount: 5, to: "silver" });
   assert.equal(ex.kind, "exchange");
   assert.equal(total(await client.balances(NS, p), "silver"), 500);

@@ -7,11 +7,11 @@
 
 from ._client import AsyncClient, BatchResult, Client
 from ._errors import RETRYABLE, CofferError, UnexpectedAnswer
-from ._models import (Balance, Balances, BatchChange, Change, Exchange, FinlogPage, Lot, Money, Op, Purchase,
-                      Refund, RefundAmount, RevenueLine, Trx, TrxOp, TrxRefund)
+from ._models import (Balance, Balances, BatchChange, Change, Exchange, FinlogPage, Lot, Money, Op, OrderClaim,
+                      Purchase, Refund, RefundAmount, RevenueLine, Trx, TrxOp, TrxRefund)
 
 __all__ = [
     "AsyncClient", "Balance", "Balances", "BatchChange", "BatchResult", "Change", "Client", "CofferError",
-    "Exchange", "FinlogPage", "Lot", "Money", "Op", "Purchase", "RETRYABLE", "Refund", "RefundAmount",
+    "Exchange", "FinlogPage", "Lot", "Money", "Op", "OrderClaim", "Purchase", "RETRYABLE", "Refund", "RefundAmount",
     "RevenueLine", "Trx", "TrxOp", "TrxRefund", "UnexpectedAnswer",
 ]

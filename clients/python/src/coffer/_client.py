@@ -22,7 +22,7 @@ import httpx
 
 from ._codec import decode, dumps, encode
 from ._errors import CofferError, UnexpectedAnswer
-from ._models import (Balances, BatchChange, Change, Exchange, FinlogPage, Refund, RevenueLine,
+from ._models import (Balances, BatchChange, Change, Exchange, FinlogPage, OrderClaim, Refund, RevenueLine,
                       Trx)
 
 T = TypeVar("T")
@@ -53,14 +53,18 @@ def _player(ns: int, player: int) -> str:
     return f"/v1/namespaces/{int(ns)}/players/{int(player)}"
 
 
+def _segment(what: str, s: str) -> str:
+    """_segment is s as one escaped segment of a path. An empty s would make an
+    empty segment, which routes elsewhere; "." and ".." are names too, whose
+    dots URL resolvers would remove, so they are escaped."""
+    if not s:
+        raise CofferError("invalid_argument", f"{what} is empty; nothing was sent")
+    return "%2E" * len(s) if s in (".", "..") else quote(s, safe="")
+
+
 def _trx_path(ns: int, player: int, key: str, suffix: str = "") -> str:
-    """_trx_path is the path of the trx of key: one escaped segment. An empty
-    key would make an empty segment, which routes elsewhere; "." and ".."
-    are keys too, whose dots URL resolvers would remove, so they are escaped."""
-    if not key:
-        raise CofferError("invalid_argument", "an idempotency key is 1-128 characters; nothing was sent")
-    seg = "%2E" * len(key) if key in (".", "..") else quote(key, safe="")
-    return f"{_player(ns, player)}/transactions/{seg}{suffix}"
+    """_trx_path is the path of the trx of key."""
+    return f"{_player(ns, player)}/transactions/{_segment('an idempotency key', key)}{suffix}"
 
 
 def _trx(status: int, body: Any) -> Trx:
@@ -123,6 +127,11 @@ class _Calls:
     @staticmethod
     def finlog(ns: int, player: int, **q: Any) -> _Call[FinlogPage]:
         return _Call("GET", _player(ns, player) + "/finlog", lambda s, b: decode(FinlogPage, b), _query(**q))
+
+    @staticmethod
+    def order(ns: int, store: str, order_id: str) -> _Call[OrderClaim]:
+        return _Call("GET", f"/v1/namespaces/{int(ns)}/orders/{_segment('a store', store)}/"
+                     f"{_segment('an order id', order_id)}", lambda s, b: decode(OrderClaim, b))
 
     @staticmethod
     def revenue(ns: int, start: datetime, end: datetime, currency: str | None) -> _Call[list[RevenueLine]]:
@@ -248,12 +257,21 @@ class Client(_Base):
         return self._send(_Calls.refund(ns, player, refund))
 
     def finlog(self, ns: int, player: int, *, start: datetime | None = None, end: datetime | None = None,
-               currency: str | None = None, reason: str | None = None, limit: int | None = None,
+               currency: str | None = None, reason: str | None = None, kind: str | None = None,
+               status: str | None = None, idempotency_key: str | None = None, limit: int | None = None,
                cursor: str | None = None, desc: bool = False) -> FinlogPage:
         """finlog reads a page of a player's finlog, [start, end); pass the
-        page's next_cursor as cursor for the next."""
+        page's next_cursor as cursor for the next. kind, status and
+        idempotency_key (any client's) list only the trx that match: a
+        filtered page may come short, with a cursor."""
         return self._send(_Calls.finlog(ns, player, **{"from": start, "to": end}, currency=currency,
-                                        reason=reason, limit=limit, cursor=cursor, order="desc" if desc else None))
+                                        reason=reason, kind=kind, status=status, idempotency_key=idempotency_key,
+                                        limit=limit, cursor=cursor, order="desc" if desc else None))
+
+    def order(self, ns: int, store: str, order_id: str) -> OrderClaim:
+        """order reads who presented a store order first: its player, and the
+        request's emitter and key; not_found if it never was."""
+        return self._send(_Calls.order(ns, store, order_id))
 
     def revenue(self, ns: int, start: datetime, end: datetime, *, currency: str | None = None) -> list[RevenueLine]:
         """revenue reads the revenue report of ns for [start, end) (admin)."""
@@ -318,11 +336,16 @@ class AsyncClient(_Base):
         return await self._send(_Calls.refund(ns, player, refund))
 
     async def finlog(self, ns: int, player: int, *, start: datetime | None = None, end: datetime | None = None,
-                     currency: str | None = None, reason: str | None = None, limit: int | None = None,
+                     currency: str | None = None, reason: str | None = None, kind: str | None = None,
+                     status: str | None = None, idempotency_key: str | None = None, limit: int | None = None,
                      cursor: str | None = None, desc: bool = False) -> FinlogPage:
         return await self._send(_Calls.finlog(ns, player, **{"from": start, "to": end}, currency=currency,
-                                              reason=reason, limit=limit, cursor=cursor,
+                                              reason=reason, kind=kind, status=status,
+                                              idempotency_key=idempotency_key, limit=limit, cursor=cursor,
                                               order="desc" if desc else None))
+
+    async def order(self, ns: int, store: str, order_id: str) -> OrderClaim:
+        return await self._send(_Calls.order(ns, store, order_id))
 
     async def revenue(self, ns: int, start: datetime, end: datetime, *,
                       currency: str | None = None) -> list[RevenueLine]:

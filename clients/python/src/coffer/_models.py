@@ -172,6 +172,7 @@ class Trx:
 
     id: int = 0
     idempotency_key: str = ""
+    emitter: int = 0  # of the client that wrote it, whose key it is; 0 for coffer's expiries
     kind: str = ""  # change, hold, exchange, expire or refund
     status: str = ""  # committed, pending, rolled_back or expired
     reason: str = ""
@@ -191,6 +192,20 @@ class FinlogPage:
 
     items: list[Trx] = field(default_factory=list)
     next_cursor: str = ""
+
+
+@dataclass(frozen=True)
+class OrderClaim:
+    """OrderClaim is who presented a store order first: the player it was
+    credited to, and the client (emitter) and idempotency key of the request."""
+
+    namespace: int = 0
+    store: str = ""
+    order_id: str = ""
+    player_id: int = 0
+    emitter: int = 0
+    idempotency_key: str = ""
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True)
