@@ -61,7 +61,7 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	players, of := s.batchPlayers(reqs)
-	conn, err := s.router.Database(db).Acquire(ctx)
+	conn, err := s.batchPools[db].Acquire(ctx)
 	if err != nil {
 		return &attempt{err: err}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/postgres"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // mixedBatch is a batch over few players: grants, consumes (some lacking
@@ -190,8 +191,7 @@ func TestTimeoutBeforeTheCommitIsNotRetried(t *testing.T) {
 // coffer is gone without a word after its first round trip (a partition:
 // no FIN reaches the server) is ended by the server within the store's
 // Timeout, which frees its players' locks instead of holding them until
-// TCP gives up; and the connections batches ran on keep the server's own
-// lock and idle timeouts for their other users (claims, reports).
+// TCP gives up.
 func TestBatchSessionsEndAbandonedTransactions(t *testing.T) {
 	e := newEnv(t)
 	p := e.playersOn(0, 1, 1)[0]
@@ -223,9 +223,43 @@ func TestBatchSessionsEndAbandonedTransactions(t *testing.T) {
 	if _, _, err := other.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "c"), Ops: []coffer.OpRequest{free("gold", 4)}}); err != nil {
 		t.Fatalf("a write after the abandoned batch: %v", err)
 	}
-	conns := e.router.Database(0).AcquireAllIdle(ctx)
+}
+
+// TestBatchConnectionsCarryTheirSettings: the connections a store's
+// batches run on start with the batches' settings (a statement per
+// batch saved), and so does one made anew after the pool dropped its
+// connections; the router's connections, on which claims, reports and
+// the sweepers' listings run, keep the server's.
+func TestBatchConnectionsCarryTheirSettings(t *testing.T) {
+	e := newEnv(t)
+	p := e.playersOn(0, 1, 1)[0]
+	store := postgres.New(e.router, e.catalog, postgres.Options{Timeout: 3 * time.Second, LockTimeout: 700 * time.Millisecond})
+	defer store.Close()
+	batch := map[string]string{"enable_hashjoin": "off", "enable_mergejoin": "off", "plan_cache_mode": "force_generic_plan",
+		"lock_timeout": "700ms", "idle_in_transaction_session_timeout": "3s"}
+	server := map[string]string{"enable_hashjoin": "on", "enable_mergejoin": "on", "plan_cache_mode": "auto",
+		"lock_timeout": "0", "idle_in_transaction_session_timeout": "0"}
+	for i, name := range []string{"first", "made anew"} {
+		if i > 0 {
+			store.BatchPool(0).Reset()
+		}
+		if _, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, name), Ops: []coffer.OpRequest{free("gold", 1)}}); err != nil {
+			t.Fatal(err)
+		}
+		wantSettings(t, name+": a connection of the batches", store.BatchPool(0), batch)
+		wantSettings(t, name+": a connection of the router", e.router.Database(0), server)
+	}
+}
+
+// wantSettings checks the settings of every idle connection of pool, or
+// of one it makes if it has none.
+func wantSettings(t *testing.T, what string, pool *pgxpool.Pool, want map[string]string) {
+	t.Helper()
+	conns := pool.AcquireAllIdle(ctx)
 	if len(conns) == 0 {
-		t.Fatal("no idle connection: the other instance's batch ran on one")
+		c, err := pool.Acquire(ctx)
+		must(t, err)
+		conns = append(conns, c)
 	}
 	defer func() {
 		for _, c := range conns {
@@ -233,10 +267,12 @@ func TestBatchSessionsEndAbandonedTransactions(t *testing.T) {
 		}
 	}()
 	for _, c := range conns {
-		var lock, idle string
-		must(t, c.QueryRow(ctx, "SELECT current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout')").Scan(&lock, &idle))
-		if lock != "0" || idle != "0" {
-			t.Errorf("a connection batches ran on keeps lock_timeout %s and idle_in_transaction_session_timeout %s, want the server's 0", lock, idle)
+		for name, value := range want {
+			var got string
+			must(t, c.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&got))
+			if got != value {
+				t.Errorf("%s: %s = %s, want %s", what, name, got, value)
+			}
 		}
 	}
 }

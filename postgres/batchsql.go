@@ -1,7 +1,9 @@
 package postgres
 
 import (
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
@@ -20,34 +22,38 @@ import (
 // The rows come as one array per column, unnested side by side in a
 // select list (writeTable.from says why).
 
-// keyedJoins is sent first in the transaction of every batch of reads,
-// and heads batchSettings, which every batch of writes sends first. The batch
-// statements join arrays of keys (unnest) to the shard tables, prepared
-// once per connection. Left to itself PostgreSQL plans them again at
-// every execution (a custom plan: it guesses the rows of unnest better
-// from the values, so the cached plan looks costlier), and planning a
-// statement of four data-modifying parts cost more CPU than running it:
-// coffer bench measured 1.1 ms of PostgreSQL CPU per write against 0.58
-// with the cached plan. The cached (generic) plan guesses ten rows from
-// unnest and, on a table of a few thousand rows, prefers a hash join over
-// a sequential scan of the whole table (1 ms at a thousand rows) to ten
+// batchSession are the settings every connection of a store's batches
+// starts with (Store.batchPools): sent in the connection's startup
+// message (pgx RuntimeParams), so that no batch sends a statement for
+// them, and a connection the pool makes anew has them too. Only the
+// batches use those connections; the pool of the router, on which
+// claims, reports, the finlog and the sweepers' listings run, keeps the
+// server's settings.
+//
+// The batch statements join arrays of keys (unnest) to the shard tables,
+// prepared once per connection. Left to itself PostgreSQL plans them
+// again at every execution (a custom plan: it guesses the rows of unnest
+// better from the values, so the cached plan looks costlier), and
+// planning a statement of four data-modifying parts cost more CPU than
+// running it (docs/adr/0012-group-commit.md). The cached (generic) plan
+// guesses ten rows from unnest and, on a table of a few thousand rows,
+// prefers a hash join over a sequential scan of the whole table to ten
 // index probes. Every batch statement is a lookup by key, so nested loops
-// over the indexes are right at any size. Set for the transaction only,
-// so other queries on the connection plan as usual.
-const keyedJoins = `SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
-
-// batchSettings is sent first in every batch of writes' transaction:
-// keyedJoins, then, for the transaction only, lock_timeout ($1:
-// LockTimeout) and idle_in_transaction_session_timeout ($2: Timeout;
-// Store.session). The second ends on the server a batch's transaction
-// whose coffer is gone without a word (a network partition: no FIN
-// arrives) within Timeout, the longest a batch runs, instead of leaving it
-// holding its players' locks and its committer's mark until TCP gives up,
-// hours later. For the transaction only, so that the pool connection's
-// other users (claims, reports, the sweepers' listings) run with the
-// server's own settings, whichever connection they get; in the statement
-// a batch sends anyway, so they cost no round trip.
-const batchSettings = keyedJoins + `, set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)`
+// over the indexes are right at any size: hash and merge joins off, and
+// the generic plan forced.
+//
+// lock_timeout is LockTimeout. idle_in_transaction_session_timeout is
+// Timeout, the longest a batch runs: it ends on the server a batch's
+// transaction whose coffer is gone without a word (a network partition:
+// no FIN arrives), instead of leaving it holding its players' locks and
+// its committer's mark until TCP gives up, hours later.
+func batchSession(o Options) map[string]string {
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }
+	return map[string]string{
+		"enable_hashjoin": "off", "enable_mergejoin": "off", "plan_cache_mode": "force_generic_plan",
+		"lock_timeout": ms(o.LockTimeout), "idle_in_transaction_session_timeout": ms(o.Timeout),
+	}
+}
 
 // batchSQL are the statements of a batch on one shard, written for shard
 // N (shard.Tables names the tables).

@@ -6,17 +6,20 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // RevenueSQL is the revenue report's statement on shard id.
 func RevenueSQL(id coffer.ShardID) string { return newQueries(id).revenue }
 
-// BatchReads are the batch's read statements on shard id, with the
-// settings a batch sends before them (keyedJoins).
-func BatchReads(id coffer.ShardID) (settings string, reads map[string]string) {
+// BatchReads are the batch's read statements on shard id.
+func BatchReads(id coffer.ShardID) map[string]string {
 	q := batchStatements.forShard(id)
-	return keyedJoins, map[string]string{"lock": q.lock, "lots": q.lots, "trx": q.trx, "orders": q.orders, "exchanges": q.exchanges, "balances": q.balances}
+	return map[string]string{"lock": q.lock, "lots": q.lots, "trx": q.trx, "orders": q.orders, "exchanges": q.exchanges, "balances": q.balances}
 }
+
+// BatchPool is the pool of database db's batches.
+func (s *Store) BatchPool(db int) *pgxpool.Pool { return s.batchPools[db] }
 
 // BatchWrite is the batch's write statement on shard id with every table.
 func BatchWrite(id coffer.ShardID) string { return writeSQL(id, markPart<<1-1) }

@@ -23,8 +23,9 @@ import (
 // and COMMIT) and at most four statements per shard and two per batch
 // more, however many writes and players: three hundred of every kind
 // over forty players. A lone write, the batch of every write at low
-// load, sends seven: BEGIN, the batch's settings, the player's lock, its
-// lots, its trx under the key; the rows with the mark; COMMIT.
+// load, sends six: BEGIN, the player's lock, its lots, its trx under the
+// key; the rows with the mark; COMMIT. The batch's settings come with its
+// connection (batchSession), not in a statement.
 func TestBatchIsTwoRoundTrips(t *testing.T) {
 	e := newEnv(t)
 	players := e.playersOn(0, 1, 40)
@@ -55,7 +56,7 @@ func TestBatchIsTwoRoundTrips(t *testing.T) {
 		least int64
 		most  int64
 	}{
-		{"one write", one, 7, 7},
+		{"one write", one, 6, 6},
 		{"300 writes", many, 1, int64(2 + 4*len(e.router.Map().Databases()[0].Shards))},
 	} {
 		var got []coffer.ChangeResult
@@ -474,20 +475,17 @@ func TestHoldBegunAndFinishedInOneBatch(t *testing.T) {
 	sameAnswer(t, commit, stored)
 }
 
-// begin starts on pool a transaction of the test's own, which waits for
-// locks and stays idle as long as the test keeps it: the pool's
-// connections are those the stores' batches run on, and a batch leaves on
-// its connection its store's lock_timeout and
-// idle_in_transaction_session_timeout, which a busy machine can pass
-// while the test polls for what it waits on. It is rolled back at the end
+// begin starts on pool, a router's, a transaction of the test's own,
+// which waits for locks and stays idle as long as the test keeps it: the
+// router's connections have the server's settings, no lock or idle
+// timeout (the batches' have theirs on connections of their own:
+// TestBatchConnectionsCarryTheirSettings). It is rolled back at the end
 // of the test at the latest.
 func begin(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
 	t.Helper()
 	tx, err := pool.Begin(ctx)
 	must(t, err)
 	t.Cleanup(func() { _ = tx.Rollback(ctx) })
-	_, err = tx.Exec(ctx, `SELECT set_config('lock_timeout', '0', true), set_config('idle_in_transaction_session_timeout', '0', true)`)
-	must(t, err)
 	return tx
 }
 

@@ -9,8 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// load is the first round trip: BEGIN and the batch's settings, and for
-// each shard the players' locks and ids (batchSQL.lock), their lots,
+// load is the first round trip: BEGIN, and for each shard the players' locks and ids (batchSQL.lock), their lots,
 // their trx under the batch's keys and the orders their refunds name;
 // then, if check is set, its token (0 without a row). It makes each
 // player's coffer.Player.
@@ -39,7 +38,6 @@ func (t *batchTx) load(players []*batchPlayer, check *mark) (token int64, err er
 	l := &loading{s: t.s, byKey: byKey}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(batchSettings, t.s.session.lockTimeout, t.s.session.idleInTransaction)
 	// Shard after shard, so that the locks are taken in one order.
 	for _, id := range lock.shards() {
 		q := &t.s.q(id).batch

@@ -11,8 +11,9 @@ import (
 )
 
 // TestBatchPlansProbeIndexes plans every batch statement the way a batch
-// runs it (a prepared statement, after the batch's settings, which must
-// make it use its generic plan rather than plan every execution again)
+// runs it (a prepared statement, on a connection of the batches, whose
+// settings must make it use its generic plan rather than plan every
+// execution again)
 // on a shard of a thousand rows with fresh statistics. There the
 // planner's guess of ten rows from unnest makes a hash join over a
 // sequential scan of the whole table look cheaper than ten index probes;
@@ -36,10 +37,11 @@ func TestBatchPlansProbeIndexes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	settings, statements := postgres.BatchReads(id)
+	batches := e.store.BatchPool(e.router.DatabaseIndex(id))
+	statements := postgres.BatchReads(id)
 	statements["write"] = postgres.BatchWrite(id)
 	for name, sql := range statements {
-		text := genericPlan(t, db, settings, sql)
+		text := genericPlan(t, batches, sql)
 		if strings.Contains(text, "Seq Scan") {
 			t.Errorf("%s scans a table:\n%s", name, text)
 		}
@@ -52,18 +54,18 @@ func TestBatchPlansProbeIndexes(t *testing.T) {
 	}
 	// A player's lots are never deleted: a refund finds the lots of its
 	// order by the order, not among all the lots the player ever held.
-	if text := genericPlan(t, db, settings, statements["exchanges"]); !strings.Contains(text, "lot_0_order") {
+	if text := genericPlan(t, batches, statements["exchanges"]); !strings.Contains(text, "lot_0_order") {
 		t.Errorf("exchanges does not find the order's lots by lot_0_order:\n%s", text)
 	}
 }
 
-// genericPlan is the plan of sql, prepared after settings, in a
+// genericPlan is the plan of sql, prepared on a connection of pool, in a
 // transaction rolled back after; the prepared statement is dropped with
-// its connection. The settings must make it the generic plan, cached
-// for every execution.
-func genericPlan(t *testing.T, db *pgxpool.Pool, settings, sql string) string {
+// its connection. The connection's settings must make it the generic
+// plan, cached for every execution.
+func genericPlan(t *testing.T, pool *pgxpool.Pool, sql string) string {
 	t.Helper()
-	conn, err := db.Acquire(ctx)
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +75,8 @@ func genericPlan(t *testing.T, db *pgxpool.Pool, settings, sql string) string {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	for _, s := range []string{settings, "PREPARE s AS " + sql} {
-		if _, err := tx.Exec(ctx, s); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := tx.Exec(ctx, "PREPARE s AS "+sql); err != nil {
+		t.Fatal(err)
 	}
 	var params int
 	if err := tx.QueryRow(ctx, "SELECT cardinality(parameter_types) FROM pg_prepared_statements WHERE name = 's'").Scan(&params); err != nil {

@@ -341,11 +341,10 @@ func (s *Store) runReads(ctx context.Context, db int, reqs []*readRequest) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	b := &pgx.Batch{}
-	b.Queue(keyedJoins)
 	for _, id := range byShard.shards() {
 		b.Queue(s.q(id).batch.balances, byShard[id].args()...).Query(func(rows pgx.Rows) error { return scanBalances(rows, reqs) })
 	}
-	err := s.router.Database(db).SendBatch(ctx, b).Close()
+	err := s.batchPools[db].SendBatch(ctx, b).Close()
 	if err == nil {
 		return
 	}

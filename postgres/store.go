@@ -8,8 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -78,9 +78,9 @@ type Store struct {
 	// writers and readers are the batches of each database (by index).
 	writers []*committer[*request]
 	readers []*committer[*readRequest]
-	// session is what a batch of writes' transaction runs with
-	// (batchSettings), built once.
-	session sessionSettings
+	// batchPools are the connections of the batches of writes and reads,
+	// by database index (batchPool).
+	batchPools []*pgxpool.Pool
 	// holdSweeps and lotSweeps are what the sweepers remember of their
 	// last pass (sweep).
 	holdSweeps, lotSweeps failedSweeps
@@ -89,10 +89,6 @@ type Store struct {
 	// it chooses, which real time cannot do without a timing bet.
 	now func() time.Time
 }
-
-// sessionSettings are a batch transaction's lock_timeout and
-// idle_in_transaction_session_timeout, as PostgreSQL reads them.
-type sessionSettings struct{ lockTimeout, idleInTransaction string }
 
 var _ coffer.Ledger = (*Store)(nil)
 
@@ -129,25 +125,47 @@ func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
 	if opts.Observer == nil {
 		opts.Observer = unobserved{}
 	}
-	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }
-	s := &Store{router: router, catalog: catalog, opts: opts, reports: shed.NewGate("revenue reports in flight", opts.ReportsMax),
-		session: sessionSettings{lockTimeout: ms(opts.LockTimeout), idleInTransaction: ms(opts.Timeout)}, now: time.Now}
+	s := &Store{router: router, catalog: catalog, opts: opts, reports: shed.NewGate("revenue reports in flight", opts.ReportsMax), now: time.Now}
 	for i := range router.Map().Databases() {
+		s.batchPools = append(s.batchPools, s.batchPool(i))
 		s.writers = append(s.writers, newCommitter(s, i, "writes", opts.Committers, s.settler, failWrites, unanswered))
 		s.readers = append(s.readers, newCommitter(s, i, "reads", opts.Readers, func() func(context.Context, int, []*readRequest) { return s.runReads }, failReads, nil))
 	}
 	return s
 }
 
+// batchPool opens the pool of database i's batches: Committers +
+// Readers connections, each running one batch at a time, which start
+// with the batches' settings (batchSession). It is
+// the router's pool's configuration otherwise (hosts, timeouts,
+// lifetimes, tracer), and connects lazily as that pool does.
+func (s *Store) batchPool(i int) *pgxpool.Pool {
+	cfg := s.router.Database(i).Config()
+	cfg.MaxConns = int32(s.opts.Committers + s.opts.Readers)
+	cfg.MinConns = min(cfg.MinConns, cfg.MaxConns)
+	maps.Copy(cfg.ConnConfig.RuntimeParams, batchSession(s.opts))
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		// pgxpool refuses only a configuration the router's pool, made
+		// of the same, would have had refused, or no connection.
+		panic(fmt.Sprintf("database %d: the batches' pool: %v", i, err))
+	}
+	return pool
+}
+
 // Close stops the store's committers once the batches in flight are
-// answered; a write or read still queued, or sent after, answers
-// shard_unavailable. The router stays open: its owner closes it.
+// answered, then closes their connections; a write or read still
+// queued, or sent after, answers shard_unavailable. The router stays
+// open: its owner closes it.
 func (s *Store) Close() {
 	for _, c := range s.writers {
 		c.close()
 	}
 	for _, c := range s.readers {
 		c.close()
+	}
+	for _, p := range s.batchPools {
+		p.Close()
 	}
 }
 
@@ -215,7 +233,7 @@ func (s *Store) fail(id coffer.ShardID, err error) error {
 // failed tells the router what err shows of database db. A connection or
 // server that failed marks it down, so that its next requests fail fast.
 // A connection that reached a server that has become a standby (or is
-// read-only) makes the pool reconnect at once, to whichever server
+// read-only) makes the pools (the router's, the batches') reconnect at once, to whichever server
 // accepts writes now, instead of failing every request until the next
 // probe finds it.
 func (s *Store) failed(db int, err error) {
@@ -225,6 +243,7 @@ func (s *Store) failed(db int, err error) {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) && pg.Code == sqlstateReadOnlyTransaction {
 		s.router.Reconnect(db)
+		s.batchPools[db].Reset()
 	}
 }
 

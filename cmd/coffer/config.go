@@ -89,12 +89,11 @@ type LimitsConfig struct {
 // (docs/architecture.md).
 type BatchesConfig struct {
 	// Committers is the batches of writes in flight per database, each on
-	// a connection of its pool while it runs: keep Committers + Readers
-	// below pool.conns_max, so that other calls (finlog, a trx, a balance
-	// in the past) find one.
+	// a connection of the batches' own (besides pool.conns_max: the
+	// batches' settings come with their connections, postgres.Store).
 	Committers int `yaml:"committers"`
 	// Readers is the batches of balance reads in flight per database,
-	// each on a connection of its pool while it runs.
+	// each on a connection of the batches' own as well.
 	Readers int `yaml:"readers"`
 	// SizeMax bounds the writes or reads of a batch (a batch call's
 	// changes for one database go into one batch, whatever their number).
@@ -291,27 +290,6 @@ func yamlMessage(err error) string {
 	msg = notFound.ReplaceAllString(msg, "unknown key $1")
 	return strings.ReplaceAll(msg, "\n  ", "; ")
 }
-
-// warnings are what the config allows but an operator most likely did not
-// mean: coffer serve logs them at start.
-func (c *Config) warnings() []string {
-	var out []string
-	if c.poolCrowded() {
-		out = append(out, fmt.Sprintf("pool.conns_max (%d) leaves no connection beside the batches (batches.committers + batches.readers, %d): other calls wait for them",
-			c.Pool.ConnsMax, c.batchConns()))
-	}
-	return out
-}
-
-// poolCrowded tells whether the batches may hold every connection of a
-// database's pool: each batch of writes or of reads holds one while it
-// runs. Such a pool serves (the batches end quickly), but the finlog, a
-// trx and the sweepers wait behind them.
-func (c *Config) poolCrowded() bool { return c.batchConns() >= int(c.Pool.ConnsMax) }
-
-// batchConns is the connections of a database's pool its batches may
-// hold at once.
-func (c *Config) batchConns() int { return c.Batches.Committers + c.Batches.Readers }
 
 // service checks the service part of the config and builds the catalog
 // and the clients from it. Errors name the key at fault.

@@ -50,33 +50,6 @@ func TestServiceConfigErrors(t *testing.T) {
 	}
 }
 
-// TestConfigWarnings: a pool no larger than the batches' connections is
-// served, with a warning; the dev config has none.
-func TestConfigWarnings(t *testing.T) {
-	cfg := devConfig("127.0.0.1:0", "", "k")
-	if w := cfg.warnings(); len(w) != 0 {
-		t.Fatalf("dev config: %q", w)
-	}
-	cfg.Pool.ConnsMax = 4
-	if w := cfg.warnings(); len(w) != 0 {
-		t.Fatalf("4 connections for 2 committers and a reader: %q", w)
-	}
-	cfg.Pool.ConnsMax = 3
-	if w := cfg.warnings(); len(w) != 1 || !strings.Contains(w[0], "pool.conns_max (3)") || !strings.Contains(w[0], "batches.readers, 3") {
-		t.Fatalf("3 connections for 2 committers and a reader: %q", w)
-	}
-}
-
-// TestServeLogsConfigWarnings: coffer serve logs each warning of its
-// config at start, and serves.
-func TestServeLogsConfigWarnings(t *testing.T) {
-	s := startService(t, twoServers(t), func(c *Config) { c.Pool.ConnsMax = 3 })
-	if !strings.Contains(s.logs.String(), `"level":"WARN","msg":"pool.conns_max (3)`) {
-		t.Fatalf("no warning of the crowded pool at start:\n%s", s.logs.String())
-	}
-	wantStatus(t, s.call("GET", "/v1/namespaces/1/players/1/balances", devKey, ""), 200, "")
-}
-
 func TestConfigFileEnvAndUnknownKeys(t *testing.T) {
 	dir := t.TempDir()
 	base := "shard_count: 2\nshard_distribution_mode: auto\nshard_on_db: 2\ndatabases:\n  - {name: c, host: 127.0.0.1, type: postgres, user: u, password: \"${COFFER_TEST_PW}\"}\n"

@@ -293,9 +293,6 @@ func TestImageConfig(t *testing.T) {
 	if db := m.Databases()[0]; db.Config.Password != `a "quoted" pass\word` || db.Config.Host != "postgres" {
 		t.Errorf("the database: %+v", db.Config)
 	}
-	if warnings := cfg.warnings(); len(warnings) > 0 {
-		t.Errorf("the config warns: %v", warnings)
-	}
 }
 
 // TestBinaryIsStatic: the binary the image ships, built as its Dockerfile

@@ -74,9 +74,6 @@ func (m *Main) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	for _, w := range m.Config.warnings() {
-		m.Logger.Warn(w)
-	}
 	m.started = time.Now().UTC()
 	pool := m.Config.Pool
 	if m.Tracing == nil && m.Config.Telemetry.OTLPEndpoint != "" {
