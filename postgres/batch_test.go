@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/postgres"
+	"github.com/cofferhq/coffer/shard"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -363,5 +366,64 @@ func TestDamagedLotFailsOnlyTheWritesThatReadIt(t *testing.T) {
 	}
 	if changeErr != nil {
 		t.Errorf("the change of gold, which does not: %v", changeErr)
+	}
+}
+
+// TestBatchStatementsFitTheCache: the statements the batches prepare
+// stay in their connections' cache, however many shards a database
+// holds: a workload of every kind of write and read prepares at most
+// BatchStatementsPerShard per shard, and a store over a database of 256
+// shards caches that many for each (pgx's default, 512, holds those of
+// 32 shards: past it the batches, cycling through the shards, prepare
+// and plan every statement again).
+func TestBatchStatementsFitTheCache(t *testing.T) {
+	e := newEnv(t)
+	reqs := mixedBatch(1, 200)
+	_, err := e.store.BatchChange(ctx, reqs)
+	must(t, err)
+	for _, r := range reqs {
+		if r.Hold {
+			_, _, _ = e.store.Commit(ctx, r.Scope)
+		}
+		_, _, _ = e.store.Change(ctx, r)
+		e.balance(r.PlayerID, "gold")
+	}
+	tables := regexp.MustCompile(`\b(balance|lot|trx|op)_(\d+)\b`)
+	conns := e.store.BatchPool(0).AcquireAllIdle(ctx)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for _, c := range conns {
+		rows, err := c.Query(ctx, "SELECT statement FROM pg_prepared_statements")
+		must(t, err)
+		statements, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		must(t, err)
+		perShard := map[string]int{}
+		for _, s := range statements {
+			if m := tables.FindStringSubmatch(s); m != nil {
+				perShard[m[2]]++
+			}
+		}
+		if len(perShard) != 4 {
+			t.Errorf("statements of %d shards prepared, want the database's 4", len(perShard))
+		}
+		for id, n := range perShard {
+			if n > postgres.BatchStatementsPerShard {
+				t.Errorf("shard %s: %d statements prepared, more than %d", id, n, postgres.BatchStatementsPerShard)
+			}
+		}
+	}
+	m, err := shard.NewMap(shard.Config{ShardCount: 256, DistributionMode: "auto", ShardOnDB: 256,
+		Databases: []shard.DatabaseConfig{{Name: "unused", Host: "127.0.0.1", Port: 1, User: "nobody"}}})
+	must(t, err)
+	router, err := shard.Open(m, shard.DefaultPoolConfig())
+	must(t, err)
+	defer router.Close()
+	store := postgres.New(router, e.catalog, postgres.Options{})
+	defer store.Close()
+	if got := store.BatchPool(0).Config().ConnConfig.StatementCacheCapacity; got < 256*postgres.BatchStatementsPerShard {
+		t.Errorf("a database of 256 shards: the batches cache %d statements, want at least %d", got, 256*postgres.BatchStatementsPerShard)
 	}
 }

@@ -168,3 +168,20 @@ func markParts(committer, token string) string {
 	marked AS (INSERT INTO batch_mark (committer, token, marked_at) SELECT $c, $t, now() WHERE NOT EXISTS (SELECT FROM raised)
 		ON CONFLICT (committer) DO NOTHING)`)
 }
+
+// batchStatementsPerShard bounds the statements a batch may prepare per
+// shard: its reads (batchSQL), the ids it lacks, and its write statement
+// in each combination of tables with rows it meets (writeSQL; a workload
+// meets a few).
+const batchStatementsPerShard = 16
+
+// batchStatementsMax is the prepared statements a connection of the
+// batches keeps (pgx's statement cache) for a database of shards shards:
+// those of every shard, and BEGIN, COMMIT and the mark's. A cache smaller
+// than the statements the batches use is worse than none: batches cycle
+// through the shards, so the least recently used statement is the next
+// one needed, and every statement is prepared again and planned while the
+// batch runs. Only the statements run are prepared, so a larger bound
+// costs nothing by itself; each costs the backend its generic plan
+// (docs/adr/0023-batch-sessions.md gives the memory measured).
+func batchStatementsMax(shards int) int { return max(512, batchStatementsPerShard*shards+64) }

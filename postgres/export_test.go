@@ -18,6 +18,10 @@ func BatchReads(id coffer.ShardID) map[string]string {
 	return map[string]string{"lock": q.lock, "lots": q.lots, "trx": q.trx, "orders": q.orders, "exchanges": q.exchanges, "balances": q.balances}
 }
 
+// BatchStatementsPerShard bounds the statements a batch prepares per
+// shard.
+const BatchStatementsPerShard = batchStatementsPerShard
+
 // BatchPool is the pool of database db's batches.
 func (s *Store) BatchPool(db int) *pgxpool.Pool { return s.batchPools[db] }
 

@@ -136,7 +136,8 @@ func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
 
 // batchPool opens the pool of database i's batches: Committers +
 // Readers connections, each running one batch at a time, which start
-// with the batches' settings (batchSession). It is
+// with the batches' settings (batchSession) and keep the prepared
+// statements of every shard of the database (batchStatementsMax). It is
 // the router's pool's configuration otherwise (hosts, timeouts,
 // lifetimes, tracer), and connects lazily as that pool does.
 func (s *Store) batchPool(i int) *pgxpool.Pool {
@@ -144,6 +145,7 @@ func (s *Store) batchPool(i int) *pgxpool.Pool {
 	cfg.MaxConns = int32(s.opts.Committers + s.opts.Readers)
 	cfg.MinConns = min(cfg.MinConns, cfg.MaxConns)
 	maps.Copy(cfg.ConnConfig.RuntimeParams, batchSession(s.opts))
+	cfg.ConnConfig.StatementCacheCapacity = batchStatementsMax(len(s.router.Map().Databases()[i].Shards))
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		// pgxpool refuses only a configuration the router's pool, made
