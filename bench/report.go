@@ -113,6 +113,7 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintln(w)
 		}
 	}
+	writeMoves(w, r.Moves)
 	writeStatements(w, "coffer", &r.Coffer)
 	if r.Baseline != nil {
 		writeStatements(w, base, r.Baseline)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
 )
 
@@ -27,6 +28,12 @@ type Options struct {
 	// Statements reads pg_stat_statements around each run (it must be
 	// loaded in the servers): what each side asks of PostgreSQL.
 	Statements bool
+	// Moves are shards to move under load: in each of coffer's runs,
+	// once half its duration has passed, each goes to the next database
+	// of Env.Router's map and back (Env.Mover), one after the other, and
+	// the run goes on until the moves are done. Report.Moves tells what
+	// each cost.
+	Moves []coffer.ShardID
 }
 
 // Env is what the benchmark drives and watches. Router, CofferPID and
@@ -44,6 +51,8 @@ type Env struct {
 	// PostgresThrottling, if set, reads the PostgreSQL servers' CPU
 	// quota periods so far, in all, and those whose quota ran out.
 	PostgresThrottling func() (periods, throttled int64, err error)
+	// Mover moves the shards of Options.Moves.
+	Mover Mover
 }
 
 // Runner is one side of the benchmark: it runs whole runs. Check is its
@@ -193,8 +202,11 @@ type Report struct {
 	AuditViolations int  `json:"audit_violations"`
 	// Interrupted tells that the runs were stopped early (an interrupt):
 	// the report covers what ran until then.
-	Interrupted bool      `json:"interrupted,omitempty"`
-	Runs        []*Result `json:"runs"`
+	Interrupted bool `json:"interrupted,omitempty"`
+	// Moves are the shard moves made during coffer's runs
+	// (Options.Moves), in order.
+	Moves []ShardMove `json:"moves,omitempty"`
+	Runs  []*Result   `json:"runs"`
 }
 
 // counters are the readings around a run.
@@ -304,8 +316,15 @@ func (s *sideTotals) addStatements(run map[string]*statementStats) {
 func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, error) {
 	o.Keys = strconv.FormatUint(rand.Uint64()>>23, 36) // 41 bits, 8 characters
 	rep := newReport(o)
-	coffer, baseline := targetRunner{"coffer", env.Coffer}, env.baseline()
-	if err := check(ctx, coffer, baseline); err != nil {
+	var cofferRunner Runner = targetRunner{"coffer", env.Coffer}
+	if len(o.Moves) > 0 {
+		if env.Mover == nil || env.Router == nil {
+			return nil, errors.New("shard moves need a Mover and a Router")
+		}
+		cofferRunner = moveRunner{Runner: cofferRunner, env: env, shards: o.Moves}
+	}
+	baseline := env.baseline()
+	if err := check(ctx, cofferRunner, baseline); err != nil {
 		return nil, err
 	}
 	if baseline != nil {
@@ -331,13 +350,14 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 		baseRuns.Workload = Write
 	}
 	for i := 0; i < o.Rounds && !o.Stopped(); i++ {
-		res, err := runSide(ctx, cofferRuns, env, coffer, i, &cofferSide, out)
+		res, err := runSide(ctx, cofferRuns, env, cofferRunner, i, &cofferSide, out)
 		if err != nil {
 			return nil, err
 		}
 		hist.Merge(res.hist)
 		rep.Runs = append(rep.Runs, res)
 		rep.Writes += res.writes
+		rep.Moves = append(rep.Moves, res.moves...)
 		for code, n := range res.Errors {
 			rep.Errors[code] += n
 		}
@@ -392,8 +412,8 @@ func newReport(o Options) *Report {
 
 // check tries each side once before the runs, so that a wrong key or an
 // unreachable target stops the bench before its runs.
-func check(ctx context.Context, coffer, baseline Runner) error {
-	if err := coffer.Check(ctx); err != nil {
+func check(ctx context.Context, cofferRunner, baseline Runner) error {
+	if err := cofferRunner.Check(ctx); err != nil {
 		return fmt.Errorf("coffer: %w", err)
 	}
 	if baseline != nil {

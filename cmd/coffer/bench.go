@@ -112,6 +112,10 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		f.servers, err = parseServers(list)
 		return err
 	})
+	fs.Func("move", "with --self: shards to move under load, e.g. 3 or 3,11: in each of coffer's runs, once half of --duration has passed, each to the next database of the stack and back (coffer shard move's code), one after the other; the run lasts until they are done, and the report gives each move's pause and what the other shards' ops saw", func(list string) (err error) {
+		f.Moves, err = parseMoves(list)
+		return err
+	})
 	fs.StringVar(&f.target, "target", "", "a running coffer: http://host:port (http) or host:port (grpc)")
 	fs.StringVar(&f.apiKey, "api-key", "", "with --target: the API key (needs write and read on namespaces 1–10)")
 	fs.StringVar(&f.configPath, "c", "", "with --target: its config, for database figures and the baseline")
@@ -182,6 +186,9 @@ func (f *benchFlags) check(given map[string]bool) error {
 		return fmt.Errorf("--shards: %w", err)
 	}
 	if err := f.checkCPUs(given); err != nil {
+		return err
+	}
+	if err := f.checkMoves(); err != nil {
 		return err
 	}
 	// Found out now, not after a long run.
@@ -434,6 +441,11 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer, layout stackLay
 		return nil, err
 	}
 	defer env.Router.Close()
+	if len(f.Moves) > 0 {
+		if env.Mover, err = newStackMover(env.Router, st.config, m, out); err != nil {
+			return nil, err
+		}
+	}
 	if env.Coffer, err = f.cofferTarget("http://"+svc.httpAddr, svc.grpcAddr, key); err != nil {
 		return nil, err
 	}

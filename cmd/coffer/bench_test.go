@@ -322,6 +322,74 @@ func TestBenchSelfConfined(t *testing.T) {
 	}
 }
 
+// TestBenchSelfMove runs `coffer bench --self --databases 2 --move 1`:
+// shard 1 goes to the other server's database and back while the load
+// goes on, and the report gives each move's pause, the other shards'
+// p99 during its copy and without a move, and the moved shard's ops
+// around the cut-over; no op failed, every acknowledged write is a trx
+// row, the audit is clean.
+func TestBenchSelfMove(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	out, err := exec.Command(cofferBinary(t), "bench", "--self", "--databases", "2", "--shards", "4", "--move", "1", "--workload", "write",
+		"--clients", "4", "--duration", "2s", "--rounds", "1", "--progress", "0", "--warmup", "1s", "--scale", "0.01", "--json", jsonPath).CombinedOutput()
+	if err != nil {
+		t.Fatalf("coffer bench: %v\n%s", err, out)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	must(t, err)
+	var so bench.ScaleOut
+	must(t, json.Unmarshal(raw, &so))
+	if len(so.Stacks) != 1 || len(so.Stacks[0].Moves) != 2 {
+		t.Fatalf("want one stack with two moves (there and back): %s", raw)
+	}
+	rep := so.Stacks[0]
+	if len(rep.Errors) != 0 || rep.Writes == 0 || rep.Writes != rep.TrxWritten || !rep.Audited || rep.AuditViolations != 0 {
+		t.Fatalf("errors %v, writes %d, trx rows %d, audit %v %d", rep.Errors, rep.Writes, rep.TrxWritten, rep.Audited, rep.AuditViolations)
+	}
+	for i, m := range rep.Moves {
+		from, to := "coffer_0", "coffer_1" // shards 0–1 on the first database
+		if i == 1 {
+			from, to = to, from
+		}
+		switch {
+		case m.Run != "coffer#1" || m.Shard != 1 || m.From != from || m.To != to || m.PauseMs <= 0:
+			t.Fatalf("move %d: %+v", i, m)
+		case m.Copy.Ops == 0 || m.Copy.P99 <= 0 || m.Quiet.Ops == 0 || m.Quiet.P99 <= 0 || m.P99Ratio <= 0 || m.Copy.ToS <= m.Copy.FromS || m.Quiet.ToS > rep.Moves[0].Copy.FromS:
+			t.Fatalf("move %d: the other shards' ops: copy %+v, quiet %+v, ratio %v", i, m.Copy, m.Quiet, m.P99Ratio)
+		case m.Cut.Ops == 0 || m.Cut.Max <= 0 || m.Cut.Errors != 0 || m.Cut.FromS < m.Copy.ToS:
+			t.Fatalf("move %d: the moved shard's ops around the cut-over: %+v", i, m.Cut)
+		}
+	}
+	for _, line := range []string{"shard 1: writes paused ", "\nshard moves: ", "\ncoffer#1      1 coffer_0 → coffer_1 ", "\npause: median "} {
+		if !strings.Contains(string(out), line) {
+			t.Fatalf("no %q in the report:\n%s", line, out)
+		}
+	}
+}
+
+// The --move flags that do not fit: each refused before anything runs,
+// with what is wrong.
+func TestBenchMoveFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--target", "http://x", "--api-key", "k", "--move", "1"}, "--move needs --self"},
+		{[]string{"--self", "--move", "1,x"}, "not a list of shard ids"},
+		{[]string{"--self", "--move", "-1"}, "not a list of shard ids"},
+		{[]string{"--self", "--move", "16"}, "the stack's shards are 0 … 15"},
+		{[]string{"--self", "--move", "1", "--baseline", "sql"}, "not with --baseline"},
+		{[]string{"--self", "--move", "1", "--decay", "1000"}, "not with --decay"},
+		{[]string{"--self", "--move", "1", "--workload", "batch"}, "not with --workload batch"},
+		{[]string{"--self", "--move", "1", "--databases", "1,2"}, "not with --databases 1"},
+	} {
+		code, _, errOut := run(t, append([]string{"bench"}, tc.args...)...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
 // TestBenchPGSetReachesPostgres: a --pg-set setting is passed to the
 // server, which refuses a bad value before anything runs.
 func TestBenchPGSetReachesPostgres(t *testing.T) {
