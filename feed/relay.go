@@ -256,8 +256,10 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, deliveries []de
 				// it is all delivered, the slot may confirm up to the
 				// keepalive's position, past WAL that holds no event (the
 				// other databases' of the server).
-				if done == handed && ka.ServerWALEnd > handed {
-					handed, confirmed = ka.ServerWALEnd, ka.ServerWALEnd
+				// handed stays the last transaction's end: a later
+				// keepalive finds it delivered again.
+				if done == handed && ka.ServerWALEnd > confirmed {
+					confirmed = ka.ServerWALEnd
 				}
 				if ka.ReplyRequested {
 					if err := confirm(true); err != nil {

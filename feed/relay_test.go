@@ -340,3 +340,33 @@ func (e *env) waitSessionsEnded(n int) {
 	}
 	e.t.Fatalf("fewer than %d sessions ended", n)
 }
+
+// TestIdleWALConfirmed: WAL without events (other tables' writes, or
+// other databases' on the server) is confirmed while no event comes,
+// again and again, so that a quiet database's slot keeps no WAL.
+func TestIdleWALConfirmed(t *testing.T) {
+	e := newEnv(t)
+	e.startRelay()
+	e.change(1, "first", free("gold", 1))
+	e.waitStored(1)
+	db := e.router.Database(0)
+	_, err := db.Exec(ctx, "CREATE TABLE not_published (x int)")
+	must(t, err)
+	for round := range 3 {
+		var lsn string
+		_, err := db.Exec(ctx, "INSERT INTO not_published SELECT generate_series(1, 1000)")
+		must(t, err)
+		must(t, db.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn))
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			var done bool
+			must(t, db.QueryRow(ctx, "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1",
+				e.slot(), lsn).Scan(&done))
+			if done {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the slot did not confirm the WAL up to %s", round, lsn)
+			}
+		}
+	}
+}
