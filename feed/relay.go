@@ -150,6 +150,11 @@ func (r *Relay) session(ctx context.Context) error {
 		}
 		deliveries = append(deliveries, d)
 	}
+	plain, err := pgx.Connect(ctx, r.ConnString)
+	if err != nil {
+		return err
+	}
+	defer plain.Close(context.Background())
 	conn, err := r.replicationConn(ctx)
 	if err != nil {
 		return err
@@ -163,7 +168,7 @@ func (r *Relay) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return r.stream(ctx, conn, deliveries)
+	return r.stream(ctx, conn, &durable{conn: plain}, deliveries)
 }
 
 // Prepare makes the database's publication and slot, if missing: the
@@ -199,8 +204,9 @@ func (r *Relay) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 const statusGapMin = 100 * time.Millisecond
 
 // stream receives the slot's messages, hands each committed transaction's
-// events to every delivery and confirms what all delivered.
-func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, deliveries []delivery) error {
+// events to every delivery once it is durable and confirms what all
+// delivered, never past what is durable.
+func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, dur *durable, deliveries []delivery) error {
 	dec := newDecoder()
 	var sent, confirmed, handed pglogrepl.LSN
 	lastStatus := time.Now()
@@ -259,7 +265,10 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, deliveries []de
 				// handed stays the last transaction's end: a later
 				// keepalive finds it delivered again.
 				if done == handed && ka.ServerWALEnd > confirmed {
-					confirmed = ka.ServerWALEnd
+					if err := dur.refresh(ctx); err != nil {
+						return err
+					}
+					confirmed = max(confirmed, min(ka.ServerWALEnd, dur.upTo))
 				}
 				if ka.ReplyRequested {
 					if err := confirm(true); err != nil {
@@ -267,7 +276,9 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, deliveries []de
 					}
 				}
 			case pglogrepl.XLogDataByteID:
-				end, err := r.xlog(ctx, dec, msg.Data[1:], deliveries)
+				end, err := r.xlog(ctx, dec, msg.Data[1:], deliveries, func(end pglogrepl.LSN) error {
+					return dur.wait(ctx, end, r.StatusInterval, func() error { return confirm(true) })
+				})
 				if err != nil {
 					return err
 				}
@@ -278,8 +289,9 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, deliveries []de
 }
 
 // xlog decodes one message of WAL data; on a commit it hands the
-// transaction's events to every delivery and returns its end.
-func (r *Relay) xlog(ctx context.Context, dec *decoder, data []byte, deliveries []delivery) (pglogrepl.LSN, error) {
+// transaction's events to every delivery, once durable says its WAL is,
+// and returns its end.
+func (r *Relay) xlog(ctx context.Context, dec *decoder, data []byte, deliveries []delivery, durable func(pglogrepl.LSN) error) (pglogrepl.LSN, error) {
 	xld, err := pglogrepl.ParseXLogData(data)
 	if err != nil {
 		return 0, err
@@ -295,6 +307,11 @@ func (r *Relay) xlog(ctx context.Context, dec *decoder, data []byte, deliveries 
 	evs, err := events(r.Catalog, got.txn)
 	if err != nil {
 		return 0, &fatalError{fmt.Errorf("transaction ending at %s: %w", got.end, err)}
+	}
+	if len(evs) > 0 {
+		if err := durable(got.end); err != nil {
+			return 0, err
+		}
 	}
 	for _, d := range deliveries {
 		if err := d.send(ctx, evs, got.end); err != nil {

@@ -3,6 +3,7 @@ package feed_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/feed"
+	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/shard"
 )
 
@@ -369,4 +371,59 @@ func TestIdleWALConfirmed(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestOnlyDurableCommitsAreEvents: on a primary whose commits wait for a
+// synchronous standby, a commit the standby has not flushed (it is
+// frozen) is no event yet, though the primary wrote it and decoding sent
+// it to the relay: the primary may still fail over without it. Once the
+// standby has it, it is an event.
+func TestOnlyDurableCommitsAreEvents(t *testing.T) {
+	settings := pgserver.ReplicationSettings()
+	maps.Copy(settings, logical)
+	primary, err := pgserver.Start(ctx, pgserver.Options{Settings: settings})
+	must(t, err)
+	t.Cleanup(primary.Remove)
+	standby, err := pgserver.StartStandby(ctx, primary, pgserver.Options{Settings: settings})
+	must(t, err)
+	t.Cleanup(standby.Remove)
+	must(t, primary.RequireSynchronousStandby(ctx))
+	must(t, primary.WaitSynchronousStandby(ctx, time.Minute))
+	e := newEnvOn(t, primary)
+	e.startRelay()
+	e.change(1, "before", free("gold", 1))
+	e.waitStored(1)
+
+	must(t, standby.Pause())
+	t.Cleanup(func() { _ = standby.Resume() })
+	written := make(chan error, 1)
+	go func() {
+		_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(1, "waits"), Ops: []coffer.OpRequest{free("gold", 2)}})
+		written <- err
+	}()
+	// The commit is in the primary's WAL, waiting for the standby; the
+	// relay's walsender has sent past it.
+	db := e.router.Database(0)
+	var waiting bool
+	for deadline := time.Now().Add(60 * time.Second); !waiting; time.Sleep(10 * time.Millisecond) {
+		must(t, db.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event = 'SyncRep'").Scan(&waiting))
+		if time.Now().After(deadline) {
+			t.Fatal("no commit waits for the standby")
+		}
+	}
+	var sent bool
+	for deadline := time.Now().Add(60 * time.Second); !sent; time.Sleep(10 * time.Millisecond) {
+		must(t, db.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_replication
+			WHERE application_name = 'coffer-feed' AND sent_lsn >= pg_current_wal_lsn()`).Scan(&sent))
+		if time.Now().After(deadline) {
+			t.Fatal("the relay was not sent the commit")
+		}
+	}
+	time.Sleep(time.Second) // an event published from here would be stored by now
+	if got := e.storedCount(); got != 1 {
+		t.Fatalf("the stream holds %d events while the second commit waits for its standby", got)
+	}
+	must(t, standby.Resume())
+	must(t, <-written)
+	e.waitStored(2)
 }

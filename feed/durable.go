@@ -1,0 +1,83 @@
+package feed
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// durable tells how far a primary's WAL would survive a failover:
+// flushed by a synchronous standby or, on a server that waits for none,
+// flushed locally. Logical decoding sends a transaction once it is
+// flushed locally, before its synchronous standby has it (PostgreSQL 15
+// has no synchronized_standby_slots): the commit of a primary cut off
+// from its standby would otherwise become an event, then vanish in the
+// failover (pg_rewind), a phantom; and the slot's position, which
+// Patroni copies to the standby, must not pass what the standby has.
+// A durable is used by its session's goroutine only.
+type durable struct {
+	// conn is an ordinary connection to the server the slot is on.
+	conn *pgx.Conn
+	upTo pglogrepl.LSN
+	read time.Time
+}
+
+// durableReadGap is the least time between two reads of the position:
+// a session reads it at most 200 times a second, whatever its write
+// rate, and holds an event back at most that long past it.
+const durableReadGap = 5 * time.Millisecond
+
+// durableUpTo is how far the WAL is durable: what the synchronous
+// standbys flushed (only one of them need have it: one synchronous
+// standby, as Patroni's synchronous mode runs), or the local flush on a
+// server that waits for none.
+const durableUpTo = `SELECT (CASE WHEN current_setting('synchronous_standby_names') = '' THEN pg_current_wal_flush_lsn()
+	ELSE (SELECT COALESCE(max(flush_lsn), '0/0') FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')) END)::text`
+
+// refresh reads the durable position, unless it was read less than
+// durableReadGap ago.
+func (d *durable) refresh(ctx context.Context) error {
+	if time.Since(d.read) < durableReadGap {
+		return nil
+	}
+	d.read = time.Now()
+	var text string
+	if err := d.conn.QueryRow(ctx, durableUpTo).Scan(&text); err != nil {
+		return fmt.Errorf("durable position: %w", err)
+	}
+	lsn, err := pglogrepl.ParseLSN(text)
+	if err != nil {
+		return err
+	}
+	d.upTo = max(d.upTo, lsn)
+	return nil
+}
+
+// wait returns once the WAL up to end is durable, calling idle every
+// interval while it waits (the replication connection's status must go
+// on). Errors: the server cannot say, ctx ended.
+func (d *durable) wait(ctx context.Context, end pglogrepl.LSN, interval time.Duration, idle func() error) error {
+	last := time.Now()
+	for {
+		if err := d.refresh(ctx); err != nil {
+			return err
+		}
+		if d.upTo >= end {
+			return nil
+		}
+		if time.Since(last) >= interval {
+			if err := idle(); err != nil {
+				return err
+			}
+			last = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Until(d.read.Add(durableReadGap))):
+		}
+	}
+}
