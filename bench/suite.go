@@ -34,6 +34,9 @@ type Options struct {
 // that need them are left out.
 type Env struct {
 	Coffer Target
+	// CofferRunner, if set, runs coffer's side instead of driving Coffer
+	// alone: one that does more around its runs (waits for the feed).
+	CofferRunner Runner
 	// Baseline is the SQL baseline, driven op by op; BaselineRunner,
 	// if set instead, a baseline that runs whole runs (pgbench).
 	Baseline       Target
@@ -183,6 +186,7 @@ type Report struct {
 	Baseline      *Side            `json:"baseline,omitempty"`
 	BaselineLat   *Latency         `json:"baseline_latency_ms,omitempty"`
 	Decay         *Decay           `json:"decay,omitempty"`
+	Feed          *FeedFigures     `json:"feed,omitempty"`
 	// Writes is how many writes coffer acknowledged; TrxWritten how many
 	// trx rows its databases gained.
 	Writes     int64 `json:"writes_acked"`
@@ -304,7 +308,11 @@ func (s *sideTotals) addStatements(run map[string]*statementStats) {
 func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, error) {
 	o.Keys = strconv.FormatUint(rand.Uint64()>>23, 36) // 41 bits, 8 characters
 	rep := newReport(o)
-	coffer, baseline := targetRunner{"coffer", env.Coffer}, env.baseline()
+	var coffer Runner = targetRunner{"coffer", env.Coffer}
+	if env.CofferRunner != nil {
+		coffer = env.CofferRunner
+	}
+	baseline := env.baseline()
 	if err := check(ctx, coffer, baseline); err != nil {
 		return nil, err
 	}
@@ -484,3 +492,7 @@ func decay(ops int64, tenths, cpu []float64) *Decay {
 	d.Ratio = d.LastTPS / d.FirstTPS
 	return d
 }
+
+// TargetRunner is a Runner that drives t op by op, as Bench drives
+// Coffer; name names its side.
+func TargetRunner(name string, t Target) Runner { return targetRunner{name, t} }
