@@ -130,6 +130,9 @@ type Side struct {
 	// commit and a WAL flush: one per write for a side that commits each
 	// write alone, fewer for one that commits writes in batches.
 	TransactionsPerOp float64 `json:"transactions_per_op"`
+	// TrxWritten is the trx rows the side's runs added: its writes, not
+	// replays of another side's.
+	TrxWritten int64 `json:"trx_rows_written"`
 	// StatementsPerOp and ExecUsPerOp are what pg_stat_statements counted
 	// (with Options.Statements): statements sent and the time executing
 	// them, per op. Statements lists them, the costliest first, with those
@@ -271,7 +274,7 @@ func (s *sideTotals) side() Side {
 	per := func(x float64) float64 { return x / float64(max(s.ops, 1)) }
 	out := Side{Ops: s.ops, WALBytesPerOp: per(float64(s.wal)), DBBytesPerOp: per(float64(s.size)),
 		PostgresCPUPer1000Op: 1000 * per(s.pgCPU), CofferCPUPer1000Op: 1000 * per(s.cofferCPU),
-		BenchCPUPer1000Op: 1000 * per(s.benchCPU), TransactionsPerOp: per(float64(s.transactions))}
+		BenchCPUPer1000Op: 1000 * per(s.benchCPU), TransactionsPerOp: per(float64(s.transactions)), TrxWritten: s.trx}
 	if s.upd > 0 {
 		out.LotHOTShare = float64(s.hot) / float64(s.upd)
 	}

@@ -67,17 +67,24 @@ func (b *benchFeed) attach(ctx context.Context, config string, env *bench.Env) e
 	}
 	cofferSide := bench.TargetRunner("coffer", env.Coffer)
 	env.CofferRunner = feedSide{Runner: cofferSide, name: "coffer", after: b.caughtUp}
-	env.BaselineRunner = feedSide{Runner: cofferSide, name: "feed-off", before: b.relayOff, after: b.relayOn}
+	env.BaselineRunner = feedSide{Runner: cofferSide, name: "feed-off", before: b.relayOff, after: b.relayOn, seed: feedOffSeed}
 	return nil
 }
 
 // feedSide is coffer driven op by op, with something done before and
-// after each of its runs.
+// after each of its runs, and its own draw of players and keys (seed is
+// added to the run's).
 type feedSide struct {
 	bench.Runner
 	name          string
 	before, after func(ctx context.Context) error
+	seed          uint64
 }
+
+// feedOffSeed sets the feed-off side's draws apart from the coffer side's:
+// a round gives both sides the same seed, and the same players and keys
+// would make the second side's writes replays of the first's.
+const feedOffSeed = 500_000_003
 
 func (s feedSide) Name() string { return s.name }
 
@@ -87,6 +94,7 @@ func (s feedSide) Run(ctx context.Context, cfg bench.RunConfig) (*bench.Result, 
 			return nil, err
 		}
 	}
+	cfg.Seed += s.seed
 	res, err := s.Runner.Run(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -112,7 +120,8 @@ func (b *benchFeed) relayOff(ctx context.Context) error {
 	if err := b.stopRelay(); err != nil {
 		return err
 	}
-	const drop = "SELECT count(pg_drop_replication_slot(slot_name)) = 1 FROM pg_replication_slots WHERE slot_name = $1 AND NOT active"
+	// True once the slot is gone; an error while its reader goes away.
+	const drop = "SELECT count(*) = count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots WHERE slot_name = $1"
 	if !within(ctx, benchFeedWait, func() bool { return feedSlots(ctx, b.router, b.cfg.Feed.Slot, drop) }) {
 		return fmt.Errorf("feed: the slots were not dropped within %s", benchFeedWait)
 	}

@@ -122,6 +122,8 @@ func TestBenchSelfFeed(t *testing.T) {
 		t.Fatalf("terminal report:\n%s", out)
 	case rep.BaselineName != "feed-off" || rep.Baseline == nil || rep.Baseline.Ops == 0 || rep.Baseline.WALBytesPerOp <= 0 || rep.Coffer.PostgresCPUPer1000Op <= 0:
 		t.Fatalf("sides: %s", raw)
+	case rep.Baseline.TrxWritten != rep.Baseline.Ops:
+		t.Fatalf("the feed-off side wrote %d trx rows in %d ops: its writes must be its own, not replays", rep.Baseline.TrxWritten, rep.Baseline.Ops)
 	case f == nil || rep.Writes == 0 || int64(f.Events) != rep.Writes:
 		t.Fatalf("the feed stored %+v events; coffer's side acknowledged %d writes (the baseline's runs have the feed off)", f, rep.Writes)
 	case !(0 < f.Lag.P50 && f.Lag.P50 <= f.Lag.P99 && f.Lag.P99 <= f.Lag.Max) || f.RelayCPUPer1000Events <= 0:
