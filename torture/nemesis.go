@@ -53,9 +53,9 @@ func failover(kind string) bool {
 }
 
 // Target is what the nemesis breaks. Index i is a database (and its
-// server and proxy) or, for CofferKill, an instance; the feed's kinds have
-// one relay and one broker. Each method returns
-// once the fault is in place; Heal-type methods once it is undone.
+// server and proxy) or, for CofferKill, an instance; the feed's kinds
+// have one relay and one broker. Each method returns once the fault is in
+// place; Heal-type methods once it is undone.
 type Target interface {
 	KillServer(i int) error
 	RestartServer(ctx context.Context, i int) error

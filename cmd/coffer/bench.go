@@ -408,10 +408,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer, layout stackLay
 		cfg.Telemetry.OTLPEndpoint = "http://" + spans.Addr
 	}
 	settings := f.stackSettings()
-	fd, err := f.startFeed(cfg, settings, dir)
-	if err != nil {
-		return nil, err
-	}
+	fd := f.startFeed(settings, dir)
 	defer fd.close()
 	st, err := startLocalStack(ctx, dir, cfg, layout, settings, io.Discard)
 	if err != nil {
@@ -449,7 +446,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer, layout stackLay
 	if err := f.setBaseline(ctx, &env); err != nil {
 		return nil, err
 	}
-	if err := fd.attach(ctx, st.configPath, &env); err != nil {
+	if err := fd.attach(ctx, st, &env); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(out, "coffer bench: %s on a local stack of %d PostgreSQL server(s) (coffer serve pid %d), %d clients, %d round(s)\n", f.Workload, layout.servers, env.CofferPID, f.Clients, f.Rounds)

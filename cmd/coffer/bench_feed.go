@@ -39,29 +39,34 @@ type benchFeed struct {
 // run, its slots made or dropped.
 const benchFeedWait = 2 * time.Minute
 
-// startFeed starts the broker of a --feed bench and sets the stack's
-// config and PostgreSQL settings for the feed; without --feed it does
-// nothing and returns nil, whose methods do nothing.
-func (f *benchFlags) startFeed(cfg *Config, settings map[string]string, dir string) (*benchFeed, error) {
+// startFeed readies a --feed bench: its PostgreSQL settings for the feed.
+// Without --feed it does nothing and returns nil, whose methods do
+// nothing.
+func (f *benchFlags) startFeed(settings map[string]string, dir string) *benchFeed {
 	if !f.feed {
-		return nil, nil
+		return nil
 	}
-	broker, err := natsserver.Start()
-	if err != nil {
-		return nil, err
-	}
-	cfg.Feed.NATS.URL, cfg.Feed.Listen = broker.URL(), ""
 	settings["wal_level"] = "logical"
-	return &benchFeed{broker: broker, cfg: cfg, logPath: filepath.Join(dir, "feed.log")}, nil
+	return &benchFeed{logPath: filepath.Join(dir, "feed.log")}
 }
 
-// attach starts the relay on the stack of config and makes env's sides
-// the feed on and off.
-func (b *benchFeed) attach(ctx context.Context, config string, env *bench.Env) error {
+// attach starts the broker and the relay beside the stack st, and makes
+// env's sides the feed on and off. They start now, after the stack's
+// processes were confined (--pg-cpus): as children of the bench, they
+// share its CPUs.
+func (b *benchFeed) attach(ctx context.Context, st *localStack, env *bench.Env) error {
 	if b == nil {
 		return nil
 	}
-	b.cfgPath, b.router = config, env.Router
+	var err error
+	if b.broker, err = natsserver.Start(); err != nil {
+		return err
+	}
+	b.cfg, b.cfgPath, b.router = st.config, st.configPath, env.Router
+	b.cfg.Feed.NATS.URL, b.cfg.Feed.Listen = b.broker.URL(), ""
+	if err := st.writeConfig(); err != nil {
+		return err
+	}
 	if err := b.relayOn(ctx); err != nil {
 		return err
 	}
@@ -137,21 +142,11 @@ func (b *benchFeed) stopRelay() error {
 // caughtUp returns once the relay has confirmed every database's WAL
 // as it is now.
 func (b *benchFeed) caughtUp(ctx context.Context) error {
-	lsns, err := walPositions(ctx, b.router)
-	if err != nil {
-		return err
+	lsns, ok, err := waitConfirmed(ctx, b.router, b.cfg.Feed.Slot, benchFeedWait)
+	if err == nil && !ok {
+		err = fmt.Errorf("feed: the relay did not catch up with the WAL (%v) within %s; its log: %s", lsns, benchFeedWait, b.logPath)
 	}
-	if !within(ctx, benchFeedWait, func() bool {
-		for i, lsn := range lsns {
-			if !slotConfirmed(ctx, b.router, i, b.cfg.Feed.Slot, lsn) {
-				return false
-			}
-		}
-		return true
-	}) {
-		return fmt.Errorf("feed: the relay did not catch up with the WAL (%v) within %s; its log: %s", lsns, benchFeedWait, b.logPath)
-	}
-	return nil
+	return err
 }
 
 // figures stops the relay and reads the whole stream: how long each event
@@ -211,7 +206,9 @@ func (b *benchFeed) close() {
 			_ = b.stopRelay()
 		}
 	}
-	b.broker.Remove()
+	if b.broker != nil {
+		b.broker.Remove()
+	}
 }
 
 var errFeedFlags = errors.New("--feed needs --self, and is the baseline: not with --baseline or --databases, nor with --pg-set wal_level other than logical")

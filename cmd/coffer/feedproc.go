@@ -64,6 +64,17 @@ func (p *relayProcess) stop(kill bool) error {
 	}
 }
 
+// within polls ok every 50 ms until it holds (true), or ctx ends or
+// bound passes (false).
+func within(ctx context.Context, bound time.Duration, ok func() bool) bool {
+	for deadline := time.Now().Add(bound); ctx.Err() == nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if ok() {
+			return true
+		}
+	}
+	return false
+}
+
 // feedSlots reads the state of the feed's slot (slot prefix) in every
 // database of router, through query: a statement of one boolean column
 // over pg_replication_slots with the slot's name as $1. It tells whether
@@ -85,24 +96,28 @@ const (
 	slotActive = "SELECT active FROM pg_replication_slots WHERE slot_name = $1"
 )
 
-// walPositions is the current WAL position of every database of router.
-func walPositions(ctx context.Context, router *shard.Router) ([]string, error) {
+// waitConfirmed waits, at most bound, until every database of router has
+// its feed slot (prefix) confirm the WAL up to where it is now. It returns
+// those positions, and whether the slots reached them.
+func waitConfirmed(ctx context.Context, router *shard.Router, prefix string, bound time.Duration) ([]string, bool, error) {
 	var lsns []string
 	for i, d := range router.Map().Databases() {
 		var lsn string
 		if err := router.Database(i).QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
-			return nil, fmt.Errorf("%s: %w", d.Label(), err)
+			return nil, false, fmt.Errorf("%s: %w", d.Label(), err)
 		}
 		lsns = append(lsns, lsn)
 	}
-	return lsns, nil
-}
-
-// slotConfirmed tells whether database i's feed slot (prefix) has
-// confirmed the WAL up to lsn.
-func slotConfirmed(ctx context.Context, router *shard.Router, i int, prefix, lsn string) bool {
-	var done bool
-	err := router.Database(i).QueryRow(ctx, "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1",
-		feed.SlotName(prefix, router.Map().Databases()[i].Config.Name), lsn).Scan(&done)
-	return err == nil && done
+	const confirmed = "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1"
+	ok := within(ctx, bound, func() bool {
+		for i, d := range router.Map().Databases() {
+			var done bool
+			err := router.Database(i).QueryRow(ctx, confirmed, feed.SlotName(prefix, d.Config.Name), lsns[i]).Scan(&done)
+			if err != nil || !done {
+				return false
+			}
+		}
+		return true
+	})
+	return lsns, ok, nil
 }

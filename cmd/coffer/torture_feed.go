@@ -29,6 +29,8 @@ type tortureFeed struct {
 	logPath  string
 	router   *shard.Router // to the servers themselves: the slots
 	consumer *nats.Conn
+	// stopConsumer ends the consumer's goroutine.
+	stopConsumer context.CancelFunc
 
 	mu     sync.Mutex
 	relay  *relayProcess
@@ -74,19 +76,9 @@ func (f *tortureFeed) start(ctx context.Context, cfgPath string, direct *shard.M
 	if f.consumer, err = nats.Connect(f.broker.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond)); err != nil {
 		return err
 	}
+	ctx, f.stopConsumer = context.WithCancel(ctx)
 	go f.consume(ctx)
 	return nil
-}
-
-// within polls ok every 50 ms until it holds (true), or ctx ends or
-// bound passes (false).
-func within(ctx context.Context, bound time.Duration, ok func() bool) bool {
-	for deadline := time.Now().Add(bound); ctx.Err() == nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if ok() {
-			return true
-		}
-	}
-	return false
 }
 
 func (f *tortureFeed) startRelay() error {
@@ -188,18 +180,11 @@ func (f *tortureFeed) relaying(ctx context.Context) bool {
 // feed's line of the report and the violations.
 func (f *tortureFeed) check(ctx context.Context) (string, []string, error) {
 	var violations []string
-	lsns, err := walPositions(ctx, f.router)
+	lsns, ok, err := waitConfirmed(ctx, f.router, f.cfg.Feed.Slot, tortureFeedWait)
 	if err != nil {
 		return "", nil, err
 	}
-	if !within(ctx, tortureFeedWait, func() bool {
-		for i, lsn := range lsns {
-			if !slotConfirmed(ctx, f.router, i, f.cfg.Feed.Slot, lsn) {
-				return false
-			}
-		}
-		return true
-	}) {
+	if !ok {
 		violations = append(violations, fmt.Sprintf("feed: the relay did not confirm the WAL up to %v within %s", lsns, tortureFeedWait))
 	}
 	js, err := jetstream.New(f.consumer)
@@ -237,6 +222,7 @@ func (f *tortureFeed) check(ctx context.Context) (string, []string, error) {
 func (f *tortureFeed) close() {
 	_ = f.stopRelay(false)
 	if f.consumer != nil {
+		f.stopConsumer()
 		f.consumer.Close()
 	}
 	if f.router != nil {
