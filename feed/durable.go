@@ -2,6 +2,7 @@ package feed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -33,9 +34,11 @@ const durableReadGap = 5 * time.Millisecond
 // durableUpTo is how far the WAL is durable: what the synchronous
 // standbys flushed (only one of them need have it: one synchronous
 // standby, as Patroni's synchronous mode runs), or the local flush on a
-// server that waits for none.
+// server that waits for none; and whether the relay's user may read the
+// standbys' positions (pg_stat_replication hides them from others).
 const durableUpTo = `SELECT (CASE WHEN current_setting('synchronous_standby_names') = '' THEN pg_current_wal_flush_lsn()
-	ELSE (SELECT COALESCE(max(flush_lsn), '0/0') FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')) END)::text`
+	ELSE (SELECT COALESCE(max(flush_lsn), '0/0') FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')) END)::text,
+	current_setting('synchronous_standby_names') = '' OR pg_has_role('pg_read_all_stats', 'USAGE')`
 
 // refresh reads the durable position, unless it was read less than
 // durableReadGap ago.
@@ -45,8 +48,12 @@ func (d *durable) refresh(ctx context.Context) error {
 	}
 	d.read = time.Now()
 	var text string
-	if err := d.conn.QueryRow(ctx, durableUpTo).Scan(&text); err != nil {
+	var readable bool
+	if err := d.conn.QueryRow(ctx, durableUpTo).Scan(&text, &readable); err != nil {
 		return fmt.Errorf("durable position: %w", err)
+	}
+	if !readable {
+		return &fatalError{errors.New("the relay's database user cannot read pg_stat_replication's positions, and the server has synchronous standbys: grant it pg_read_all_stats (docs/events.md)")}
 	}
 	lsn, err := pglogrepl.ParseLSN(text)
 	if err != nil {
@@ -58,7 +65,8 @@ func (d *durable) refresh(ctx context.Context) error {
 
 // wait returns once the WAL up to end is durable, calling idle every
 // interval while it waits (the replication connection's status must go
-// on). Errors: the server cannot say, ctx ended.
+// on). Errors: the server cannot say (a fatalError when the relay's user
+// may not read it), ctx ended.
 func (d *durable) wait(ctx context.Context, end pglogrepl.LSN, interval time.Duration, idle func() error) error {
 	last := time.Now()
 	for {
