@@ -11,19 +11,26 @@ import (
 )
 
 // durable tells how far a primary's WAL would survive a failover:
-// flushed by a synchronous standby or, on a server that waits for none,
-// flushed locally. Logical decoding sends a transaction once it is
-// flushed locally, before its synchronous standby has it (PostgreSQL 15
-// has no synchronized_standby_slots): the commit of a primary cut off
-// from its standby would otherwise become an event, then vanish in the
-// failover (pg_rewind), a phantom; and the slot's position, which
-// Patroni copies to the standby, must not pass what the standby has.
-// A durable is used by its session's goroutine only.
+// flushed by a synchronous standby or, on a server that waits for none
+// and of which none is required, flushed locally. Logical decoding sends
+// a transaction once it is flushed locally, before its synchronous
+// standby has it (PostgreSQL 15 has no synchronized_standby_slots): the
+// commit of a primary cut off from its standby would otherwise become an
+// event, then vanish in the failover (pg_rewind), a phantom; and the
+// slot's position, which Patroni copies to the standby, must not pass
+// what the standby has. The server's own setting is not enough where a
+// standby is required: a Patroni agent restarting on a primary whose
+// standby took over empties synchronous_standby_names before it demotes
+// the server, and the commits that waited for the standby complete
+// there. A durable is used by its session's goroutine only.
 type durable struct {
 	// conn is an ordinary connection to the server the slot is on.
 	conn *pgx.Conn
-	upTo pglogrepl.LSN
-	read time.Time
+	// standby requires a synchronous standby's flush, whatever the
+	// server's synchronous_standby_names.
+	standby bool
+	upTo    pglogrepl.LSN
+	read    time.Time
 }
 
 // durableReadGap is the least time between two reads of the position:
@@ -33,12 +40,15 @@ const durableReadGap = 5 * time.Millisecond
 
 // durableUpTo is how far the WAL is durable: what the synchronous
 // standbys flushed (only one of them need have it: one synchronous
-// standby, as Patroni's synchronous mode runs), or the local flush on a
-// server that waits for none; and whether the relay's user may read the
-// standbys' positions (pg_stat_replication hides them from others).
-const durableUpTo = `SELECT (CASE WHEN current_setting('synchronous_standby_names') = '' THEN pg_current_wal_flush_lsn()
-	ELSE (SELECT COALESCE(max(flush_lsn), '0/0') FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')) END)::text,
-	current_setting('synchronous_standby_names') = '' OR pg_has_role('pg_read_all_stats', 'USAGE')`
+// standby, as Patroni's synchronous mode runs), or, where $1 (a standby
+// required) is false and the server waits for none, the local flush;
+// and whether the relay's user may read the standbys' positions
+// (pg_stat_replication hides them from others).
+const durableUpTo = `WITH local AS (SELECT NOT $1::bool AND current_setting('synchronous_standby_names') = '' AS flush)
+	SELECT (CASE WHEN local.flush THEN pg_current_wal_flush_lsn()
+		ELSE (SELECT COALESCE(max(flush_lsn), '0/0') FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')) END)::text,
+		local.flush OR pg_has_role('pg_read_all_stats', 'USAGE')
+	FROM local`
 
 // refresh reads the durable position, unless it was read less than
 // durableReadGap ago.
@@ -49,7 +59,7 @@ func (d *durable) refresh(ctx context.Context) error {
 	d.read = time.Now()
 	var text string
 	var readable bool
-	if err := d.conn.QueryRow(ctx, durableUpTo).Scan(&text, &readable); err != nil {
+	if err := d.conn.QueryRow(ctx, durableUpTo, d.standby).Scan(&text, &readable); err != nil {
 		return fmt.Errorf("durable position: %w", err)
 	}
 	if !readable {

@@ -50,6 +50,11 @@ type Relay struct {
 	StatusInterval     time.Duration
 	PauseMin, PauseMax time.Duration
 	SlotCheckInterval  time.Duration
+	// RequireStandby publishes a transaction only once a synchronous
+	// standby has flushed it, even while the server waits for none (a
+	// standby gone, a Patroni agent demoting it): set it where coffer
+	// serve's require_synchronous_standby is.
+	RequireStandby bool
 }
 
 // Run runs sessions until ctx ends; it returns nil then. It returns an
@@ -160,6 +165,9 @@ func (r *Relay) session(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.Background())
+	if err := sameServer(ctx, plain, conn); err != nil {
+		return err
+	}
 	err = pglogrepl.StartReplication(ctx, conn, r.Slot, 0, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + r.Publication + "'"}})
 	if sqlState(err) == objectNotInPrerequisiteState {
@@ -168,7 +176,7 @@ func (r *Relay) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return r.stream(ctx, conn, &durable{conn: plain}, deliveries)
+	return r.stream(ctx, conn, &durable{conn: plain, standby: r.RequireStandby}, deliveries)
 }
 
 // Prepare makes the database's publication and slot, if missing: the
@@ -183,6 +191,29 @@ func (r *Relay) Prepare(ctx context.Context) error {
 	}
 	defer conn.Close(context.Background())
 	return prepare(ctx, conn, r.Publication, r.Slot)
+}
+
+// serverIdentity names the server a connection reached: a primary and
+// its standby, a copy, share the rest of their identity.
+const serverIdentity = "SELECT pg_postmaster_start_time()::text || ' ' || inet_server_port()"
+
+// sameServer checks that the session's two connections reached one
+// server: with several hosts, in a failover, two may accept writes for a
+// while, and the durable position must be that of the server whose WAL
+// the slot decodes.
+func sameServer(ctx context.Context, plain *pgx.Conn, repl *pgconn.PgConn) error {
+	var a string
+	if err := plain.QueryRow(ctx, serverIdentity).Scan(&a); err != nil {
+		return err
+	}
+	res, err := repl.Exec(ctx, serverIdentity).ReadAll()
+	if err != nil {
+		return err
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != a {
+		return errors.New("the relay's connections reached two servers (a failover under way?)")
+	}
+	return nil
 }
 
 // replicationConn opens a logical replication connection. Times come in

@@ -377,7 +377,10 @@ func TestIdleWALConfirmed(t *testing.T) {
 // synchronous standby, a commit the standby has not flushed (it is
 // frozen) is no event yet, though the primary wrote it and decoding sent
 // it to the relay: the primary may still fail over without it. Once the
-// standby has it, it is an event.
+// standby has it, it is an event. With a standby required, that holds
+// even once the server stops waiting for it (a Patroni agent demoting a
+// primary whose standby took over empties synchronous_standby_names, and
+// the waiting commits complete).
 func TestOnlyDurableCommitsAreEvents(t *testing.T) {
 	settings := pgserver.ReplicationSettings()
 	maps.Copy(settings, logical)
@@ -390,40 +393,72 @@ func TestOnlyDurableCommitsAreEvents(t *testing.T) {
 	must(t, primary.RequireSynchronousStandby(ctx))
 	must(t, primary.WaitSynchronousStandby(ctx, time.Minute))
 	e := newEnvOn(t, primary)
-	e.startRelay()
+	r := e.relay(e.jetStream())
+	r.RequireStandby = true
+	e.startRelayOf(r)
 	e.change(1, "before", free("gold", 1))
 	e.waitStored(1)
+	db := e.router.Database(0)
+	syncNames := func(names string) {
+		_, err := db.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = '"+names+"'")
+		must(t, err)
+		_, err = db.Exec(ctx, "SELECT pg_reload_conf()")
+		must(t, err)
+	}
 
 	must(t, standby.Pause())
 	t.Cleanup(func() { _ = standby.Resume() })
-	written := make(chan error, 1)
-	go func() {
-		_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(1, "waits"), Ops: []coffer.OpRequest{free("gold", 2)}})
-		written <- err
-	}()
-	// The commit is in the primary's WAL, waiting for the standby; the
-	// relay's walsender has sent past it.
-	db := e.router.Database(0)
-	var waiting bool
-	for deadline := time.Now().Add(60 * time.Second); !waiting; time.Sleep(10 * time.Millisecond) {
-		must(t, db.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event = 'SyncRep'").Scan(&waiting))
-		if time.Now().After(deadline) {
-			t.Fatal("no commit waits for the standby")
-		}
-	}
-	var sent bool
-	for deadline := time.Now().Add(60 * time.Second); !sent; time.Sleep(10 * time.Millisecond) {
-		must(t, db.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_replication
-			WHERE application_name = 'coffer-feed' AND sent_lsn >= pg_current_wal_lsn()`).Scan(&sent))
-		if time.Now().After(deadline) {
-			t.Fatal("the relay was not sent the commit")
-		}
-	}
-	time.Sleep(time.Second) // an event published from here would be stored by now
-	if got := e.storedCount(); got != 1 {
-		t.Fatalf("the stream holds %d events while the second commit waits for its standby", got)
-	}
+	written := e.changeWaiting(2, "waits")
+	e.notStoredPastNow(1)
 	must(t, standby.Resume())
 	must(t, <-written)
 	e.waitStored(2)
+
+	must(t, standby.Pause())
+	written = e.changeWaiting(3, "released")
+	syncNames("") // the commit completes, on the primary alone
+	must(t, <-written)
+	e.notStoredPastNow(2)
+	must(t, standby.Resume())
+	syncNames("*")
+	e.waitStored(3)
+}
+
+// changeWaiting starts a change of player and returns once its commit
+// waits for the synchronous standby; the channel gets its outcome.
+func (e *env) changeWaiting(player coffer.PlayerID, key string) <-chan error {
+	e.t.Helper()
+	written := make(chan error, 1)
+	go func() {
+		_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(player, key), Ops: []coffer.OpRequest{free("gold", 2)}})
+		written <- err
+	}()
+	var waiting bool
+	for deadline := time.Now().Add(60 * time.Second); !waiting; time.Sleep(10 * time.Millisecond) {
+		must(e.t, e.router.Database(0).QueryRow(ctx, "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event = 'SyncRep'").Scan(&waiting))
+		if time.Now().After(deadline) {
+			e.t.Fatal("no commit waits for the standby")
+		}
+	}
+	return written
+}
+
+// notStoredPastNow waits until the relay's walsender has sent the WAL as
+// it is now, then a second more, and fails the test unless the stream
+// still holds n events: an event published from what was sent would be
+// stored by then.
+func (e *env) notStoredPastNow(n uint64) {
+	e.t.Helper()
+	var sent bool
+	for deadline := time.Now().Add(60 * time.Second); !sent; time.Sleep(10 * time.Millisecond) {
+		must(e.t, e.router.Database(0).QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_replication
+			WHERE application_name = 'coffer-feed' AND sent_lsn >= pg_current_wal_lsn()`).Scan(&sent))
+		if time.Now().After(deadline) {
+			e.t.Fatal("the relay was not sent the WAL")
+		}
+	}
+	time.Sleep(time.Second)
+	if got := e.storedCount(); got != n {
+		e.t.Fatalf("the stream holds %d events, want %d: a commit its standby does not have was published", got, n)
+	}
 }
