@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cofferhq/coffer/shard"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
@@ -39,14 +40,16 @@ type durable struct {
 const durableReadGap = 5 * time.Millisecond
 
 // durableUpTo is how far the WAL is durable: what the synchronous
-// standbys flushed (only one of them need have it: one synchronous
-// standby, as Patroni's synchronous mode runs), or, where $1 (a standby
+// physical standbys flushed (only one of them need have it: one
+// synchronous standby, as Patroni's synchronous mode runs; a logical
+// walsender picked as one, the relay's own or another consumer's, has
+// what it confirmed, which no failover keeps), or, where $1 (a standby
 // required) is false and the server waits for none, the local flush;
 // and whether the relay's user may read the standbys' positions
 // (pg_stat_replication hides them from others).
 const durableUpTo = `WITH local AS (SELECT NOT $1::bool AND current_setting('synchronous_standby_names') = '' AS flush)
 	SELECT (CASE WHEN local.flush THEN pg_current_wal_flush_lsn()
-		ELSE (SELECT COALESCE(max(flush_lsn), '0/0') FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')) END)::text,
+		ELSE (SELECT COALESCE(max(flush_lsn), '0/0') FROM ` + shard.StandbyReplication + ` standbys WHERE sync_state IN ('sync', 'quorum')) END)::text,
 		local.flush OR pg_has_role('pg_read_all_stats', 'USAGE')
 	FROM local`
 
