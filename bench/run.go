@@ -94,13 +94,9 @@ const backlogMax = 100_000
 // Run drives t with cfg's workload until the duration or op count is
 // reached or ctx ends.
 func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
-	gens := make([]*Generator, cfg.Clients)
-	for i := range gens {
-		g, err := NewGenerator(cfg.Workload, cfg.Scale, cfg.Seed, i, cfg.Keys, cfg.BatchSize)
-		if err != nil {
-			return nil, err
-		}
-		gens[i] = g
+	gens, err := newGenerators(cfg)
+	if err != nil {
+		return nil, err
 	}
 	// The run stops issuing ops at the deadline but lets those in flight
 	// finish: a write cut off mid-flight would have an unknown outcome,
@@ -162,17 +158,7 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	if cfg.Rate > 0 {
 		openLoop(ctx, cfg, gens, t, claim, complete, &wg, begin, stopAt)
 	} else {
-		for i := range cfg.Clients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for t0 := time.Now(); claim(t0); t0 = time.Now() {
-					op := gens[i].Next()
-					code := t.Do(ctx, &op)
-					complete(t0, code, &op)
-				}
-			}()
-		}
+		closedLoop(ctx, gens, t, claim, complete, &wg)
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -181,20 +167,58 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 	res := &Result{Label: cfg.Label, Ops: rec.ops, Elapsed: elapsed.Seconds(), TPS: float64(rec.ops) / elapsed.Seconds(),
 		Latency: summarize(rec.total), Errors: rec.errors, Series: rec.series, hist: rec.total, writes: writes.Load(), answered: answered.Load()}
 	if cfg.Ops > 0 {
-		prev := start.UnixNano()
-		for i := range tenths {
-			at := tenths[i].Load()
-			if at == 0 {
-				break
-			}
-			res.Tenths = append(res.Tenths, float64(at-prev)/1e9)
-			prev = at
-			if len(cfg.CPUPIDs) > 0 {
-				res.TenthsCPU = append(res.TenthsCPU, cpuAt[i+1]-cpuAt[i])
-			}
-		}
+		res.Tenths, res.TenthsCPU = tenthsOf(start, tenths, cpuAt, len(cfg.CPUPIDs) > 0)
 	}
 	return res, nil
+}
+
+// newGenerators makes one workload generator per client.
+func newGenerators(cfg RunConfig) ([]*Generator, error) {
+	gens := make([]*Generator, cfg.Clients)
+	for i := range gens {
+		g, err := NewGenerator(cfg.Workload, cfg.Scale, cfg.Seed, i, cfg.Keys, cfg.BatchSize)
+		if err != nil {
+			return nil, err
+		}
+		gens[i] = g
+	}
+	return gens, nil
+}
+
+// closedLoop runs one client per generator, each starting its next op
+// when its last one is answered, while claim allows.
+func closedLoop(ctx context.Context, gens []*Generator, t Target, claim func(time.Time) bool,
+	complete func(time.Time, string, *Op), wg *sync.WaitGroup) {
+	for _, g := range gens {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t0 := time.Now(); claim(t0); t0 = time.Now() {
+				op := g.Next()
+				code := t.Do(ctx, &op)
+				complete(t0, code, &op)
+			}
+		}()
+	}
+}
+
+// tenthsOf turns the times each tenth of the ops completed (0: not
+// reached) into seconds per tenth from start, and, with cpu, the CPU
+// seconds each tenth took (cpuAt[i] read at the start of tenth i).
+func tenthsOf(start time.Time, tenths []atomic.Int64, cpuAt []float64, cpu bool) (secs, cpuSecs []float64) {
+	prev := start.UnixNano()
+	for i := range tenths {
+		at := tenths[i].Load()
+		if at == 0 {
+			break
+		}
+		secs = append(secs, float64(at-prev)/1e9)
+		prev = at
+		if cpu {
+			cpuSecs = append(cpuSecs, cpuAt[i+1]-cpuAt[i])
+		}
+	}
+	return secs, cpuSecs
 }
 
 // openLoop starts ops at cfg.Rate on cfg.Clients workers. An op's latency

@@ -41,7 +41,10 @@ type Relay struct {
 	// ConnString is the database's libpq connection string; its user
 	// needs the REPLICATION attribute (or to be a superuser) and to own
 	// the shard tables, or the publication made beforehand.
-	ConnString         string
+	ConnString string
+	// Shards are the shards the database holds: their trx and op tables
+	// make the publication.
+	Shards             []coffer.ShardID
 	Catalog            *coffer.Catalog
 	Slot, Publication  string
 	Sinks              []Sink
@@ -190,7 +193,7 @@ func (r *Relay) Prepare(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	return prepare(ctx, conn, r.Publication, r.Slot)
+	return prepare(ctx, conn, r.Publication, r.Slot, r.Shards)
 }
 
 // serverIdentity names the server a connection reached: a primary and

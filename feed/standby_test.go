@@ -18,8 +18,8 @@ import (
 // logical walsender is picked as the synchronous standby once no
 // physical one streams, and the commits it confirms are on no standby.
 // Neither coffer's probe (require_synchronous_standby) nor the relay
-// takes one for a standby: not another logical consumer (a shard move's
-// subscription) that confirms what it receives, nor the relay itself.
+// takes one for a standby: not another logical consumer (a subscription)
+// that confirms what it receives, nor the relay itself.
 func TestLogicalWalsendersAreNoStandby(t *testing.T) {
 	primary, standby := synchronousPair(t)
 	e := newEnvOn(t, primary)

@@ -38,11 +38,8 @@ type DatabaseConfig struct {
 	TargetSessionAttrs string `yaml:"target_session_attrs,omitempty"`
 	// SSLMode is libpq's sslmode; empty means prefer.
 	SSLMode string `yaml:"sslmode,omitempty"`
-	// Shards lists the ranges held, in manual mode; an empty list (shards:
-	// []) is a database that holds none yet, which shards are moved to
-	// (coffer shard move). Written even when empty, so that such a
-	// database's entry reads back.
-	Shards []Range `yaml:"shards"`
+	// Shards lists the ranges held, in manual mode.
+	Shards []Range `yaml:"shards,omitempty"`
 }
 
 // Range is an inclusive range of shard ids.
