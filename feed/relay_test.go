@@ -424,14 +424,21 @@ func (e *env) changeWaiting(player coffer.PlayerID, key string) <-chan error {
 		_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(player, key), Ops: []coffer.OpRequest{free("gold", 2)}})
 		written <- err
 	}()
-	var waiting bool
-	for deadline := time.Now().Add(60 * time.Second); !waiting; time.Sleep(10 * time.Millisecond) {
-		must(e.t, e.router.Database(0).QueryRow(ctx, "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event = 'SyncRep'").Scan(&waiting))
+	e.waitTrue("no commit waits for the standby", "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+	return written
+}
+
+// waitTrue waits until the database answers query (a boolean) with
+// true, and fails the test with failure after a generous bound.
+func (e *env) waitTrue(failure, query string, args ...any) {
+	e.t.Helper()
+	var ok bool
+	for deadline := time.Now().Add(60 * time.Second); !ok; time.Sleep(10 * time.Millisecond) {
+		must(e.t, e.router.Database(0).QueryRow(ctx, query, args...).Scan(&ok))
 		if time.Now().After(deadline) {
-			e.t.Fatal("no commit waits for the standby")
+			e.t.Fatal(failure)
 		}
 	}
-	return written
 }
 
 // notStoredPastNow waits until the relay's walsender has sent the WAL as
@@ -440,14 +447,8 @@ func (e *env) changeWaiting(player coffer.PlayerID, key string) <-chan error {
 // stored by then.
 func (e *env) notStoredPastNow(n uint64) {
 	e.t.Helper()
-	var sent bool
-	for deadline := time.Now().Add(60 * time.Second); !sent; time.Sleep(10 * time.Millisecond) {
-		must(e.t, e.router.Database(0).QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_replication
-			WHERE application_name = 'coffer-feed' AND sent_lsn >= pg_current_wal_lsn()`).Scan(&sent))
-		if time.Now().After(deadline) {
-			e.t.Fatal("the relay was not sent the WAL")
-		}
-	}
+	e.waitTrue("the relay was not sent the WAL", `SELECT count(*) > 0 FROM pg_stat_replication
+		WHERE application_name = 'coffer-feed' AND sent_lsn >= pg_current_wal_lsn()`)
 	time.Sleep(time.Second)
 	if got := e.storedCount(); got != n {
 		e.t.Fatalf("the stream holds %d events, want %d: a commit its standby does not have was published", got, n)
