@@ -113,6 +113,9 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintln(w)
 		}
 	}
+	if r.Feed != nil {
+		r.Feed.writeText(w)
+	}
 	writeStatements(w, "coffer", &r.Coffer)
 	if r.Baseline != nil {
 		writeStatements(w, base, r.Baseline)

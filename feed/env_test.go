@@ -81,9 +81,15 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	db := pgtest.NewDBOn(t, pg)
+	return newEnvOn(t, pg)
+}
+
+// newEnvOn is an env on a database of server.
+func newEnvOn(t *testing.T, server *pgserver.Server) *env {
+	t.Helper()
+	db := pgtest.NewDBOn(t, server)
 	cfg := shard.Config{ShardCount: 4, DistributionMode: "auto", ShardOnDB: 4, Databases: []shard.DatabaseConfig{{
-		Name: db.Name, Host: "127.0.0.1", Port: pg.Port(), User: pgserver.Superuser, Password: pgserver.Password}}}
+		Name: db.Name, Host: "127.0.0.1", Port: server.Port(), User: pgserver.Superuser, Password: pgserver.Password}}}
 	m, err := shard.NewMap(cfg)
 	must(t, err)
 	schema, err := migrate.SchemaEngine(m, nil)
@@ -180,6 +186,16 @@ func (e *env) stopRelay() {
 		e.t.Errorf("relay: %v", err)
 	}
 	e.relayStop = nil
+}
+
+// storedCount is how many messages the stream stores now.
+func (e *env) storedCount() uint64 {
+	e.t.Helper()
+	s, err := e.js.Stream(ctx, e.stream)
+	must(e.t, err)
+	info, err := s.Info(ctx)
+	must(e.t, err)
+	return info.State.Msgs
 }
 
 // waitStored waits until the stream stores n messages (generous bound),

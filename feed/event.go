@@ -89,6 +89,13 @@ type EventTrx struct {
 	Refund         *coffer.Refund   `json:"refund,omitempty"`
 }
 
+// EventID is the id of the event of a trx change: the trx (with its
+// namespace and player) at the status the change left it in; a hold's
+// begin is at StatusPending.
+func EventID(ns coffer.Namespace, player coffer.PlayerID, trx int64, status coffer.TrxStatus) string {
+	return fmt.Sprintf("%d/%d/%d/%s", ns, player, trx, status)
+}
+
 // Subject is the event's NATS subject under prefix: prefix.<ns>.<kind>.
 func (e *Event) Subject(prefix string) string {
 	return prefix + "." + strconv.Itoa(int(e.Namespace)) + "." + string(e.Kind)
@@ -243,7 +250,7 @@ func event(cat *coffer.Catalog, s step, ops []opRow, committed time.Time) Event 
 		book[i] = o.BookOp
 	}
 	e := Event{
-		ID:        fmt.Sprintf("%d/%d/%d/%s", r.ns, r.player, r.id, status),
+		ID:        EventID(r.ns, r.player, r.id, status),
 		Kind:      kindOf(r.kind, status),
 		Namespace: r.ns, PlayerID: r.player, Version: s.version,
 		Trx: EventTrx{ID: r.id, IdempotencyKey: r.idempotencyKey, Emitter: r.emitter, Kind: r.kind, Status: status,
