@@ -15,6 +15,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -244,9 +245,18 @@ func (c *Checker) checkShard(ctx context.Context, id coffer.ShardID, r *Report) 
 	fail("reserved", c.sum(ctx, id, shard.Tables(reserved, id), r.Reserved))
 }
 
+// query runs sql on shard id's database.
+func (c *Checker) query(ctx context.Context, id coffer.ShardID, sql string, args ...any) (pgx.Rows, error) {
+	pool, err := c.Router.Pool(id)
+	if err != nil {
+		return nil, err
+	}
+	return pool.Query(ctx, sql, args...)
+}
+
 // sum adds the per "ns/currency" sums sql reads, as text, to m.
 func (c *Checker) sum(ctx context.Context, id coffer.ShardID, sql string, m map[string]*big.Int) error {
-	rows, err := c.Router.Shard(id).Query(ctx, sql)
+	rows, err := c.query(ctx, id, sql)
 	if err != nil {
 		return err
 	}
@@ -271,7 +281,7 @@ func (c *Checker) sum(ctx context.Context, id coffer.ShardID, sql string, m map[
 }
 
 func (c *Checker) collect(ctx context.Context, id coffer.ShardID, name, sql string, r *Report, args ...any) error {
-	rows, err := c.Router.Shard(id).Query(ctx, sql+fmt.Sprintf(" LIMIT %d", violationsMax), args...)
+	rows, err := c.query(ctx, id, sql+fmt.Sprintf(" LIMIT %d", violationsMax), args...)
 	if err != nil {
 		return err
 	}

@@ -144,7 +144,7 @@ func dropSlot(t *testing.T, db pgtest.DB, slot string) {
 // relay is the env's relay to JetStream.
 func (e *env) relay(sinks ...feed.Sink) *feed.Relay {
 	d := e.m.Databases()[0]
-	return &feed.Relay{Database: d.Name(), ConnString: e.db.DSN(), Shards: d.Shards, Catalog: e.catalog,
+	return &feed.Relay{Database: d.Name(), ConnString: e.db.DSN(), Catalog: e.catalog,
 		Slot: e.slot(), Publication: "coffer_feed", Sinks: sinks, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Observer: e.obs, StatusInterval: 50 * time.Millisecond, PauseMin: 20 * time.Millisecond, PauseMax: 500 * time.Millisecond,
 		SlotCheckInterval: 100 * time.Millisecond}

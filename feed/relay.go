@@ -41,10 +41,7 @@ type Relay struct {
 	// ConnString is the database's libpq connection string; its user
 	// needs the REPLICATION attribute (or to be a superuser) and to own
 	// the shard tables, or the publication made beforehand.
-	ConnString string
-	// Shards are the shards the database holds: their trx and op tables
-	// make the publication.
-	Shards             []coffer.ShardID
+	ConnString         string
 	Catalog            *coffer.Catalog
 	Slot, Publication  string
 	Sinks              []Sink
@@ -180,7 +177,7 @@ func (r *Relay) Prepare(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	return prepare(ctx, conn, r.Publication, r.Slot, r.Shards)
+	return prepare(ctx, conn, r.Publication, r.Slot)
 }
 
 // replicationConn opens a logical replication connection. Times come in

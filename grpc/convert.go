@@ -193,6 +193,9 @@ func toStatusMessage(st coffer.Status) *cofferv1.Status {
 		}
 		out.Databases = append(out.Databases, d)
 	}
+	for _, mv := range st.Moves {
+		out.Moves = append(out.Moves, &cofferv1.ShardMove{Shard: mv.Shard, Epoch: mv.Epoch, Source: mv.Source, Target: mv.Target, State: mv.State})
+	}
 	return out
 }
 

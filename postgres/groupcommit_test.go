@@ -576,6 +576,8 @@ func (o *observed) Attempt(database, outcome string) {
 	o.attempts[database] = append(o.attempts[database], outcome)
 }
 
+func (o *observed) Fenced(string, string, int) {}
+
 // all is the outcomes told so far, database after database.
 func (o *observed) all() []string {
 	o.mu.Lock()

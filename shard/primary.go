@@ -45,7 +45,7 @@ func (r *Router) RequireSynchronousStandby() { r.requireSync = true }
 
 // Guarded tells whether the probe of database i checks its synchronous
 // standby: it has several hosts, so coffer follows a failover.
-func (r *Router) Guarded(i int) bool { return len(r.m.databases[i].Config.Hosts) > 1 }
+func (r *Router) Guarded(i int) bool { return len(r.config.databases[i].Config.Hosts) > 1 }
 
 // Probe checks database i through its pool: it reaches a server, that
 // server accepts writes, and, when Guarded, it has a synchronous standby
@@ -71,14 +71,14 @@ func (r *Router) Probe(ctx context.Context, i int) (Primary, error) {
 	p.Host = r.hostOf(i, conn.Conn().PgConn().Conn().RemoteAddr())
 	if recovery || readOnly {
 		r.Reconnect(i)
-		return p, fmt.Errorf("%s: connected to %s, which does not accept writes (a standby, or read-only); reconnecting", r.m.databases[i].Label(), p.Host)
+		return p, fmt.Errorf("%s: connected to %s, which does not accept writes (a standby, or read-only); reconnecting", r.config.databases[i].Label(), p.Host)
 	}
 	if !r.Guarded(i) {
 		return p, nil
 	}
 	r.dbs[i].unsynced.Store(r.requireSync && !p.Synchronous())
 	if hidden > 0 {
-		return p, fmt.Errorf("%s: cannot see the state of the standbys of %s: grant pg_monitor to user %q", r.m.databases[i].Label(), p.Host, r.m.databases[i].Config.User)
+		return p, fmt.Errorf("%s: cannot see the state of the standbys of %s: grant pg_monitor to user %q", r.config.databases[i].Label(), p.Host, r.config.databases[i].Config.User)
 	}
 	return p, nil
 }
@@ -95,7 +95,7 @@ func (r *Router) hostOf(i int, addr net.Addr) string {
 	if !ok {
 		return addr.String()
 	}
-	for _, a := range r.m.databases[i].Config.addresses() {
+	for _, a := range r.config.databases[i].Config.addresses() {
 		host, port, err := net.SplitHostPort(a)
 		if err != nil || port != fmt.Sprint(tcp.Port) {
 			continue

@@ -307,6 +307,9 @@ func (f *benchFlags) openRouter(ctx context.Context, m *shard.Map, cfg *Config) 
 	if err != nil {
 		return nil, err
 	}
+	// Where the shards are now; a database whose moves cannot be read
+	// fails its figures below anyway.
+	_ = router.Refresh(ctx)
 	if f.self && f.Statements {
 		if err := bench.CreateStatementsExtension(ctx, router); err != nil {
 			router.Close()

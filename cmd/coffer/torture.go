@@ -303,7 +303,7 @@ func firstPlayers(m *shard.Map, from coffer.PlayerID) []coffer.PlayerID {
 	var players []coffer.PlayerID
 	for i := range m.Databases() {
 		for p := from; ; p++ {
-			if m.DatabaseOf(m.ShardOf(p)).Index == i {
+			if m.DatabaseIndex(m.ShardOf(p)) == i {
 				players = append(players, p)
 				break
 			}

@@ -148,6 +148,7 @@ const patroniDCS = `
       use_pg_rewind: true
       use_slots: true
       parameters:
+        wal_level: logical
         wal_log_hints: "on"
         synchronous_commit: "on"
         max_connections: 300
