@@ -274,6 +274,13 @@ func scope(player coffer.PlayerID, key string) coffer.Scope {
 	return coffer.Scope{Namespace: 1, PlayerID: player, Emitter: 7, IdempotencyKey: key}
 }
 
+// byItsClient is a commit or rollback of the hold of scope(player, key)
+// by the client that began it.
+func byItsClient(player coffer.PlayerID, key string) coffer.FinishRequest {
+	sc := scope(player, key)
+	return coffer.FinishRequest{Scope: sc, By: sc.Emitter}
+}
+
 func free(cur string, amount coffer.Amount) coffer.OpRequest {
 	return coffer.OpRequest{Currency: cur, Amount: amount}
 }

@@ -31,13 +31,13 @@ func TestEveryKindOnce(t *testing.T) {
 
 	hold := e.hold(42, "h1", time.Minute, free("gold", -30), free("silver", 10))
 	want.add(feed.KindHoldBegin, 42, hold, "pending", hold.Ops[:1])
-	trx, _, err := e.store.Commit(ctx, scope(42, "h1"))
+	trx, _, err := e.store.Commit(ctx, byItsClient(42, "h1"))
 	must(t, err)
 	want.add(feed.KindHoldCommit, 42, trx, "committed", trx.Ops[1:])
 
 	hold = e.hold(42, "h2", time.Minute, free("gold", -5))
 	want.add(feed.KindHoldBegin, 42, hold, "pending", hold.Ops)
-	trx, _, err = e.store.Rollback(ctx, scope(42, "h2"))
+	trx, _, err = e.store.Rollback(ctx, byItsClient(42, "h2"))
 	must(t, err)
 	want.add(feed.KindHoldRollback, 42, trx, "rolled_back", trx.Ops[1:])
 
