@@ -87,6 +87,10 @@ type EventTrx struct {
 	CreatedAt      time.Time        `json:"created_at"`
 	HoldExpiresAt  *time.Time       `json:"hold_expires_at,omitempty"`
 	Refund         *coffer.Refund   `json:"refund,omitempty"`
+	// FinishedBy is who committed or rolled back a hold, as the trx's
+	// (coffer.Trx.FinishedBy): in a hold's finish only, and not in an
+	// expiry.
+	FinishedBy coffer.Emitter `json:"finished_by,omitempty"`
 }
 
 // EventID is the id of the event of a trx change: the trx (with its
@@ -126,6 +130,7 @@ type trxRow struct {
 	createdAt      time.Time
 	holdExpiresAt  *time.Time
 	finishedAt     *time.Time
+	finishedBy     *int64
 	version        int64
 	beginVersion   *int64
 	pos            int64
@@ -265,6 +270,9 @@ func event(cat *coffer.Catalog, s step, ops []opRow, committed time.Time) Event 
 		if r.meta != nil {
 			e.Trx.Meta = json.RawMessage(*r.meta)
 		}
+	}
+	if r.finishedBy != nil {
+		e.Trx.FinishedBy = coffer.Emitter(*r.finishedBy)
 	}
 	if e.Trx.HoldExpiresAt != nil {
 		utc := e.Trx.HoldExpiresAt.UTC()

@@ -113,7 +113,7 @@ type expected struct {
 func (w expected) check(t *testing.T, ev feed.Event) {
 	t.Helper()
 	if ev.Kind != w.kind || ev.Trx.ID != w.trx.ID || ev.Trx.IdempotencyKey != w.trx.IdempotencyKey || ev.Trx.Emitter != 7 ||
-		ev.Trx.Kind != w.trx.Kind || ev.Namespace != 1 {
+		ev.Trx.Kind != w.trx.Kind || ev.Trx.FinishedBy != w.trx.FinishedBy || ev.Namespace != 1 {
 		t.Errorf("event %s: %s", ev.ID, js(ev))
 	}
 	if ev.Version != w.trx.Version {
