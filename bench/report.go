@@ -114,6 +114,9 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 	}
 	writeMoves(w, r.Moves)
+	if r.Feed != nil {
+		r.Feed.writeText(w)
+	}
 	writeStatements(w, "coffer", &r.Coffer)
 	if r.Baseline != nil {
 		writeStatements(w, base, r.Baseline)

@@ -41,6 +41,9 @@ type Options struct {
 // that need them are left out.
 type Env struct {
 	Coffer Target
+	// CofferRunner, if set, runs coffer's side instead of driving Coffer
+	// alone: one that does more around its runs (waits for the feed).
+	CofferRunner Runner
 	// Baseline is the SQL baseline, driven op by op; BaselineRunner,
 	// if set instead, a baseline that runs whole runs (pgbench).
 	Baseline       Target
@@ -136,6 +139,9 @@ type Side struct {
 	// commit and a WAL flush: one per write for a side that commits each
 	// write alone, fewer for one that commits writes in batches.
 	TransactionsPerOp float64 `json:"transactions_per_op"`
+	// TrxWritten is the trx rows the side's runs added: its writes, not
+	// replays of another side's.
+	TrxWritten int64 `json:"trx_rows_written"`
 	// StatementsPerOp and ExecUsPerOp are what pg_stat_statements counted
 	// (with Options.Statements): statements sent and the time executing
 	// them, per op. Statements lists them, the costliest first, with those
@@ -192,6 +198,7 @@ type Report struct {
 	Baseline      *Side            `json:"baseline,omitempty"`
 	BaselineLat   *Latency         `json:"baseline_latency_ms,omitempty"`
 	Decay         *Decay           `json:"decay,omitempty"`
+	Feed          *FeedFigures     `json:"feed,omitempty"`
 	// Writes is how many writes coffer acknowledged; TrxWritten how many
 	// trx rows its databases gained.
 	Writes     int64 `json:"writes_acked"`
@@ -279,7 +286,7 @@ func (s *sideTotals) side() Side {
 	per := func(x float64) float64 { return x / float64(max(s.ops, 1)) }
 	out := Side{Ops: s.ops, WALBytesPerOp: per(float64(s.wal)), DBBytesPerOp: per(float64(s.size)),
 		PostgresCPUPer1000Op: 1000 * per(s.pgCPU), CofferCPUPer1000Op: 1000 * per(s.cofferCPU),
-		BenchCPUPer1000Op: 1000 * per(s.benchCPU), TransactionsPerOp: per(float64(s.transactions))}
+		BenchCPUPer1000Op: 1000 * per(s.benchCPU), TransactionsPerOp: per(float64(s.transactions)), TrxWritten: s.trx}
 	if s.upd > 0 {
 		out.LotHOTShare = float64(s.hot) / float64(s.upd)
 	}
@@ -317,6 +324,9 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 	o.Keys = strconv.FormatUint(rand.Uint64()>>23, 36) // 41 bits, 8 characters
 	rep := newReport(o)
 	var cofferRunner Runner = targetRunner{"coffer", env.Coffer}
+	if env.CofferRunner != nil {
+		cofferRunner = env.CofferRunner
+	}
 	if len(o.Moves) > 0 {
 		if env.Mover == nil || env.Router == nil {
 			return nil, errors.New("shard moves need a Mover and a Router")
@@ -504,3 +514,7 @@ func decay(ops int64, tenths, cpu []float64) *Decay {
 	d.Ratio = d.LastTPS / d.FirstTPS
 	return d
 }
+
+// TargetRunner is a Runner that drives t op by op, as Bench drives
+// Coffer; name names its side.
+func TargetRunner(name string, t Target) Runner { return targetRunner{name, t} }

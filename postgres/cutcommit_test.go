@@ -329,7 +329,7 @@ func cutBatchThenAnotherInstance(t *testing.T, clockBehind bool) {
 	var commit, grant coffer.ChangeResult
 	tx, answered := e.queuedBehind(store, blocker,
 		func() error {
-			commit.Trx, commit.Replay, commit.Err = store.Commit(ctx, scope(holder, "h"))
+			commit.Trx, commit.Replay, commit.Err = store.Commit(ctx, byItsClient(holder, "h"))
 			return nil
 		},
 		func() error {
@@ -348,7 +348,7 @@ func cutBatchThenAnotherInstance(t *testing.T, clockBehind bool) {
 	defer instance.Close()
 	other := make(chan error, 1)
 	go func() {
-		_, _, err := instance.Commit(ctx, scope(holder, "h"))
+		_, _, err := instance.Commit(ctx, byItsClient(holder, "h"))
 		other <- err
 	}()
 	another := e.waitForBackend(0, "%locked%", pid)

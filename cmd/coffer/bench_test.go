@@ -101,6 +101,38 @@ func TestBenchSelf(t *testing.T) {
 	}
 }
 
+// TestBenchSelfFeed runs a short `coffer bench --self --feed`: the coffer
+// side's writes, and only those, come out of the feed (the baseline's run
+// with it off), and the report has both sides' costs and the lag.
+func TestBenchSelfFeed(t *testing.T) {
+	bin := cofferBinary(t)
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	cmd := exec.Command(bin, "bench", "--self", "--feed", "--workload", "write", "--clients", "4", "--duration", "2s",
+		"--rounds", "2", "--progress", "1s", "--warmup", "1s", "--scale", "0.01", "--json", jsonPath)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("coffer bench: %v\n%s", err, out)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	must(t, err)
+	var rep bench.Report
+	must(t, json.Unmarshal(raw, &rep))
+	switch f := rep.Feed; {
+	case !strings.Contains(string(out), "median ratio coffer/feed-off") || !strings.Contains(string(out), "change feed: "):
+		t.Fatalf("terminal report:\n%s", out)
+	case rep.BaselineName != "feed-off" || rep.Baseline == nil || rep.Baseline.Ops == 0 || rep.Baseline.WALBytesPerOp <= 0 || rep.Coffer.PostgresCPUPer1000Op <= 0:
+		t.Fatalf("sides: %s", raw)
+	case rep.Baseline.TrxWritten != rep.Baseline.Ops:
+		t.Fatalf("the feed-off side wrote %d trx rows in %d ops: its writes must be its own, not replays", rep.Baseline.TrxWritten, rep.Baseline.Ops)
+	case f == nil || rep.Writes == 0 || int64(f.Events) != rep.Writes:
+		t.Fatalf("the feed stored %+v events; coffer's side acknowledged %d writes (the baseline's runs have the feed off)", f, rep.Writes)
+	case !(0 < f.Lag.P50 && f.Lag.P50 <= f.Lag.P99 && f.Lag.P99 <= f.Lag.Max) || f.RelayCPUPer1000Events <= 0:
+		t.Fatalf("feed figures: %+v", f)
+	case rep.PostgresSettings["wal_level"] != "logical" || !rep.Audited || rep.AuditViolations != 0:
+		t.Fatalf("settings %v, audit %v %d", rep.PostgresSettings, rep.Audited, rep.AuditViolations)
+	}
+}
+
 // callsPerOp is how many statements per op ran insert, which coffer's
 // write statements carry in a WITH of their own (one text per set of
 // tables a batch writes), the baseline's leads.
@@ -230,6 +262,10 @@ func TestBenchFlags(t *testing.T) {
 		{"--target", "http://x", "--api-key", "k", "--pg-cpu-quota", "0.5"},
 		{"--target", "http://x", "--api-key", "k", "--databases", "1,2"},
 		{"--target", "http://x", "--api-key", "k", "--trace"},
+		{"--target", "http://x", "--api-key", "k", "--feed"},
+		{"--self", "--feed", "--baseline", "sql"},
+		{"--self", "--feed", "--pg-set", "wal_level=replica"},
+		{"--self", "--feed", "--databases", "1,2"},
 	} {
 		if code, _, _ := run(t, append([]string{"bench"}, args...)...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
