@@ -120,7 +120,11 @@ type Side struct {
 	WALBytesPerOp        float64 `json:"wal_bytes_per_op"`
 	DBBytesPerOp         float64 `json:"db_bytes_per_op"`
 	PostgresCPUPer1000Op float64 `json:"postgres_cpu_s_per_1000_ops"`
-	CofferCPUPer1000Op   float64 `json:"coffer_cpu_s_per_1000_ops,omitempty"`
+	// WalsenderCPUPer1000Op is the part of it PostgreSQL's walsenders
+	// took: the change feed's logical decoding (--feed), apart from the
+	// backends that run the writes.
+	WalsenderCPUPer1000Op float64 `json:"postgres_walsender_cpu_s_per_1000_ops,omitempty"`
+	CofferCPUPer1000Op    float64 `json:"coffer_cpu_s_per_1000_ops,omitempty"`
 	// StealShare is the share of the machine's CPU time the hypervisor
 	// gave to other guests during the side's runs: a noisy neighbour
 	// shows here, and makes the side's figures worse.
@@ -220,6 +224,7 @@ type Report struct {
 type counters struct {
 	db                         serverStats
 	pgCPU, cofferCPU, benchCPU float64
+	walsenderCPU               float64
 	machine, steal             int64
 	pgPeriods, pgThrottled     int64
 	haveDB, haveProcess        bool
@@ -237,7 +242,8 @@ func (e *Env) read(ctx context.Context) (counters, error) {
 		c.db, c.haveDB = st, true
 	}
 	if e.PostgresPIDs != nil {
-		c.pgCPU, c.haveProcess = cpuSeconds(e.PostgresPIDs()), true
+		pids := e.PostgresPIDs()
+		c.pgCPU, c.walsenderCPU, c.haveProcess = cpuSeconds(pids), cpuSeconds(walsenders(pids)), true
 	}
 	if e.CofferPID != 0 {
 		c.cofferCPU = cpuSeconds([]int{e.CofferPID})
@@ -259,6 +265,7 @@ type sideTotals struct {
 	wal, size, upd, hot, trx int64
 	transactions             int64
 	pgCPU, cofferCPU         float64
+	walsenderCPU             float64
 	benchCPU                 float64
 	machine, steal           int64
 	pgPeriods, pgThrottled   int64
@@ -274,6 +281,7 @@ func (s *sideTotals) add(before, after counters, ops int64) {
 	s.trx += after.db.Trx - before.db.Trx
 	s.transactions += after.db.Transactions - before.db.Transactions
 	s.pgCPU += after.pgCPU - before.pgCPU
+	s.walsenderCPU += after.walsenderCPU - before.walsenderCPU
 	s.cofferCPU += after.cofferCPU - before.cofferCPU
 	s.benchCPU += after.benchCPU - before.benchCPU
 	s.machine += after.machine - before.machine
@@ -285,7 +293,7 @@ func (s *sideTotals) add(before, after counters, ops int64) {
 func (s *sideTotals) side() Side {
 	per := func(x float64) float64 { return x / float64(max(s.ops, 1)) }
 	out := Side{Ops: s.ops, WALBytesPerOp: per(float64(s.wal)), DBBytesPerOp: per(float64(s.size)),
-		PostgresCPUPer1000Op: 1000 * per(s.pgCPU), CofferCPUPer1000Op: 1000 * per(s.cofferCPU),
+		PostgresCPUPer1000Op: 1000 * per(s.pgCPU), WalsenderCPUPer1000Op: 1000 * per(s.walsenderCPU), CofferCPUPer1000Op: 1000 * per(s.cofferCPU),
 		BenchCPUPer1000Op: 1000 * per(s.benchCPU), TransactionsPerOp: per(float64(s.transactions)), TrxWritten: s.trx}
 	if s.upd > 0 {
 		out.LotHOTShare = float64(s.hot) / float64(s.upd)
