@@ -11,6 +11,23 @@ type Status struct {
 	ShardCount      int32            `json:"shard_count"`
 	ShardsAvailable int32            `json:"shards_available"`
 	Databases       []DatabaseStatus `json:"databases"`
+	// Moves are the shard moves in progress, and those whose new home
+	// the instance's config does not list (their shards are unavailable
+	// there); each database's Shards are where the shards are now.
+	Moves []ShardMove `json:"moves"`
+}
+
+// ShardMove is a shard's latest move (coffer shard move) as an instance
+// sees it.
+type ShardMove struct {
+	Shard  int32  `json:"shard"`
+	Epoch  int64  `json:"epoch"`
+	Source string `json:"source"`
+	Target string `json:"target"`
+	// State is copying (the source serves the shard), cut (nobody does:
+	// its writes wait), done, verified, cleaned (the target serves it) or
+	// aborted.
+	State string `json:"state"`
 }
 
 // ShardRange is the shards Min … Max, inclusive.

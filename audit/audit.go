@@ -15,6 +15,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -149,6 +150,10 @@ var checks = []check{
 		LEFT JOIN balance_N b ON b.ns = t.ns AND b.player_id = t.player_id
 		WHERE b.version IS NULL OR t.version > b.version OR t.version < 1 OR t.begin_version >= t.version OR t.begin_version < 1
 			OR (t.finished_at IS NULL) <> (t.begin_version IS NULL)`},
+	// Who finished a hold (docs/console.md) is recorded with the finish:
+	// a client, or coffer's sweeper (0); never on a trx not finished.
+	{"finisher of no finish", `SELECT ns, player_id, trx_id, finished_by FROM trx_N
+		WHERE finished_by IS NOT NULL AND (finished_at IS NULL OR finished_by < 0)`},
 	{"op of no trx", `SELECT o.trx_id, o.seq FROM op_N o
 		WHERE NOT EXISTS (SELECT 1 FROM trx_N t WHERE t.trx_id = o.trx_id AND t.ns = o.ns AND t.player_id = o.player_id)`},
 	// Refunds (ADR 0014): each refunds an order credited to its player
@@ -240,9 +245,18 @@ func (c *Checker) checkShard(ctx context.Context, id coffer.ShardID, r *Report) 
 	fail("reserved", c.sum(ctx, id, shard.Tables(reserved, id), r.Reserved))
 }
 
+// query runs sql on shard id's database.
+func (c *Checker) query(ctx context.Context, id coffer.ShardID, sql string, args ...any) (pgx.Rows, error) {
+	pool, err := c.Router.Pool(id)
+	if err != nil {
+		return nil, err
+	}
+	return pool.Query(ctx, sql, args...)
+}
+
 // sum adds the per "ns/currency" sums sql reads, as text, to m.
 func (c *Checker) sum(ctx context.Context, id coffer.ShardID, sql string, m map[string]*big.Int) error {
-	rows, err := c.Router.Shard(id).Query(ctx, sql)
+	rows, err := c.query(ctx, id, sql)
 	if err != nil {
 		return err
 	}
@@ -267,7 +281,7 @@ func (c *Checker) sum(ctx context.Context, id coffer.ShardID, sql string, m map[
 }
 
 func (c *Checker) collect(ctx context.Context, id coffer.ShardID, name, sql string, r *Report, args ...any) error {
-	rows, err := c.Router.Shard(id).Query(ctx, sql+fmt.Sprintf(" LIMIT %d", violationsMax), args...)
+	rows, err := c.query(ctx, id, sql+fmt.Sprintf(" LIMIT %d", violationsMax), args...)
 	if err != nil {
 		return err
 	}

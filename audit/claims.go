@@ -78,7 +78,7 @@ func (c *Checker) checkClaims(ctx context.Context, id coffer.ShardID, r *Report)
 // afterSeq), grouped by the shard holding their claims, one per trx and
 // order, and the key of the page's last op (0 if the page is empty).
 func (c *Checker) credits(ctx context.Context, id coffer.ShardID, afterTrx, afterSeq int64) (map[coffer.ShardID][]credit, int64, int64, error) {
-	rows, err := c.Router.Shard(id).Query(ctx, shard.Tables(creditsPage, id), afterTrx, afterSeq, creditsPageLen)
+	rows, err := c.query(ctx, id, shard.Tables(creditsPage, id), afterTrx, afterSeq, creditsPageLen)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -115,7 +115,7 @@ func (c *Checker) checkCredits(ctx context.Context, id coffer.ShardID, page map[
 			players, emitters, keys = append(players, int64(cr.scope.PlayerID)), append(emitters, int32(cr.scope.Emitter)), append(keys, cr.scope.IdempotencyKey)
 			trxs = append(trxs, cr.trx)
 		}
-		rows, err := c.Router.Shard(at).Query(ctx, shard.Tables(unclaimed, at),
+		rows, err := c.query(ctx, at, shard.Tables(unclaimed, at),
 			ns, stores, orders, players, emitters, keys, trxs)
 		if err != nil {
 			return fmt.Errorf("claims on shard %d: %w", at, err)

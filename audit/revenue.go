@@ -57,7 +57,7 @@ var reconciliation = func() string {
 // fiat on shard id reconciles.
 func (c *Checker) checkRevenue(ctx context.Context, id coffer.ShardID, r *Report) {
 	const name = "revenue does not reconcile"
-	rows, err := c.Router.Shard(id).Query(ctx, shard.Tables(reconciliation, id))
+	rows, err := c.query(ctx, id, shard.Tables(reconciliation, id))
 	if err != nil {
 		r.Failures = append(r.Failures, Failure{Shard: id, Check: name, Error: err.Error()})
 		return

@@ -2,6 +2,7 @@ package feed
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -32,11 +33,16 @@ func sqlState(err error) string {
 }
 
 // prepare checks that the database can be decoded, and makes its
-// publication hold the trx and op tables of shards, and its slot exist.
-// The publication comes first: pgoutput decodes each change with the
-// catalog of its time, so a slot older than its publication would meet
-// changes it cannot publish.
-func prepare(ctx context.Context, conn *pgx.Conn, publication, slot string, shards []coffer.ShardID) error {
+// publication hold the trx and op tables of the shards it holds, and its
+// slot exist. The shards are those the database records
+// (_sdbmigrate_sharding_state, which coffer migrate writes and a shard
+// move changes: coffer shard move adds a shard to its target as the copy
+// begins, whose copied rows the relay skips, and takes it from its source
+// at the cut-over), read at every session, so that a relay follows the
+// moves. The publication comes first: pgoutput decodes each change with
+// the catalog of its time, so a slot older than its publication would
+// meet changes it cannot publish.
+func prepare(ctx context.Context, conn *pgx.Conn, publication, slot string) error {
 	var walLevel string
 	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
 		return err
@@ -44,6 +50,11 @@ func prepare(ctx context.Context, conn *pgx.Conn, publication, slot string, shar
 	if walLevel != "logical" {
 		return &fatalError{fmt.Errorf("wal_level is %s: the feed decodes the WAL, set wal_level = logical and restart PostgreSQL (docs/events.md)", walLevel)}
 	}
+	var shards []coffer.ShardID
+	if err := conn.QueryRow(ctx, "SELECT shard_ids::text FROM _sdbmigrate_sharding_state WHERE id = 0").Scan(jsonShards{&shards}); err != nil {
+		return fmt.Errorf("the shards the database holds (migrated with coffer migrate?): %w", err)
+	}
+
 	tables := make([]string, 0, 2*len(shards))
 	for _, id := range shards {
 		tables = append(tables, fmt.Sprintf("trx_%d", id), fmt.Sprintf("op_%d", id))
@@ -52,10 +63,9 @@ func prepare(ctx context.Context, conn *pgx.Conn, publication, slot string, shar
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = $1)", publication).Scan(&have); err != nil {
 		return err
 	}
-	sql := "ALTER PUBLICATION " + pgx.Identifier{publication}.Sanitize() + " SET TABLE " + strings.Join(tables, ", ")
-	if !have {
-		sql = "CREATE PUBLICATION " + pgx.Identifier{publication}.Sanitize() + " FOR TABLE " + strings.Join(tables, ", ") +
-			" WITH (publish = 'insert, update')"
+	sql, err := publicationSQL(ctx, conn, publication, have, tables)
+	if err != nil {
+		return err
 	}
 	if _, err := conn.Exec(ctx, sql); err != nil && sqlState(err) != duplicateObject {
 		return fmt.Errorf("publication %s: %w", publication, err)
@@ -70,6 +80,38 @@ func prepare(ctx context.Context, conn *pgx.Conn, publication, slot string, shar
 		}
 	}
 	return nil
+}
+
+// publicationSQL makes publication hold tables, or, when there are none
+// (a database that holds no shard: a new one, or one whose shards all
+// moved away), none.
+func publicationSQL(ctx context.Context, conn *pgx.Conn, publication string, have bool, tables []string) (string, error) {
+	name := pgx.Identifier{publication}.Sanitize()
+	switch {
+	case !have && len(tables) == 0:
+		return "CREATE PUBLICATION " + name + " WITH (publish = 'insert, update')", nil
+	case !have:
+		return "CREATE PUBLICATION " + name + " FOR TABLE " + strings.Join(tables, ", ") + " WITH (publish = 'insert, update')", nil
+	case len(tables) > 0:
+		return "ALTER PUBLICATION " + name + " SET TABLE " + strings.Join(tables, ", "), nil
+	}
+	rows, _ := conn.Query(ctx, "SELECT quote_ident(tablename) FROM pg_publication_tables WHERE pubname = $1", publication)
+	members, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(members) == 0 {
+		return "SELECT 1", err
+	}
+	return "ALTER PUBLICATION " + name + " DROP TABLE " + strings.Join(members, ", "), nil
+}
+
+// jsonShards scans the JSON array of shard ids sdbmigrate records.
+type jsonShards struct{ ids *[]coffer.ShardID }
+
+func (j jsonShards) Scan(src any) error {
+	text, ok := src.(string)
+	if !ok {
+		return fmt.Errorf("shard_ids: %T is not text", src)
+	}
+	return json.Unmarshal([]byte(text), j.ids)
 }
 
 // SlotState is what the database says of a relay's slot.

@@ -134,7 +134,8 @@ func toBalances(b coffer.Balances) *cofferv1.Balances {
 
 func toTrx(t coffer.Trx) (*cofferv1.Trx, error) {
 	out := &cofferv1.Trx{Id: t.ID, IdempotencyKey: t.IdempotencyKey, Emitter: int32(t.Emitter), Kind: string(t.Kind), Status: string(t.Status),
-		Reason: t.Reason, CreatedAt: timestamppb.New(t.CreatedAt), HoldExpiresAt: optTimestamp(t.HoldExpiresAt), Version: t.Version}
+		Reason: t.Reason, CreatedAt: timestamppb.New(t.CreatedAt), HoldExpiresAt: optTimestamp(t.HoldExpiresAt), Version: t.Version,
+		FinishedBy: int32(t.FinishedBy)}
 	if len(t.Meta) > 0 {
 		meta, err := coffer.ParseJSON(t.Meta, math.MaxInt)
 		if err != nil {
@@ -191,6 +192,9 @@ func toStatusMessage(st coffer.Status) *cofferv1.Status {
 			d.Shards = append(d.Shards, &cofferv1.ShardRange{Min: r.Min, Max: r.Max})
 		}
 		out.Databases = append(out.Databases, d)
+	}
+	for _, mv := range st.Moves {
+		out.Moves = append(out.Moves, &cofferv1.ShardMove{Shard: mv.Shard, Epoch: mv.Epoch, Source: mv.Source, Target: mv.Target, State: mv.State})
 	}
 	return out
 }

@@ -31,6 +31,10 @@ type Metrics struct {
 	groupCommitSize     *prometheus.HistogramVec
 	groupCommitDuration *prometheus.HistogramVec
 	groupCommitAttempts *prometheus.CounterVec
+	fenced              *prometheus.CounterVec
+	moves               prometheus.Counter
+	movePause           prometheus.Histogram
+	movesInProgress     prometheus.Gauge
 }
 
 // latencyBuckets are 0.25 ms … 8 s: a balance change takes about a
@@ -87,10 +91,27 @@ func New(router *shard.Router) *Metrics {
 			Name: "coffer_group_commit_attempts_total",
 			Help: "Attempts of group-commit batches of writes by database and how they ended (committed, retried, split, cut, failed; not_run: a try not made, the database being down).",
 		}, []string{"database", "outcome"}),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coffer_shard_fenced_total",
+			Help: "Writes and balance reads (kind) whose batch met the fence of a shard that moved away from database, sent to the shard's new home.",
+		}, []string{"database", "kind"}),
+		moves: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "coffer_shard_moves_total", Help: "Shard moves this instance saw cut over (coffer shard move).",
+		}),
+		movePause: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "coffer_shard_move_pause_seconds",
+			Help: "How long each shard move this instance saw cut over paused its shard's writes, as the mover measured it.",
+			// 10 ms … 20 s: a cut-over pauses its shard for a fraction of a second.
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
+		}),
+		movesInProgress: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "coffer_shard_moves_in_progress", Help: "Shard moves begun and not cut over (copying) or being cut over.",
+		}),
 	}
 	shards := prometheus.NewGauge(prometheus.GaugeOpts{Name: "coffer_shards", Help: "The shard_count of the deployment."})
 	shards.Set(float64(router.Map().ShardCount()))
 	m.registry.MustRegister(m.requests, m.errors, m.inFlight, m.databaseUp, m.syncStandbys, m.shardsAvailable, m.sweeps, m.swept, m.batchChanges, m.groupCommitSize, m.groupCommitDuration, m.groupCommitAttempts, shards,
+		m.fenced, m.moves, m.movePause, m.movesInProgress,
 		poolCollector{router},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -145,6 +166,21 @@ func (m *Metrics) Batch(database, kind string, items int, took time.Duration) {
 func (m *Metrics) Attempt(database, outcome string) {
 	m.groupCommitAttempts.WithLabelValues(database, outcome).Inc()
 }
+
+// Fenced records items of kind that met the fence of a shard that moved
+// away from database.
+func (m *Metrics) Fenced(database, kind string, items int) {
+	m.fenced.WithLabelValues(database, kind).Add(float64(items))
+}
+
+// Moved records a shard move seen cut over, and the pause it caused.
+func (m *Metrics) Moved(pause time.Duration) {
+	m.moves.Inc()
+	m.movePause.Observe(pause.Seconds())
+}
+
+// SetMovesInProgress records how many shard moves are in progress.
+func (m *Metrics) SetMovesInProgress(n int) { m.movesInProgress.Set(float64(n)) }
 
 // WatchQueues reads, at each scrape, the jobs waiting for each database's
 // committers: queues calls its argument once per database and kind.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/cofferhq/coffer"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -46,7 +48,7 @@ func (e *Engine) writeState(ctx context.Context, tx pgx.Tx, s *session, opts Opt
 		}
 	}
 	if !s.state.initialized {
-		ids, _ := json.Marshal(s.db.Shards)
+		ids, _ := json.Marshal(append([]coffer.ShardID{}, s.db.Shards...))
 		if _, err := tx.Exec(ctx, "INSERT INTO "+e.table("_sdbmigrate_sharding_state")+" (id, shard_count, shard_ids) VALUES (0, $1, $2)", e.Map.ShardCount(), string(ids)); err != nil {
 			return err
 		}

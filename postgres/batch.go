@@ -39,19 +39,15 @@ func (s *Store) BatchChange(ctx context.Context, reqs []coffer.ChangeRequest) ([
 			continue
 		}
 		r := &request{scope: req.Scope, write: v}
-		db := s.database(req.PlayerID)
+		db := s.router.DatabaseIndex(s.shardOf(req.PlayerID)) // -1 for shards being cut over
 		byDatabase[db], at[r] = append(byDatabase[db], r), i
 	}
 	var wg sync.WaitGroup
 	for _, writes := range byDatabase {
 		wg.Go(func() {
-			err := s.write(ctx, writes)
+			s.write(ctx, writes)
 			for _, r := range writes {
 				res := &out[at[r]]
-				if err != nil {
-					res.Err = err
-					continue
-				}
 				res.Trx, res.Replay, res.Err = r.answer()
 			}
 		})

@@ -352,7 +352,7 @@ func TestDamagedLotFailsOnlyTheWritesThatReadIt(t *testing.T) {
 	defer store.Close()
 	var commitErr, changeErr error
 	tx, errs := e.queuedBehind(store, blocker,
-		func() error { _, _, commitErr = store.Commit(ctx, scope(p, "hold")); return nil },
+		func() error { _, _, commitErr = store.Commit(ctx, byItsClient(p, "hold")); return nil },
 		func() error {
 			_, _, changeErr = store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "more"), Ops: []coffer.OpRequest{free("gold", 1)}})
 			return nil
@@ -383,7 +383,7 @@ func TestBatchStatementsFitTheCache(t *testing.T) {
 	must(t, err)
 	for _, r := range reqs {
 		if r.Hold {
-			_, _, _ = e.store.Commit(ctx, r.Scope)
+			_, _, _ = e.store.Commit(ctx, coffer.FinishRequest{Scope: r.Scope, By: r.Emitter})
 		}
 		_, _, _ = e.store.Change(ctx, r)
 		e.balance(r.PlayerID, "gold")

@@ -8,6 +8,7 @@ import (
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // claimSQL claims a store order for a request and answers who holds the
@@ -59,7 +60,10 @@ func (s *Store) claimPurchases(ctx context.Context, v coffer.ValidChange) error 
 	byDB := map[int][]*claim{}
 	for _, k := range keys {
 		c := &claim{key: k, shard: s.router.Map().ShardOfPurchase(k)}
-		db := s.router.DatabaseIndex(c.shard)
+		db, err := s.home(ctx, c.shard, s.router.Writable)
+		if err != nil {
+			return err
+		}
 		if byDB[db] == nil {
 			dbs = append(dbs, db)
 		}
@@ -67,7 +71,7 @@ func (s *Store) claimPurchases(ctx context.Context, v coffer.ValidChange) error 
 	}
 	for _, db := range dbs {
 		claims := byDB[db]
-		if err := s.claimOn(ctx, v.Scope, claims); err != nil {
+		if err := s.claimOn(ctx, s.router.Database(db), v.Scope, claims); err != nil {
 			return s.fail(claims[0].shard, err)
 		}
 		for _, c := range claims {
@@ -79,15 +83,11 @@ func (s *Store) claimPurchases(ctx context.Context, v coffer.ValidChange) error 
 	return nil
 }
 
-// claimOn takes claims, all held by one database, for sc in one implicit
+// claimOn takes claims, all held by pool's database, for sc in one implicit
 // transaction, in their order (coffer.ValidChange.Purchases: every
 // request takes them in that order, so no two wait on each other in a
 // cycle), and reads each claim's owner.
-func (s *Store) claimOn(ctx context.Context, sc coffer.Scope, claims []*claim) error {
-	pool, err := s.writePool(claims[0].shard)
-	if err != nil {
-		return err
-	}
+func (s *Store) claimOn(ctx context.Context, pool *pgxpool.Pool, sc coffer.Scope, claims []*claim) error {
 	b := &pgx.Batch{}
 	for _, c := range claims {
 		b.Queue(shard.Tables(claimSQL, c.shard), c.key.Namespace, c.key.Store, c.key.OrderID,
@@ -138,13 +138,13 @@ func (s *Store) Order(ctx context.Context, k coffer.PurchaseKey) (coffer.OrderCl
 	if err := k.Validate(); err != nil {
 		return coffer.OrderClaim{}, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
 	id := s.router.Map().ShardOfPurchase(k)
-	pool, err := s.pool(id)
+	pool, err := s.pool(ctx, id)
 	if err != nil {
 		return coffer.OrderClaim{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
 	o := coffer.OrderClaim{Namespace: k.Namespace, Store: k.Store, OrderID: k.OrderID}
 	err = pool.QueryRow(ctx, shard.Tables(orderClaimSQL, id), k.Namespace, k.Store, k.OrderID).
 		Scan(&o.PlayerID, &o.Emitter, &o.IdempotencyKey, &o.CreatedAt)

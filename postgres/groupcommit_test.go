@@ -103,9 +103,9 @@ func (w *write) run(s *postgres.Store) {
 	case "exchange":
 		r.Trx, r.Replay, r.Err = s.Exchange(ctx, coffer.ExchangeRequest{Scope: w.change.Scope, From: "gold", To: "silver", Amount: 2})
 	case "commit":
-		r.Trx, r.Replay, r.Err = s.Commit(ctx, w.change.Scope)
+		r.Trx, r.Replay, r.Err = s.Commit(ctx, coffer.FinishRequest{Scope: w.change.Scope, By: w.change.Emitter})
 	case "rollback":
-		r.Trx, r.Replay, r.Err = s.Rollback(ctx, w.change.Scope)
+		r.Trx, r.Replay, r.Err = s.Rollback(ctx, coffer.FinishRequest{Scope: w.change.Scope, By: w.change.Emitter})
 	}
 }
 
@@ -460,7 +460,7 @@ func TestHoldBegunAndFinishedInOneBatch(t *testing.T) {
 			return err
 		},
 		func() (err error) {
-			commit, _, err = store.Commit(ctx, scope(ps[1], "h"))
+			commit, _, err = store.Commit(ctx, byItsClient(ps[1], "h"))
 			return err
 		})
 	must(t, tx.Rollback(ctx))
@@ -574,6 +574,8 @@ func (o *observed) Attempt(database, outcome string) {
 	o.attempts[database] = append(o.attempts[database], outcome)
 }
 
+func (o *observed) Fenced(string, string, int) {}
+
 // all is the outcomes told so far, database after database.
 func (o *observed) all() []string {
 	o.mu.Lock()
@@ -678,7 +680,7 @@ func TestTrxIDsOfTwoShardsInOneBatch(t *testing.T) {
 			return err
 		},
 		func() error {
-			_, _, err := store.Commit(ctx, scope(holder, "h"))
+			_, _, err := store.Commit(ctx, byItsClient(holder, "h"))
 			return err
 		})
 	must(t, tx.Rollback(ctx))

@@ -14,6 +14,9 @@ type Observer interface {
 	// Attempt: an attempt of a batch of writes on database ended so (one
 	// of the Attempt… outcomes).
 	Attempt(database, outcome string)
+	// Fenced: items of kind ("writes" or "reads") met the fence of a
+	// shard that moved away from database, and were sent to its new home.
+	Fenced(database, kind string, items int)
 }
 
 // How an attempt of a batch of writes ends (Store.settle).
@@ -40,6 +43,10 @@ const (
 	// applied: the database is known down, or lacks its required
 	// synchronous standby; each write answers shard_unavailable.
 	AttemptNotRun = "not_run"
+	// AttemptFenced: it met the fence of a shard that moved to another
+	// database (coffer shard move): that shard's writes go to its new
+	// home, the batch is tried again without them.
+	AttemptFenced = "fenced"
 )
 
 // observe tells the Observer how an attempt of a batch of writes on
@@ -65,3 +72,4 @@ type unobserved struct{}
 
 func (unobserved) Batch(string, string, int, time.Duration) {}
 func (unobserved) Attempt(string, string)                   {}
+func (unobserved) Fenced(string, string, int)               {}

@@ -29,7 +29,7 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 	defer cancel()
 	out := coffer.Balances{Namespace: q.Namespace, PlayerID: q.PlayerID, Balances: []coffer.Balance{}}
 	id := s.router.Map().ShardOf(q.PlayerID)
-	pool, err := s.pool(id)
+	pool, err := s.pool(ctx, id)
 	if err != nil {
 		return out, err
 	}
@@ -45,13 +45,29 @@ func (s *Store) Balances(ctx context.Context, q coffer.BalanceQuery) (coffer.Bal
 		return s.catalog.BalancesAt(q, version, past)
 	}
 	r := &readRequest{ctx: ctx, shard: id, ns: q.Namespace, player: q.PlayerID}
-	if err := s.readers[s.router.DatabaseIndex(id)].submit(ctx, []*readRequest{r}); err != nil {
+	if err := s.read(ctx, r); err != nil {
 		return out, err
 	}
-	if r.err != nil {
-		return out, r.err
-	}
 	return s.catalog.CurrentBalances(q, r.version, r.lots, r.at)
+}
+
+// read queues a balance read on the database of its shard and waits for
+// its answer, following the shard to its new home, up to hopsMax times,
+// when its batch met the shard's fence (errMoved).
+func (s *Store) read(ctx context.Context, r *readRequest) error {
+	for hop := 0; ; hop++ {
+		db, err := s.home(ctx, r.shard, s.router.Available)
+		if err != nil {
+			return err
+		}
+		if err := s.readers[db].submit(ctx, []*readRequest{r}); err != nil {
+			return err
+		}
+		if r.err != errMoved || hop == hopsMax {
+			return r.err
+		}
+		r.err = nil
+	}
 }
 
 // balancesAt loads, for each of currencies, what coffer.PastBalance
@@ -104,7 +120,7 @@ func (s *Store) Trx(ctx context.Context, sc coffer.Scope) (coffer.Trx, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	id := s.router.Map().ShardOf(sc.PlayerID)
-	pool, err := s.pool(id)
+	pool, err := s.pool(ctx, id)
 	if err != nil {
 		return coffer.Trx{}, err
 	}
@@ -156,7 +172,7 @@ func (s *Store) Finlog(ctx context.Context, q coffer.FinlogQuery) (coffer.Finlog
 		scan = max(scan, s.opts.FinlogScanMax)
 	}
 	shardID := s.router.Map().ShardOf(q.PlayerID)
-	pool, err := s.pool(shardID)
+	pool, err := s.pool(ctx, shardID)
 	if err != nil {
 		return coffer.FinlogPage{}, err
 	}
@@ -282,7 +298,7 @@ func (s *Store) Revenue(ctx context.Context, q coffer.RevenueQuery) ([]coffer.Re
 	defer cancel()
 	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
 		id := coffer.ShardID(sh)
-		pool, err := s.pool(id)
+		pool, err := s.pool(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -336,6 +352,7 @@ func failReads(reqs []*readRequest, err error) {
 func (s *Store) runReads(ctx context.Context, db int, reqs []*readRequest) {
 	byShard := perShard{}
 	for i, r := range reqs {
+		r.lots = nil // what a batch that met a fence read
 		byShard.add(r.shard, int32(r.ns), int64(r.player), int32(i+1))
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
@@ -347,6 +364,16 @@ func (s *Store) runReads(ctx context.Context, db int, reqs []*readRequest) {
 	err := s.batchPools[db].SendBatch(ctx, b).Close()
 	if err == nil {
 		return
+	}
+	if fenced(err) {
+		stay := leftBehind(s, db, "reads", reqs, func(r *readRequest) coffer.ShardID { return r.shard },
+			func(r *readRequest) { r.err = errMoved })
+		if len(stay) < len(reqs) {
+			if len(stay) > 0 {
+				s.runReads(ctx, db, stay)
+			}
+			return
+		}
 	}
 	s.failed(db, err)
 	for _, r := range reqs {

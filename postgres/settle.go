@@ -19,9 +19,11 @@ import (
 // come from some of its writes only; so that each write gets the answer it
 // would have got alone. After a COMMIT whose answer was lost, the next
 // attempt reads whether it was applied, from m (batch_mark). Each
-// attempt's ending is told to the Observer. The writes an attempt left
-// unplanned when its time ran short (attempt) are left unanswered: the
-// committer runs them in a later batch. ctx carries the batch's span, if
+// attempt's ending is told to the Observer. A batch that met the fence
+// of a shard that moved away answers errMoved to that shard's writes
+// (Store.route sends them to its new home) and runs again without them.
+// The writes an attempt left unplanned when its time ran short (attempt)
+// are left unanswered: the committer runs them in a later batch. ctx carries the batch's span, if
 // traced, to its round trips; it has no deadline: each attempt has its own.
 func (s *Store) settle(ctx context.Context, db int, m *mark, reqs []*request) {
 	var a, unknown *attempt
@@ -50,6 +52,17 @@ func (s *Store) settle(ctx context.Context, db int, m *mark, reqs []*request) {
 			s.observe(db, AttemptCommitted)
 			return
 		}
+		if unknown == nil && fenced(a.err) {
+			stay := leftBehind(s, db, "writes", reqs, func(r *request) coffer.ShardID { return s.shardOf(r.scope.PlayerID) },
+				func(r *request) { r.err = errMoved })
+			if len(stay) < len(reqs) {
+				s.observe(db, AttemptFenced)
+				if reqs = stay; len(reqs) == 0 {
+					return
+				}
+				continue
+			}
+		}
 		switch {
 		case a.uncertain:
 			unknown = a
@@ -72,7 +85,7 @@ func (s *Store) settle(ctx context.Context, db int, m *mark, reqs []*request) {
 	if parts == nil {
 		s.observe(db, AttemptFailed)
 		for _, r := range reqs {
-			r.err, _ = classify(s.router.Map().ShardOf(r.scope.PlayerID), a.err)
+			r.err, _ = classify(s.shardOf(r.scope.PlayerID), a.err)
 		}
 		return
 	}

@@ -12,6 +12,12 @@ const (
 	// sqlstateReadOnlyTransaction is what a write gets on a standby or a
 	// read-only server.
 	sqlstateReadOnlyTransaction = "25006"
+	// sqlstateUndefinedTable is what a statement gets on a shard's copy
+	// that a move has cut over: the mover renamed its tables.
+	sqlstateUndefinedTable = "42P01"
+	// sqlstateShardFence is what a write gets on a shard's copy that a
+	// move is still filling (the schema's shard_move_fence).
+	sqlstateShardFence = "CF001"
 
 	classConnectionException  = "08"
 	classOperatorIntervention = "57"

@@ -225,10 +225,19 @@ func lockTimedOut(err error) bool {
 	return errors.As(err, &pg) && pg.Code == sqlstateLockNotAvailable
 }
 
-// fail maps err and reports it to the shard's database (failed).
+// fail maps err and reports it to the shard's database (failed). A
+// statement that met the shard's fence reads the moves again, so that
+// the caller's retry finds the shard's new home.
 func (s *Store) fail(id coffer.ShardID, err error) error {
 	mapped, _ := classify(id, err)
-	s.failed(s.router.DatabaseIndex(id), err)
+	if fenced(err) {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+		defer cancel()
+		_ = s.router.Refresh(ctx)
+	}
+	if db := s.router.DatabaseIndex(id); db >= 0 {
+		s.failed(db, err)
+	}
 	return mapped
 }
 
@@ -249,23 +258,15 @@ func (s *Store) failed(db int, err error) {
 	}
 }
 
-// pool returns the pool of shard id's database, or shard_unavailable at
-// once while the database is known to be down or unverified.
-func (s *Store) pool(id coffer.ShardID) (*pgxpool.Pool, error) {
-	return s.checkedPool(id, s.router.Available)
-}
-
-// writePool is pool for a write, which is refused also while the database
-// lacks a required synchronous standby.
-func (s *Store) writePool(id coffer.ShardID) (*pgxpool.Pool, error) {
-	return s.checkedPool(id, s.router.Writable)
-}
-
-func (s *Store) checkedPool(id coffer.ShardID, check func(int) error) (*pgxpool.Pool, error) {
-	if err := check(s.router.DatabaseIndex(id)); err != nil {
-		return nil, &coffer.Error{Code: coffer.CodeUnavailable, Message: fmt.Sprintf("shard %d is unavailable", id), Err: err}
+// pool returns the pool of shard id's database, waiting while the shard
+// is being cut over (home), or shard_unavailable at once while the
+// database is known to be down or unverified.
+func (s *Store) pool(ctx context.Context, id coffer.ShardID) (*pgxpool.Pool, error) {
+	db, err := s.home(ctx, id, s.router.Available)
+	if err != nil {
+		return nil, err
 	}
-	return s.router.Shard(id), nil
+	return s.router.Database(db), nil
 }
 
 // classify turns a driver error into a domain error and tells whether it is
@@ -294,6 +295,8 @@ func classify(id coffer.ShardID, err error) (mapped error, connFailed bool) {
 			return unavailable("is unavailable"), false
 		case pg.Code == sqlstateLockNotAvailable:
 			return unavailable("has the player locked by another transaction"), false
+		case fenced(err):
+			return unavailable("moved to another database, or is moving"), false
 		case retryable(err):
 			// A race lost again after every retry: nothing was written,
 			// and the same request may well pass later.

@@ -182,13 +182,14 @@ func (s *Store) sweep(ctx context.Context, limit int, failed *failedSweeps,
 	var errs []error
 	for sh := 0; sh < s.router.Map().ShardCount(); sh++ {
 		id := coffer.ShardID(sh)
-		pool, err := s.pool(id)
+		started := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		pool, err := s.pool(cctx, id)
 		if err != nil {
+			cancel()
 			errs = append(errs, err)
 			continue
 		}
-		started := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 		retry := failed.of(id)
 		var due []coffer.Scope
 		sql, args, err := list(cctx, pool, id, retry)
@@ -236,9 +237,7 @@ func (s *Store) sweepWrites(ctx context.Context, due []coffer.Scope, write func(
 	for i, sc := range due {
 		reqs[i] = &request{scope: sc, write: write(sc)}
 	}
-	if err := s.write(ctx, reqs); err != nil {
-		return 0, due, err
-	}
+	s.write(ctx, reqs)
 	n := 0
 	var failed []coffer.Scope
 	var errs []error

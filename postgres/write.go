@@ -22,6 +22,11 @@ type request struct {
 	// committed.
 	plan *coffer.Plan
 	err  error
+	// unsent is the error of a job the write could not be queued in, or
+	// whose answer its caller stopped waiting for: set by the caller's
+	// goroutine (route) only, and answered before plan or err, which a
+	// committer may still set.
+	unsent error
 }
 
 // planOn asks the player's plan for the write. A panic in the plan (a
@@ -42,6 +47,9 @@ func (r *request) planOn(p *coffer.Player) (plan coffer.Plan, err error) {
 
 // answer is the write's answer to its caller.
 func (r *request) answer() (coffer.Trx, bool, error) {
+	if r.unsent != nil {
+		return coffer.Trx{}, false, r.unsent
+	}
 	if r.err != nil {
 		return coffer.Trx{}, false, r.err
 	}
@@ -61,33 +69,72 @@ func failWrites(reqs []*request, err error) {
 // unplanned when its time ran short (Store.attempt).
 func unanswered(r *request) bool { return r.plan == nil && r.err == nil }
 
-// database is the index of the database holding player's shard.
-func (s *Store) database(player coffer.PlayerID) int {
-	return s.router.DatabaseIndex(s.router.Map().ShardOf(player))
-}
-
-// write sends writes of one database as one job, in order, and waits for
-// their answers; the store's Timeout bounds the wait. Errors (the job's,
-// each request has its own answer otherwise): shard_unavailable at once
-// while the database is known to be down, overloaded.
-func (s *Store) write(ctx context.Context, reqs []*request) error {
+// write sends writes (of one database's shards, as the map placed them)
+// as one job, in order, and waits for their answers; the store's Timeout
+// bounds the wait. Writes whose shard moved meanwhile follow it to its
+// new home (route). Each write gets its answer, or the job's error:
+// shard_unavailable at once while the database is known to be down,
+// overloaded.
+func (s *Store) write(ctx context.Context, reqs []*request) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	id := s.router.Map().ShardOf(reqs[0].scope.PlayerID)
-	if _, err := s.writePool(id); err != nil {
-		return err
-	}
 	for _, r := range reqs {
 		r.ctx = ctx
 	}
-	return s.writers[s.router.DatabaseIndex(id)].submit(ctx, reqs)
+	s.route(ctx, reqs, hopsMax)
 }
+
+// route queues writes of shards that were on one database as one job on
+// the database that serves each now (home), and queues again, up to hops
+// times, those whose batch met their shard's fence (errMoved): in order,
+// so that a player's writes keep theirs.
+func (s *Store) route(ctx context.Context, reqs []*request, hops int) {
+	for len(reqs) > 0 {
+		db, err := s.home(ctx, s.shardOf(reqs[0].scope.PlayerID), s.router.Writable)
+		job, rest := reqs, []*request(nil)
+		if err == nil {
+			job, rest = s.sameDatabase(db, reqs)
+			err = s.writers[db].submit(ctx, job)
+		}
+		if err != nil {
+			for _, r := range job {
+				r.unsent = err
+			}
+			reqs = rest
+			continue
+		}
+		var moved []*request
+		for _, r := range job {
+			if r.err == errMoved && hops > 0 {
+				r.err = nil
+				moved = append(moved, r)
+			}
+		}
+		s.route(ctx, moved, hops-1)
+		reqs = rest
+	}
+}
+
+// sameDatabase parts writes into the first and those that database db
+// serves now, and the others, each in order.
+func (s *Store) sameDatabase(db int, reqs []*request) (on, others []*request) {
+	on = reqs[:1:1]
+	for _, r := range reqs[1:] {
+		if s.router.DatabaseIndex(s.shardOf(r.scope.PlayerID)) == db {
+			on = append(on, r)
+		} else {
+			others = append(others, r)
+		}
+	}
+	return on, others
+}
+
+// shardOf is the shard of player.
+func (s *Store) shardOf(player coffer.PlayerID) coffer.ShardID { return s.router.Map().ShardOf(player) }
 
 // writeOne sends one write and answers it.
 func (s *Store) writeOne(ctx context.Context, r *request) (coffer.Trx, bool, error) {
-	if err := s.write(ctx, []*request{r}); err != nil {
-		return coffer.Trx{}, false, err
-	}
+	s.write(ctx, []*request{r})
 	return r.answer()
 }
 
@@ -132,18 +179,20 @@ func (s *Store) Refund(ctx context.Context, req coffer.RefundRequest) (coffer.Tr
 }
 
 // Commit applies a pending hold's grants (coffer.Player.Commit).
-func (s *Store) Commit(ctx context.Context, sc coffer.Scope) (coffer.Trx, bool, error) {
-	if err := sc.Validate(); err != nil {
-		return coffer.Trx{}, false, err
-	}
-	return s.writeOne(ctx, &request{scope: sc, write: coffer.Finish{Key: sc.Key(), Step: coffer.FinishCommit}})
+func (s *Store) Commit(ctx context.Context, req coffer.FinishRequest) (coffer.Trx, bool, error) {
+	return s.finish(ctx, req, coffer.FinishCommit)
 }
 
 // Rollback returns a pending hold's reservations to their lots
 // (coffer.Player.Rollback).
-func (s *Store) Rollback(ctx context.Context, sc coffer.Scope) (coffer.Trx, bool, error) {
-	if err := sc.Validate(); err != nil {
+func (s *Store) Rollback(ctx context.Context, req coffer.FinishRequest) (coffer.Trx, bool, error) {
+	return s.finish(ctx, req, coffer.FinishRollback)
+}
+
+// finish ends the hold of req as step says, recording req.By.
+func (s *Store) finish(ctx context.Context, req coffer.FinishRequest, step coffer.FinishStep) (coffer.Trx, bool, error) {
+	if err := req.Validate(); err != nil {
 		return coffer.Trx{}, false, err
 	}
-	return s.writeOne(ctx, &request{scope: sc, write: coffer.Finish{Key: sc.Key(), Step: coffer.FinishRollback}})
+	return s.writeOne(ctx, &request{scope: req.Scope, write: coffer.Finish{Key: req.Key(), Step: step, By: req.By}})
 }

@@ -38,8 +38,11 @@ type DatabaseConfig struct {
 	TargetSessionAttrs string `yaml:"target_session_attrs,omitempty"`
 	// SSLMode is libpq's sslmode; empty means prefer.
 	SSLMode string `yaml:"sslmode,omitempty"`
-	// Shards lists the ranges held, in manual mode.
-	Shards []Range `yaml:"shards,omitempty"`
+	// Shards lists the ranges held, in manual mode; an empty list (shards:
+	// []) is a database that holds none yet, which shards are moved to
+	// (coffer shard move). Written even when empty, so that such a
+	// database's entry reads back.
+	Shards []Range `yaml:"shards"`
 }
 
 // Range is an inclusive range of shard ids.

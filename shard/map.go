@@ -13,13 +13,19 @@ import (
 // ShardCountMax is the largest shard_count the jump hash supports.
 const ShardCountMax = 1 << 31
 
-// Map places players on shards and shards on databases. It is immutable and
-// safe for concurrent use.
+// Map places players on shards and shards on databases: the config's
+// placement, overlaid with the shards' moves (WithMoves). It is immutable
+// and safe for concurrent use.
 type Map struct {
 	count     int
 	databases []Database
-	// dbOfShard[s] is the index in databases of the one holding shard s.
+	// dbOfShard[s] is the index in databases of the one holding shard s,
+	// or -1 while no database of the config serves it (Unplaced says why).
 	dbOfShard []int
+	// configured[s] is dbOfShard[s] as the config places it.
+	configured []int
+	// moves are the latest move of each shard that has one.
+	moves map[coffer.ShardID]Move
 }
 
 // Database is one database of the map and the shards it holds, ascending.
@@ -65,15 +71,18 @@ func NewMap(cfg Config) (*Map, error) {
 		}
 	case "manual":
 		for i, db := range cfg.Databases {
-			if len(db.Shards) == 0 {
-				return nil, fmt.Errorf("databases[%d].shards: manual mode needs the shard ranges of every database", i)
+			// An empty list (shards: []) is a database added to take
+			// shards that move there (coffer shard move); none at all is
+			// a mistake.
+			if db.Shards == nil {
+				return nil, fmt.Errorf("databases[%d].shards: manual mode needs the shard ranges of every database (shards: [] for one that holds none yet)", i)
 			}
 			ranges = append(ranges, db.Shards)
 		}
 	default:
 		return nil, fmt.Errorf("shard_distribution_mode: must be auto or manual, got %q", cfg.DistributionMode)
 	}
-	m := &Map{count: cfg.ShardCount, dbOfShard: make([]int, cfg.ShardCount)}
+	m := &Map{count: cfg.ShardCount, dbOfShard: make([]int, cfg.ShardCount), moves: map[coffer.ShardID]Move{}}
 	for s := range m.dbOfShard {
 		m.dbOfShard[s] = -1
 	}
@@ -99,6 +108,7 @@ func NewMap(cfg Config) (*Map, error) {
 	for i := range m.databases {
 		slices.Sort(m.databases[i].Shards)
 	}
+	m.configured = slices.Clone(m.dbOfShard)
 	return m, nil
 }
 
@@ -174,8 +184,19 @@ func (m *Map) ShardOfPurchase(k coffer.PurchaseKey) coffer.ShardID {
 	return coffer.ShardID(Jump(k.Hash(), int64(m.count)))
 }
 
-// DatabaseOf is the database that holds shard s.
-func (m *Map) DatabaseOf(s coffer.ShardID) Database { return m.databases[m.dbOfShard[s]] }
+// DatabaseIndex is the index of the database that holds shard s, or -1
+// while none of the config's serves it (Unplaced says why).
+func (m *Map) DatabaseIndex(s coffer.ShardID) int { return m.dbOfShard[s] }
+
+// DatabaseOf is the database that holds shard s, or while none of the
+// config's serves it (Unplaced), the one the config places it on: for
+// tools and tests where no shard moves. Requests use DatabaseIndex.
+func (m *Map) DatabaseOf(s coffer.ShardID) Database {
+	if i := m.dbOfShard[s]; i >= 0 {
+		return m.databases[i]
+	}
+	return m.databases[m.configured[s]]
+}
 
 // Databases lists the databases in config order.
 func (m *Map) Databases() []Database { return m.databases }

@@ -61,11 +61,14 @@ func (p PoolConfig) Validate() error {
 // the database again.
 const DownCooldown = time.Second
 
-// Router holds one pool per database of a Map and routes players to them.
-// It is safe for concurrent use. Pools connect lazily, so a database that is
-// down at start fails only its own shards' requests.
+// Router holds one pool per database of a Map and routes players to them,
+// by the map of the shards' moves it read last (Refresh). It is safe for
+// concurrent use. Pools connect lazily, so a database that is down at
+// start fails only its own shards' requests.
 type Router struct {
-	m           *Map
+	m           atomic.Pointer[Map]
+	config      *Map
+	moves       movesRead
 	pools       []*pgxpool.Pool
 	dbs         []dbState
 	requireSync bool
@@ -85,7 +88,9 @@ type dbState struct {
 
 // Open creates the pools. It does not connect; Ping does.
 func Open(m *Map, pc PoolConfig) (*Router, error) {
-	r := &Router{m: m, dbs: make([]dbState, len(m.Databases())), health: make([]Health, len(m.Databases()))}
+	r := &Router{config: m, dbs: make([]dbState, len(m.Databases())), health: make([]Health, len(m.Databases()))}
+	r.m.Store(m)
+	r.moves.byDB = make([][]Move, len(m.Databases()))
 	for _, db := range m.Databases() {
 		cfg, err := pgxpool.ParseConfig(db.Config.ConnString(int(max(1, pc.ConnectTimeout/time.Second))))
 		if err != nil {
@@ -121,26 +126,42 @@ func readTimesInUTC(_ context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// Map is the shard map the router routes by.
-func (r *Router) Map() *Map { return r.m }
+// Map is the shard map the router routes by now.
+func (r *Router) Map() *Map { return r.m.Load() }
 
-// Shard returns the pool of the database holding shard s.
-func (r *Router) Shard(s coffer.ShardID) *pgxpool.Pool { return r.pools[r.m.dbOfShard[s]] }
+// Pool returns the pool of the database holding shard s, or an error
+// while none of the config's serves it (Map.Unplaced).
+func (r *Router) Pool(s coffer.ShardID) (*pgxpool.Pool, error) {
+	m := r.Map()
+	if err := m.Unplaced(s); err != nil {
+		return nil, err
+	}
+	return r.pools[m.dbOfShard[s]], nil
+}
+
+// Shard returns the pool of the database holding shard s, or while none
+// of the config's serves it, of the one the config places it on, whose
+// copy, if it moved, is fenced: for tools that run where no shard moves
+// (the benchmark's own stack). Requests use Pool.
+func (r *Router) Shard(s coffer.ShardID) *pgxpool.Pool {
+	return r.pools[r.Map().DatabaseOf(s).Index]
+}
 
 // Database returns the pool of the database at index i of the map.
 func (r *Router) Database(i int) *pgxpool.Pool { return r.pools[i] }
 
-// DatabaseIndex is the index in the map of the database holding shard s.
-func (r *Router) DatabaseIndex(s coffer.ShardID) int { return r.m.dbOfShard[s] }
+// DatabaseIndex is the index in the map of the database holding shard s,
+// or -1 while none of the config's serves it (Map.Unplaced).
+func (r *Router) DatabaseIndex(s coffer.ShardID) int { return r.Map().dbOfShard[s] }
 
 // Available returns nil if requests may go to database i, or why not: its
 // schema is not verified, or a connection to it failed within DownCooldown.
 func (r *Router) Available(i int) error {
 	switch {
 	case r.dbs[i].unverified.Load():
-		return fmt.Errorf("%s: schema not verified yet", r.m.databases[i].Label())
+		return fmt.Errorf("%s: schema not verified yet", r.config.databases[i].Label())
 	case time.Now().UnixNano() < r.dbs[i].downUntil.Load():
-		return fmt.Errorf("%s: down (a connection failed less than %s ago)", r.m.databases[i].Label(), DownCooldown)
+		return fmt.Errorf("%s: down (a connection failed less than %s ago)", r.config.databases[i].Label(), DownCooldown)
 	}
 	return nil
 }
@@ -154,7 +175,7 @@ func (r *Router) Writable(i int) error {
 		return err
 	}
 	if r.dbs[i].unsynced.Load() {
-		return fmt.Errorf("%s: no synchronous standby in sync, and require_synchronous_standby is set", r.m.databases[i].Label())
+		return fmt.Errorf("%s: no synchronous standby in sync, and require_synchronous_standby is set", r.config.databases[i].Label())
 	}
 	return nil
 }
@@ -177,7 +198,7 @@ func (r *Router) SetVerified(i int, ok bool) { r.dbs[i].unverified.Store(!ok) }
 func (r *Router) Ping(ctx context.Context) error {
 	for i, pool := range r.pools {
 		if err := pool.Ping(ctx); err != nil {
-			return fmt.Errorf("%s: %w", r.m.databases[i].Label(), err)
+			return fmt.Errorf("%s: %w", r.config.databases[i].Label(), err)
 		}
 	}
 	return nil

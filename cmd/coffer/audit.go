@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer/audit"
-	"github.com/cofferhq/coffer/shard"
 )
 
 // runAudit is `coffer audit -c CONFIG`: checks the ledger invariants on
@@ -39,14 +38,14 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "coffer audit:", err)
 		return 2
 	}
-	router, err := shard.Open(m, cfg.Pool)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	router, err := openRouter(ctx, m, cfg.Pool, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "coffer audit:", err)
 		return 2
 	}
 	defer router.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	checker := &audit.Checker{Router: router, HoldGrace: *grace}
 	if !*asJSON {
 		checker.Progress = stderr

@@ -19,7 +19,7 @@ import (
 // child process from inside this binary (bench, torture), os.Executable is
 // the test binary: it then acts as coffer itself.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "serve" {
+	if len(os.Args) > 1 && (os.Args[1] == "serve" || os.Args[1] == "feed") {
 		os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	code := pgtest.Run(m, 2)

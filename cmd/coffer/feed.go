@@ -289,9 +289,10 @@ func relayAll(ctx context.Context, cfg *Config, m *shard.Map, catalog *coffer.Ca
 	var wg sync.WaitGroup
 	errs := make(chan error, len(m.Databases()))
 	for _, d := range m.Databases() {
-		r := &feed.Relay{Database: d.Name(), ConnString: d.Config.ConnString(int(cfg.Pool.ConnectTimeout.Seconds())), Shards: d.Shards,
+		r := &feed.Relay{Database: d.Name(), ConnString: d.Config.ConnString(int(cfg.Pool.ConnectTimeout.Seconds())),
 			Catalog: catalog, Slot: feed.SlotName(f.Slot, d.Config.Name), Publication: f.Publication, Logger: logger, Observer: obs,
-			StatusInterval: time.Second, PauseMin: f.Retry.Min, PauseMax: f.Retry.Max, SlotCheckInterval: 10 * time.Second}
+			StatusInterval: time.Second, PauseMin: f.Retry.Min, PauseMax: f.Retry.Max, SlotCheckInterval: 10 * time.Second,
+			RequireStandby: cfg.RequireSynchronousStandby}
 		if nc != nil {
 			r.Sinks = append(r.Sinks, &feed.JetStream{Conn: nc, Stream: f.stream(), SubjectPrefix: f.NATS.SubjectPrefix,
 				InFlightMax: f.NATS.InFlightMax, PublishTimeout: f.NATS.PublishTimeout, Observer: obs})
@@ -299,7 +300,7 @@ func relayAll(ctx context.Context, cfg *Config, m *shard.Map, catalog *coffer.Ca
 		if len(f.Webhooks) > 0 {
 			r.Sinks = append(r.Sinks, &feed.Webhooks{Receivers: f.receivers(), Client: &http.Client{}, Logger: logger, Observer: obs})
 		}
-		logger.Info("feed: relaying", "database", d.Name(), "slot", r.Slot, "shards", len(d.Shards))
+		logger.Info("feed: relaying", "database", d.Name(), "slot", r.Slot)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -84,7 +84,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	if f.stateSchema != "" && f.dir == "" {
 		return fail(fmt.Errorf("--migrate-state-schema is for your own migrations (-d DIR): coffer's own schema keeps its state in public, where coffer serve reads it"))
 	}
-	engine, err := newEngine(f)
+	engine, err := newEngine(f, stderr)
 	if err != nil {
 		return fail(err)
 	}
@@ -113,9 +113,15 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func newEngine(f *migrateFlags) (*migrate.Engine, error) {
+// newEngine is the engine of f's migrations on the shard map now: the
+// config's placement and the shards' moves (warn is told of a database
+// whose moves cannot be read).
+func newEngine(f *migrateFlags, warn io.Writer) (*migrate.Engine, error) {
 	cfg, m, err := loadConfig(f.config)
 	if err != nil {
+		return nil, err
+	}
+	if m, err = currentMap(cfg, m, warn); err != nil {
 		return nil, err
 	}
 	if f.dir == "" {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -34,6 +35,12 @@ import (
 
 // probeInterval paces the checks of every shard database.
 const probeInterval = 2 * time.Second
+
+// movesInterval paces the reads of the shards' moves (one query per
+// database): an instance routes a shard to its new home within about
+// this long of its move, or at once when one of its writes meets the
+// old copy's fence.
+const movesInterval = time.Second
 
 // Main is the service: what `coffer serve` and `coffer dev` run, and what
 // the end-to-end tests boot on port 0. Set Config, Map and Logger, then
@@ -93,6 +100,9 @@ func (m *Main) Start(ctx context.Context) error {
 	if m.Config.RequireSynchronousStandby {
 		m.router.RequireSynchronousStandby()
 	}
+	if err := m.router.Refresh(ctx); err != nil {
+		m.Logger.Warn("shard moves not read", "error", err.Error())
+	}
 	if m.engine, err = migrate.SchemaEngine(m.Map, m.Config.Env); err != nil {
 		return err
 	}
@@ -119,6 +129,7 @@ func (m *Main) Start(ctx context.Context) error {
 	bgCtx, cancel := context.WithCancel(context.Background())
 	m.stopBG = cancel
 	m.goBG(func() { every(bgCtx, probeInterval, func() { m.probeAll(bgCtx) }) })
+	m.goBG(func() { every(bgCtx, movesInterval, func() { m.readMoves(bgCtx) }) })
 	m.goBG(func() { every(bgCtx, m.Config.Sweep.Interval, func() { m.sweep(bgCtx, "holds", store.SweepHolds) }) })
 	m.goBG(func() {
 		every(bgCtx, m.Config.Sweep.Interval, func() { m.sweep(bgCtx, "lots", store.SweepExpiredLots) })
@@ -127,6 +138,33 @@ func (m *Main) Start(ctx context.Context) error {
 	m.ready.Store(true)
 	m.Logger.Info("serving", "http", m.HTTPAddr, "grpc", m.GRPCAddr, "ops", m.OpsAddr, "console", m.ConsoleAddr, "shards", m.Map.ShardCount(), "databases", len(m.Map.Databases()))
 	return nil
+}
+
+// readMoves reads the shards' moves, logs each that changed, and counts
+// each move seen cut over, with its pause, in the metrics.
+func (m *Main) readMoves(ctx context.Context) {
+	was := m.router.Map()
+	err := m.router.Refresh(ctx)
+	if err != nil {
+		m.Logger.Warn("shard moves not read", "error", err.Error())
+	}
+	now := m.router.Map()
+	m.metrics.SetMovesInProgress(len(now.InProgress()))
+	if now.SameMoves(was) {
+		return
+	}
+	before := was.Moves()
+	for s, mv := range now.Moves() {
+		old, seen := before[s]
+		if seen && old == mv {
+			continue
+		}
+		m.Logger.Info("shard move", "shard", s, "epoch", mv.Epoch, "source", mv.Source, "target", mv.Target, "state", string(mv.State),
+			"pause_ms", mv.Pause.Milliseconds())
+		if mv.Pause > 0 && (!seen || old.Epoch != mv.Epoch || old.Pause == 0) {
+			m.metrics.Moved(mv.Pause)
+		}
+	}
 }
 
 // listen opens every configured listener, or none if one fails, and
@@ -279,6 +317,9 @@ func (m *Main) check(ctx context.Context, i int) error {
 	db := m.Map.Databases()[i]
 	cctx, cancel := context.WithTimeout(ctx, time.Second+m.Config.Pool.ConnectTimeout)
 	defer cancel()
+	// The schema check compares the shards a database records with the
+	// map's, moves included.
+	m.engine.Map = m.router.Map()
 	was, h, err := m.router.Check(cctx, i, func(ctx context.Context) error { return m.engine.Verify(ctx, db) })
 	if err != nil && !errors.Is(err, migrate.ErrUnreachable) {
 		m.Logger.Error("schema incompatible", "database", db.Name(), "error", err.Error())
@@ -367,8 +408,10 @@ func (m *Main) sweep(ctx context.Context, name string, sweep func(context.Contex
 
 // status is the operators' view (GET /v1/status).
 func (m *Main) status(context.Context) coffer.Status {
-	st := coffer.Status{Version: version(), StartedAt: m.started, ShardCount: int32(m.Map.ShardCount()), Databases: []coffer.DatabaseStatus{}}
-	for i, db := range m.Map.Databases() {
+	placed := m.router.Map()
+	st := coffer.Status{Version: version(), StartedAt: m.started, ShardCount: int32(placed.ShardCount()), Databases: []coffer.DatabaseStatus{},
+		Moves: shardMoves(placed)}
+	for i, db := range placed.Databases() {
 		h := m.router.Health(i)
 		ps := m.router.Database(i).Stat()
 		ds := coffer.DatabaseStatus{Name: db.Name(), Shards: shardRanges(db.Shards), Up: h.Up, SchemaVerified: h.Verified, Error: h.Err,
@@ -388,6 +431,19 @@ func (m *Main) status(context.Context) coffer.Status {
 		st.Databases = append(st.Databases, ds)
 	}
 	return st
+}
+
+// shardMoves are the moves in progress, and those whose new home the
+// config does not list, for the status.
+func shardMoves(m *shard.Map) []coffer.ShardMove {
+	out := []coffer.ShardMove{}
+	for s, mv := range m.Moves() {
+		if mv.State.InProgress() || m.DatabaseIndex(s) < 0 {
+			out = append(out, coffer.ShardMove{Shard: int32(s), Epoch: mv.Epoch, Source: mv.Source, Target: mv.Target, State: string(mv.State)})
+		}
+	}
+	slices.SortFunc(out, func(a, b coffer.ShardMove) int { return int(a.Shard - b.Shard) })
+	return out
 }
 
 func shardRanges(ids []coffer.ShardID) []coffer.ShardRange {

@@ -398,6 +398,9 @@ func (s *Server) settings() []string {
 		"logging_collector":       "off",
 		"log_min_messages":        "warning",
 		"log_checkpoints":         "off",
+		// A shard move copies a shard by logical replication
+		// (coffer shard move).
+		"wal_level": "logical",
 	}
 	if !s.opts.Durable {
 		// synchronous_commit stays on: a commit is then at least in the

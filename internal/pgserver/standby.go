@@ -20,7 +20,7 @@ import (
 // hint bits logged and full pages written.
 func ReplicationSettings() map[string]string {
 	return map[string]string{
-		"wal_level":        "replica",
+		"wal_level":        "logical", // standbys, and shard moves (coffer shard move)
 		"wal_log_hints":    "on",
 		"full_page_writes": "on",
 		"hot_standby":      "on",

@@ -1974,7 +1974,11 @@ type Trx struct {
 	Refund *Refund `protobuf:"bytes,12,opt,name=refund,proto3" json:"refund,omitempty"`
 	// The emitter of the client that wrote the trx (whose key it is); 0
 	// for the expiries coffer records.
-	Emitter       int32 `protobuf:"varint,13,opt,name=emitter,proto3" json:"emitter,omitempty"`
+	Emitter int32 `protobuf:"varint,13,opt,name=emitter,proto3" json:"emitter,omitempty"`
+	// A finished hold: the emitter of the client that committed or rolled
+	// it back (its own, or a support agent's); 0 while it is pending, and
+	// when coffer expired it.
+	FinishedBy    int32 `protobuf:"varint,14,opt,name=finished_by,json=finishedBy,proto3" json:"finished_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2096,6 +2100,13 @@ func (x *Trx) GetRefund() *Refund {
 func (x *Trx) GetEmitter() int32 {
 	if x != nil {
 		return x.Emitter
+	}
+	return 0
+}
+
+func (x *Trx) GetFinishedBy() int32 {
+	if x != nil {
+		return x.FinishedBy
 	}
 	return 0
 }
@@ -2591,8 +2602,12 @@ type Status struct {
 	// Shards whose database answered the last check.
 	ShardsAvailable int32             `protobuf:"varint,4,opt,name=shards_available,json=shardsAvailable,proto3" json:"shards_available,omitempty"`
 	Databases       []*DatabaseStatus `protobuf:"bytes,5,rep,name=databases,proto3" json:"databases,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The shard moves in progress, and those whose new home this
+	// instance's config does not list; each database's shards are where
+	// the shards are now.
+	Moves         []*ShardMove `protobuf:"bytes,6,rep,name=moves,proto3" json:"moves,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Status) Reset() {
@@ -2660,6 +2675,93 @@ func (x *Status) GetDatabases() []*DatabaseStatus {
 	return nil
 }
 
+func (x *Status) GetMoves() []*ShardMove {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+// ShardMove is a shard's latest move (coffer shard move).
+type ShardMove struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard int32                  `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	Epoch int64                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The databases, host:port/dbname.
+	Source string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	Target string `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
+	// copying (the source serves the shard), cut (nobody does: its writes
+	// wait), done, verified, cleaned (the target serves it) or aborted.
+	State         string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardMove) Reset() {
+	*x = ShardMove{}
+	mi := &file_coffer_v1_wallet_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardMove) ProtoMessage() {}
+
+func (x *ShardMove) ProtoReflect() protoreflect.Message {
+	mi := &file_coffer_v1_wallet_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardMove.ProtoReflect.Descriptor instead.
+func (*ShardMove) Descriptor() ([]byte, []int) {
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ShardMove) GetShard() int32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ShardMove) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ShardMove) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *ShardMove) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ShardMove) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
 // ShardRange is the shards min … max (inclusive).
 type ShardRange struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2671,7 +2773,7 @@ type ShardRange struct {
 
 func (x *ShardRange) Reset() {
 	*x = ShardRange{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[31]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2785,7 @@ func (x *ShardRange) String() string {
 func (*ShardRange) ProtoMessage() {}
 
 func (x *ShardRange) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[31]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2798,7 @@ func (x *ShardRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRange.ProtoReflect.Descriptor instead.
 func (*ShardRange) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{31}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ShardRange) GetMin() int32 {
@@ -2744,7 +2846,7 @@ type DatabaseStatus struct {
 
 func (x *DatabaseStatus) Reset() {
 	*x = DatabaseStatus{}
-	mi := &file_coffer_v1_wallet_proto_msgTypes[32]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +2858,7 @@ func (x *DatabaseStatus) String() string {
 func (*DatabaseStatus) ProtoMessage() {}
 
 func (x *DatabaseStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_coffer_v1_wallet_proto_msgTypes[32]
+	mi := &file_coffer_v1_wallet_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +2871,7 @@ func (x *DatabaseStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DatabaseStatus.ProtoReflect.Descriptor instead.
 func (*DatabaseStatus) Descriptor() ([]byte, []int) {
-	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{32}
+	return file_coffer_v1_wallet_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DatabaseStatus) GetName() string {
@@ -3015,7 +3117,7 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	" \x01(\tR\x05cause\"3\n" +
 	"\x05Money\x12\x16\n" +
 	"\x06amount\x18\x01 \x01(\x03R\x06amount\x12\x12\n" +
-	"\x04fiat\x18\x02 \x01(\tR\x04fiat\"\xde\x03\n" +
+	"\x04fiat\x18\x02 \x01(\tR\x04fiat\"\xff\x03\n" +
 	"\x03Trx\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x12\n" +
@@ -3031,7 +3133,9 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	" \x01(\x03R\aversion\x12.\n" +
 	"\bbalances\x18\v \x03(\v2\x12.coffer.v1.BalanceR\bbalances\x12)\n" +
 	"\x06refund\x18\f \x01(\v2\x11.coffer.v1.RefundR\x06refund\x12\x18\n" +
-	"\aemitter\x18\r \x01(\x05R\aemitter\"\xbb\x01\n" +
+	"\aemitter\x18\r \x01(\x05R\aemitter\x12\x1f\n" +
+	"\vfinished_by\x18\x0e \x01(\x05R\n" +
+	"finishedBy\"\xbb\x01\n" +
 	"\x06Refund\x12\x14\n" +
 	"\x05store\x18\x01 \x01(\tR\x05store\x12\x19\n" +
 	"\border_id\x18\x02 \x01(\tR\aorderId\x12\x12\n" +
@@ -3075,7 +3179,7 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\x05R\tnamespace\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12,\n" +
-	"\x05lines\x18\x04 \x03(\v2\x16.coffer.v1.RevenueLineR\x05lines\"\xe2\x01\n" +
+	"\x05lines\x18\x04 \x03(\v2\x16.coffer.v1.RevenueLineR\x05lines\"\x8e\x02\n" +
 	"\x06Status\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x129\n" +
 	"\n" +
@@ -3083,7 +3187,14 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\vshard_count\x18\x03 \x01(\x05R\n" +
 	"shardCount\x12)\n" +
 	"\x10shards_available\x18\x04 \x01(\x05R\x0fshardsAvailable\x127\n" +
-	"\tdatabases\x18\x05 \x03(\v2\x19.coffer.v1.DatabaseStatusR\tdatabases\"0\n" +
+	"\tdatabases\x18\x05 \x03(\v2\x19.coffer.v1.DatabaseStatusR\tdatabases\x12*\n" +
+	"\x05moves\x18\x06 \x03(\v2\x14.coffer.v1.ShardMoveR\x05moves\"}\n" +
+	"\tShardMove\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\x05R\x05shard\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\x12\x16\n" +
+	"\x06target\x18\x04 \x01(\tR\x06target\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\"0\n" +
 	"\n" +
 	"ShardRange\x12\x10\n" +
 	"\x03min\x18\x01 \x01(\x05R\x03min\x12\x10\n" +
@@ -3133,7 +3244,7 @@ func file_coffer_v1_wallet_proto_rawDescGZIP() []byte {
 	return file_coffer_v1_wallet_proto_rawDescData
 }
 
-var file_coffer_v1_wallet_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_coffer_v1_wallet_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_coffer_v1_wallet_proto_goTypes = []any{
 	(*GetBalancesRequest)(nil),    // 0: coffer.v1.GetBalancesRequest
 	(*Purchase)(nil),              // 1: coffer.v1.Purchase
@@ -3166,85 +3277,87 @@ var file_coffer_v1_wallet_proto_goTypes = []any{
 	(*RevenueLine)(nil),           // 28: coffer.v1.RevenueLine
 	(*RevenueReport)(nil),         // 29: coffer.v1.RevenueReport
 	(*Status)(nil),                // 30: coffer.v1.Status
-	(*ShardRange)(nil),            // 31: coffer.v1.ShardRange
-	(*DatabaseStatus)(nil),        // 32: coffer.v1.DatabaseStatus
-	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 34: google.protobuf.Struct
-	(*status.Status)(nil),         // 35: google.rpc.Status
+	(*ShardMove)(nil),             // 31: coffer.v1.ShardMove
+	(*ShardRange)(nil),            // 32: coffer.v1.ShardRange
+	(*DatabaseStatus)(nil),        // 33: coffer.v1.DatabaseStatus
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 35: google.protobuf.Struct
+	(*status.Status)(nil),         // 36: google.rpc.Status
 }
 var file_coffer_v1_wallet_proto_depIdxs = []int32{
-	33, // 0: coffer.v1.GetBalancesRequest.at:type_name -> google.protobuf.Timestamp
-	33, // 1: coffer.v1.OpRequest.expires_at:type_name -> google.protobuf.Timestamp
+	34, // 0: coffer.v1.GetBalancesRequest.at:type_name -> google.protobuf.Timestamp
+	34, // 1: coffer.v1.OpRequest.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: coffer.v1.OpRequest.purchase:type_name -> coffer.v1.Purchase
 	2,  // 3: coffer.v1.ChangeRequest.ops:type_name -> coffer.v1.OpRequest
-	34, // 4: coffer.v1.ChangeRequest.meta:type_name -> google.protobuf.Struct
+	35, // 4: coffer.v1.ChangeRequest.meta:type_name -> google.protobuf.Struct
 	5,  // 5: coffer.v1.BatchChangeRequest.changes:type_name -> coffer.v1.BatchChange
 	2,  // 6: coffer.v1.BatchChange.ops:type_name -> coffer.v1.OpRequest
-	34, // 7: coffer.v1.BatchChange.meta:type_name -> google.protobuf.Struct
+	35, // 7: coffer.v1.BatchChange.meta:type_name -> google.protobuf.Struct
 	7,  // 8: coffer.v1.BatchChangeResponse.results:type_name -> coffer.v1.BatchChangeResult
 	24, // 9: coffer.v1.BatchChangeResult.trx:type_name -> coffer.v1.Trx
-	35, // 10: coffer.v1.BatchChangeResult.error:type_name -> google.rpc.Status
-	34, // 11: coffer.v1.ExchangeRequest.meta:type_name -> google.protobuf.Struct
-	33, // 12: coffer.v1.FinlogRequest.from:type_name -> google.protobuf.Timestamp
-	33, // 13: coffer.v1.FinlogRequest.to:type_name -> google.protobuf.Timestamp
-	33, // 14: coffer.v1.RevenueRequest.from:type_name -> google.protobuf.Timestamp
-	33, // 15: coffer.v1.RevenueRequest.to:type_name -> google.protobuf.Timestamp
-	33, // 16: coffer.v1.OrderClaim.created_at:type_name -> google.protobuf.Timestamp
+	36, // 10: coffer.v1.BatchChangeResult.error:type_name -> google.rpc.Status
+	35, // 11: coffer.v1.ExchangeRequest.meta:type_name -> google.protobuf.Struct
+	34, // 12: coffer.v1.FinlogRequest.from:type_name -> google.protobuf.Timestamp
+	34, // 13: coffer.v1.FinlogRequest.to:type_name -> google.protobuf.Timestamp
+	34, // 14: coffer.v1.RevenueRequest.from:type_name -> google.protobuf.Timestamp
+	34, // 15: coffer.v1.RevenueRequest.to:type_name -> google.protobuf.Timestamp
+	34, // 16: coffer.v1.OrderClaim.created_at:type_name -> google.protobuf.Timestamp
 	18, // 17: coffer.v1.ClientInfo.clients:type_name -> coffer.v1.ClientName
-	33, // 18: coffer.v1.Lot.expires_at:type_name -> google.protobuf.Timestamp
-	33, // 19: coffer.v1.Lot.created_at:type_name -> google.protobuf.Timestamp
+	34, // 18: coffer.v1.Lot.expires_at:type_name -> google.protobuf.Timestamp
+	34, // 19: coffer.v1.Lot.created_at:type_name -> google.protobuf.Timestamp
 	19, // 20: coffer.v1.Balance.lots:type_name -> coffer.v1.Lot
-	33, // 21: coffer.v1.Balances.at:type_name -> google.protobuf.Timestamp
+	34, // 21: coffer.v1.Balances.at:type_name -> google.protobuf.Timestamp
 	20, // 22: coffer.v1.Balances.balances:type_name -> coffer.v1.Balance
 	1,  // 23: coffer.v1.Op.purchase:type_name -> coffer.v1.Purchase
 	23, // 24: coffer.v1.Op.value:type_name -> coffer.v1.Money
-	34, // 25: coffer.v1.Trx.meta:type_name -> google.protobuf.Struct
+	35, // 25: coffer.v1.Trx.meta:type_name -> google.protobuf.Struct
 	22, // 26: coffer.v1.Trx.ops:type_name -> coffer.v1.Op
-	33, // 27: coffer.v1.Trx.created_at:type_name -> google.protobuf.Timestamp
-	33, // 28: coffer.v1.Trx.hold_expires_at:type_name -> google.protobuf.Timestamp
+	34, // 27: coffer.v1.Trx.created_at:type_name -> google.protobuf.Timestamp
+	34, // 28: coffer.v1.Trx.hold_expires_at:type_name -> google.protobuf.Timestamp
 	20, // 29: coffer.v1.Trx.balances:type_name -> coffer.v1.Balance
 	25, // 30: coffer.v1.Trx.refund:type_name -> coffer.v1.Refund
 	26, // 31: coffer.v1.Refund.shortfall:type_name -> coffer.v1.RefundAmount
 	26, // 32: coffer.v1.Refund.exchanged:type_name -> coffer.v1.RefundAmount
 	24, // 33: coffer.v1.FinlogPage.items:type_name -> coffer.v1.Trx
-	33, // 34: coffer.v1.RevenueReport.from:type_name -> google.protobuf.Timestamp
-	33, // 35: coffer.v1.RevenueReport.to:type_name -> google.protobuf.Timestamp
+	34, // 34: coffer.v1.RevenueReport.from:type_name -> google.protobuf.Timestamp
+	34, // 35: coffer.v1.RevenueReport.to:type_name -> google.protobuf.Timestamp
 	28, // 36: coffer.v1.RevenueReport.lines:type_name -> coffer.v1.RevenueLine
-	33, // 37: coffer.v1.Status.started_at:type_name -> google.protobuf.Timestamp
-	32, // 38: coffer.v1.Status.databases:type_name -> coffer.v1.DatabaseStatus
-	31, // 39: coffer.v1.DatabaseStatus.shards:type_name -> coffer.v1.ShardRange
-	33, // 40: coffer.v1.DatabaseStatus.checked_at:type_name -> google.protobuf.Timestamp
-	0,  // 41: coffer.v1.Wallet.GetBalances:input_type -> coffer.v1.GetBalancesRequest
-	3,  // 42: coffer.v1.Wallet.Change:input_type -> coffer.v1.ChangeRequest
-	4,  // 43: coffer.v1.Wallet.BatchChange:input_type -> coffer.v1.BatchChangeRequest
-	8,  // 44: coffer.v1.Wallet.Commit:input_type -> coffer.v1.TrxRequest
-	8,  // 45: coffer.v1.Wallet.Rollback:input_type -> coffer.v1.TrxRequest
-	8,  // 46: coffer.v1.Wallet.GetTrx:input_type -> coffer.v1.TrxRequest
-	9,  // 47: coffer.v1.Wallet.Exchange:input_type -> coffer.v1.ExchangeRequest
-	10, // 48: coffer.v1.Wallet.Refund:input_type -> coffer.v1.RefundRequest
-	11, // 49: coffer.v1.Wallet.Finlog:input_type -> coffer.v1.FinlogRequest
-	12, // 50: coffer.v1.Wallet.Revenue:input_type -> coffer.v1.RevenueRequest
-	13, // 51: coffer.v1.Wallet.GetStatus:input_type -> coffer.v1.StatusRequest
-	14, // 52: coffer.v1.Wallet.GetOrder:input_type -> coffer.v1.OrderRequest
-	16, // 53: coffer.v1.Wallet.GetClient:input_type -> coffer.v1.ClientRequest
-	21, // 54: coffer.v1.Wallet.GetBalances:output_type -> coffer.v1.Balances
-	24, // 55: coffer.v1.Wallet.Change:output_type -> coffer.v1.Trx
-	6,  // 56: coffer.v1.Wallet.BatchChange:output_type -> coffer.v1.BatchChangeResponse
-	24, // 57: coffer.v1.Wallet.Commit:output_type -> coffer.v1.Trx
-	24, // 58: coffer.v1.Wallet.Rollback:output_type -> coffer.v1.Trx
-	24, // 59: coffer.v1.Wallet.GetTrx:output_type -> coffer.v1.Trx
-	24, // 60: coffer.v1.Wallet.Exchange:output_type -> coffer.v1.Trx
-	24, // 61: coffer.v1.Wallet.Refund:output_type -> coffer.v1.Trx
-	27, // 62: coffer.v1.Wallet.Finlog:output_type -> coffer.v1.FinlogPage
-	29, // 63: coffer.v1.Wallet.Revenue:output_type -> coffer.v1.RevenueReport
-	30, // 64: coffer.v1.Wallet.GetStatus:output_type -> coffer.v1.Status
-	15, // 65: coffer.v1.Wallet.GetOrder:output_type -> coffer.v1.OrderClaim
-	17, // 66: coffer.v1.Wallet.GetClient:output_type -> coffer.v1.ClientInfo
-	54, // [54:67] is the sub-list for method output_type
-	41, // [41:54] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	34, // 37: coffer.v1.Status.started_at:type_name -> google.protobuf.Timestamp
+	33, // 38: coffer.v1.Status.databases:type_name -> coffer.v1.DatabaseStatus
+	31, // 39: coffer.v1.Status.moves:type_name -> coffer.v1.ShardMove
+	32, // 40: coffer.v1.DatabaseStatus.shards:type_name -> coffer.v1.ShardRange
+	34, // 41: coffer.v1.DatabaseStatus.checked_at:type_name -> google.protobuf.Timestamp
+	0,  // 42: coffer.v1.Wallet.GetBalances:input_type -> coffer.v1.GetBalancesRequest
+	3,  // 43: coffer.v1.Wallet.Change:input_type -> coffer.v1.ChangeRequest
+	4,  // 44: coffer.v1.Wallet.BatchChange:input_type -> coffer.v1.BatchChangeRequest
+	8,  // 45: coffer.v1.Wallet.Commit:input_type -> coffer.v1.TrxRequest
+	8,  // 46: coffer.v1.Wallet.Rollback:input_type -> coffer.v1.TrxRequest
+	8,  // 47: coffer.v1.Wallet.GetTrx:input_type -> coffer.v1.TrxRequest
+	9,  // 48: coffer.v1.Wallet.Exchange:input_type -> coffer.v1.ExchangeRequest
+	10, // 49: coffer.v1.Wallet.Refund:input_type -> coffer.v1.RefundRequest
+	11, // 50: coffer.v1.Wallet.Finlog:input_type -> coffer.v1.FinlogRequest
+	12, // 51: coffer.v1.Wallet.Revenue:input_type -> coffer.v1.RevenueRequest
+	13, // 52: coffer.v1.Wallet.GetStatus:input_type -> coffer.v1.StatusRequest
+	14, // 53: coffer.v1.Wallet.GetOrder:input_type -> coffer.v1.OrderRequest
+	16, // 54: coffer.v1.Wallet.GetClient:input_type -> coffer.v1.ClientRequest
+	21, // 55: coffer.v1.Wallet.GetBalances:output_type -> coffer.v1.Balances
+	24, // 56: coffer.v1.Wallet.Change:output_type -> coffer.v1.Trx
+	6,  // 57: coffer.v1.Wallet.BatchChange:output_type -> coffer.v1.BatchChangeResponse
+	24, // 58: coffer.v1.Wallet.Commit:output_type -> coffer.v1.Trx
+	24, // 59: coffer.v1.Wallet.Rollback:output_type -> coffer.v1.Trx
+	24, // 60: coffer.v1.Wallet.GetTrx:output_type -> coffer.v1.Trx
+	24, // 61: coffer.v1.Wallet.Exchange:output_type -> coffer.v1.Trx
+	24, // 62: coffer.v1.Wallet.Refund:output_type -> coffer.v1.Trx
+	27, // 63: coffer.v1.Wallet.Finlog:output_type -> coffer.v1.FinlogPage
+	29, // 64: coffer.v1.Wallet.Revenue:output_type -> coffer.v1.RevenueReport
+	30, // 65: coffer.v1.Wallet.GetStatus:output_type -> coffer.v1.Status
+	15, // 66: coffer.v1.Wallet.GetOrder:output_type -> coffer.v1.OrderClaim
+	17, // 67: coffer.v1.Wallet.GetClient:output_type -> coffer.v1.ClientInfo
+	55, // [55:68] is the sub-list for method output_type
+	42, // [42:55] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_coffer_v1_wallet_proto_init() }
@@ -3258,7 +3371,7 @@ func file_coffer_v1_wallet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coffer_v1_wallet_proto_rawDesc), len(file_coffer_v1_wallet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
