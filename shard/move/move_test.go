@@ -290,6 +290,52 @@ func TestAbortLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestMoveWhoseSlotIsLost: the source loses the move's replication slot
+// while the target subscribes to it, as a failover of the source's
+// server does (slots do not follow it), and takes a write. A run that
+// would carry on refuses, making no slot (one made now would stream
+// without that write); the abort then leaves nothing behind, and the
+// shard serves where it was, the write included.
+func TestMoveWhoseSlotIsLost(t *testing.T) {
+	e := newEnv(t)
+	p := e.playerOn(3, 1)
+	must(t, e.grant(p, "before"))
+	e.mover.After = func(step string) error {
+		if step == move.StepSubscribed {
+			return errors.New("stopped")
+		}
+		return nil
+	}
+	if _, err := e.mover.Move(ctx, 3, e.name(2)); err == nil {
+		t.Fatal("the mover did not stop")
+	}
+	e.mover.After = nil
+	e.dbs[2].Exec(t, "ALTER SUBSCRIPTION coffer_move_3 DISABLE")
+	waitFor(t, "the slot to be let go", func() bool {
+		_, err := e.dbs[1].Conn(t).Exec(ctx, "SELECT pg_drop_replication_slot('coffer_move_3')")
+		return err == nil
+	})
+	e.dbs[2].Exec(t, "ALTER SUBSCRIPTION coffer_move_3 ENABLE")
+	must(t, e.grant(p, "lost"))
+	if _, err := e.mover.Move(ctx, 3, e.name(2)); err == nil || !strings.Contains(err.Error(), "is gone") {
+		t.Fatalf("carry on without the slot: %v", err)
+	}
+	if n := e.count(1, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'coffer_move_3'"); n != 0 {
+		t.Fatal("the run made a new slot")
+	}
+	must(t, e.mover.Abort(ctx, 3))
+	for i := range e.dbs {
+		if got := e.leftovers(i); got != "publications 0, subscriptions 0, slots 0" {
+			t.Errorf("database %d: %s", i, got)
+		}
+	}
+	must(t, e.grant(p, "after"))
+	if got := e.gold(p); got != 3 {
+		t.Fatalf("gold = %d, want 3", got)
+	}
+	e.auditClean()
+}
+
 // TestMoveRefusals: each refusal changes nothing.
 func TestMoveRefusals(t *testing.T) {
 	e := newEnv(t)

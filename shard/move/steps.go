@@ -226,6 +226,16 @@ func (s *session) publish(ctx context.Context) error {
 	if ok, err := s.exists(ctx, s.src, slotSQL); err != nil || ok {
 		return err
 	}
+	// A slot made now would stream from now on: to a subscription that
+	// streamed from the lost one, what the source wrote in between would
+	// be missing from the copy.
+	if ok, err := s.exists(ctx, s.dst, subscriptionSQL); err != nil || ok {
+		if err == nil {
+			err = fmt.Errorf("the replication slot %s is gone from %s (a failover? slots do not follow it) while %s subscribes to it: "+
+				"the copy misses what was written since; abort the move (--abort) and begin it again", s.name(), s.mv.Source, s.mv.Target)
+		}
+		return err
+	}
 	_, err := s.src.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", s.name())
 	return err
 }
