@@ -326,11 +326,11 @@ func movesSummary(moves []MoveResult) string {
 	return b.String()
 }
 
-// medianWorst reads ds (sorted in place) as "median M, worst W (N)".
+// medianWorst reads ds (sorted in place) as "median M, worst W (moves: N)".
 func medianWorst(ds []time.Duration) string {
 	if len(ds) == 0 {
 		return "none"
 	}
 	slices.Sort(ds)
-	return fmt.Sprintf("median %s, worst %s (%d moves)", ds[len(ds)/2], ds[len(ds)-1], len(ds))
+	return fmt.Sprintf("median %s, worst %s (moves: %d)", ds[len(ds)/2], ds[len(ds)-1], len(ds))
 }
