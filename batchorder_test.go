@@ -36,6 +36,7 @@ type modelTrx struct {
 	TrxRow
 	finishedAt   *time.Time
 	beginVersion int64
+	finishedBy   Emitter
 }
 
 func (m *storeModel) clone() *storeModel {
@@ -121,8 +122,8 @@ func (m *storeModel) stored(tr *modelTrx) *StoredTrx {
 		meta = slices.Clone(tr.Meta)
 	}
 	st := &StoredTrx{Trx: Trx{ID: tr.ID, IdempotencyKey: tr.IdempotencyKey, Emitter: tr.Emitter, Kind: tr.Kind, Status: tr.Status, Reason: tr.Reason, Meta: meta,
-		Ops: m.c.Ops(all), CreatedAt: tr.CreatedAt.UTC(), HoldExpiresAt: tr.HoldExpiresAt, Refund: m.c.Refund(tr.Refund), Version: tr.Version,
-		Balances: m.c.BalancesAfter(last)}, Hash: tr.Hash, PendingGrants: tr.PendingGrants}
+		Ops: m.c.Ops(all), CreatedAt: tr.CreatedAt.UTC(), HoldExpiresAt: tr.HoldExpiresAt, Refund: m.c.Refund(tr.Refund), FinishedBy: tr.finishedBy,
+		Version: tr.Version, Balances: m.c.BalancesAfter(last)}, Hash: tr.Hash, PendingGrants: tr.PendingGrants}
 	if len(tr.PendingGrants) > 0 {
 		st.Ops = append(st.Ops, m.c.PendingOps(st.Status, st.PendingGrants)...)
 	}
@@ -178,7 +179,7 @@ func (m *storeModel) store(p *Player, plans []Plan) {
 			for _, tr := range m.trx {
 				if tr.ID == f.ID {
 					at := f.FinishedAt
-					tr.Status, tr.Version, tr.finishedAt, tr.beginVersion = f.Status, f.Version, &at, f.BeginVersion
+					tr.Status, tr.Version, tr.finishedAt, tr.beginVersion, tr.finishedBy = f.Status, f.Version, &at, f.BeginVersion, f.By
 				}
 			}
 		}
@@ -215,7 +216,7 @@ func (m *storeModel) rows() string {
 	}
 	for _, tr := range m.trx {
 		raw, _ := json.Marshal(tr.TrxRow)
-		fmt.Fprintf(&b, "trx %s %v v%d\n", raw, tr.finishedAt, tr.beginVersion)
+		fmt.Fprintf(&b, "trx %s %v v%d by %d\n", raw, tr.finishedAt, tr.beginVersion, tr.finishedBy)
 	}
 	for _, o := range m.ops {
 		raw, _ := json.Marshal(o)
@@ -382,7 +383,11 @@ func (w writeMaker) exchange(key, from, to string, amount Amount) modelWrite {
 
 func (w writeMaker) finish(kind, key string) modelWrite {
 	step := map[string]FinishStep{"commit": FinishCommit, "rollback": FinishRollback, "expire-hold": FinishExpire}[kind]
-	return modelWrite{kind + " " + key, Finish{Key: w.scope(key).Key(), Step: step}}
+	f := Finish{Key: w.scope(key).Key(), Step: step}
+	if step != FinishExpire { // the sweeper's is coffer's
+		f.By = f.Key.Emitter
+	}
+	return modelWrite{kind + " " + key, f}
 }
 
 func (w writeMaker) refund(key, order string, kind RefundKind) modelWrite {

@@ -270,7 +270,7 @@ func (c *Catalog) PendingOps(status TrxStatus, grants []PendingGrant) []Op {
 // rebuilds a finished hold's first answer from its row the same way, so
 // that a replay of the begin answers it byte for byte.
 func (c *Catalog) BeginAnswer(t Trx, version int64, ops []BookOp, grants []PendingGrant) Trx {
-	t.Status, t.Version = StatusPending, version
+	t.Status, t.Version, t.FinishedBy = StatusPending, version, 0
 	t.Ops = append(c.Ops(ops), c.PendingOps(StatusPending, grants)...)
 	t.Balances = c.BalancesAfter(ops)
 	return t

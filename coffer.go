@@ -217,6 +217,11 @@ type Trx struct {
 	HoldExpiresAt *time.Time      `json:"hold_expires_at,omitempty"`
 	// Refund is a refund trx's order, kind and shortfall.
 	Refund *Refund `json:"refund,omitempty"`
+	// FinishedBy is the emitter of the client that committed or rolled
+	// back a hold: the hold's own, or a support agent's that finished
+	// another client's hold; 0 while it is pending, and when coffer
+	// expired it.
+	FinishedBy Emitter `json:"finished_by,omitempty"`
 	// Version and Balances are the player's, right after the trx (or its
 	// commit or rollback), for the currencies it touched.
 	Version  int64     `json:"version"`

@@ -286,17 +286,18 @@ type Ledger interface {
 	// invalid_argument (no changes, or more than BatchChangesMax). Each
 	// result's Err has one of Change's codes.
 	BatchChange(ctx context.Context, reqs []ChangeRequest) ([]ChangeResult, error)
-	// Commit applies a pending hold's grants. Committing a committed hold
-	// is a replay. Errors: not_found, hold_not_pending (rolled back, or not
-	// a hold), hold_expired, invalid_argument and too_many_lots (a grant
+	// Commit applies a pending hold's grants, and records the client that
+	// committed it (Trx.FinishedBy). Committing a committed hold is a
+	// replay. Errors: not_found, hold_not_pending (rolled back, or not a
+	// hold), hold_expired, invalid_argument and too_many_lots (a grant
 	// past a bound: the hold stays pending), shard_unavailable, internal.
-	Commit(ctx context.Context, s Scope) (trx Trx, replay bool, err error)
-	// Rollback returns a pending hold's reservations to their lots; no
-	// bound can refuse it. Rolling back a rolled-back or expired hold is
-	// a replay. Errors:
-	// not_found, hold_not_pending (committed, or not a hold),
-	// shard_unavailable, internal.
-	Rollback(ctx context.Context, s Scope) (trx Trx, replay bool, err error)
+	Commit(ctx context.Context, req FinishRequest) (trx Trx, replay bool, err error)
+	// Rollback returns a pending hold's reservations to their lots, and
+	// records the client that rolled it back; no bound can refuse it.
+	// Rolling back a rolled-back or expired hold is a replay. Errors:
+	// invalid_argument, not_found, hold_not_pending (committed, or not a
+	// hold), shard_unavailable, internal.
+	Rollback(ctx context.Context, req FinishRequest) (trx Trx, replay bool, err error)
 	// Trx reads one trx by its scope. Errors: not_found, shard_unavailable,
 	// internal.
 	Trx(ctx context.Context, s Scope) (Trx, error)

@@ -61,9 +61,10 @@ type TrxRow struct {
 }
 
 // TrxFinish ends a pending hold: its new status, at the version and time
-// of the write that ends it. The row's version becomes the finish's; it
-// keeps the one its begin left as BeginVersion, for the version of a
-// balance at a time the hold was pending (PastVersion).
+// of the write that ends it, and the client that ended it (By, 0 for
+// coffer's sweeper). The row's version becomes the finish's; it keeps the
+// one its begin left as BeginVersion, for the version of a balance at a
+// time the hold was pending (PastVersion).
 type TrxFinish struct {
 	ID           int64
 	CreatedAt    time.Time
@@ -71,6 +72,7 @@ type TrxFinish struct {
 	Version      int64
 	BeginVersion int64
 	FinishedAt   time.Time
+	By           Emitter
 }
 
 // OpRow is an op to insert: the planned op, its trx, its place in the trx
@@ -454,24 +456,28 @@ func exchangePaid(book *Book, v ValidExchange, ops []BookOp) ([]BookOp, error) {
 	return grants, nil
 }
 
-// Commit plans a pending hold's commit: its reservations are settled and
-// its grants applied. A hold past its TTL is rolled back instead (status
-// expired), and the answer is hold_expired. Committing a committed hold is
-// a replay. Errors: not_found, hold_not_pending (rolled back, or not a
-// hold), hold_expired, invalid_argument and too_many_lots (a grant past a
-// bound: the hold stays pending), internal.
-func (p *Player) Commit(k TrxKey) Plan { return p.finish(k, FinishCommit) }
+// Commit plans a pending hold's commit by the client of emitter by (the
+// hold's own, or a support agent's), which the trx records
+// (Trx.FinishedBy): its reservations are settled and its grants applied.
+// A hold past its TTL is rolled back instead (status expired), and the
+// answer is hold_expired. Committing a committed hold is a replay, which
+// names the client that committed it. Errors: not_found,
+// hold_not_pending (rolled back, or not a hold), hold_expired,
+// invalid_argument and too_many_lots (a grant past a bound: the hold
+// stays pending), internal.
+func (p *Player) Commit(k TrxKey, by Emitter) Plan { return p.finish(Finish{k, FinishCommit, by}) }
 
-// Rollback plans a pending hold's rollback: its reservations return to
-// the very lots they came from; no bound can refuse it. Rolling back a
-// rolled-back or expired hold is a replay. Errors: not_found,
-// hold_not_pending (committed, or not a hold), internal.
-func (p *Player) Rollback(k TrxKey) Plan { return p.finish(k, FinishRollback) }
+// Rollback plans a pending hold's rollback by the client of emitter by,
+// as Commit: its reservations return to the very lots they came from; no
+// bound can refuse it. Rolling back a rolled-back or expired hold is a
+// replay. Errors: not_found, hold_not_pending (committed, or not a hold),
+// internal.
+func (p *Player) Rollback(k TrxKey, by Emitter) Plan { return p.finish(Finish{k, FinishRollback, by}) }
 
 // ExpireHold plans the hold sweeper's rollback of a hold past its TTL
-// (status expired). A hold not due, or finished already, is left as it
-// is: the answer is its stored trx, as a replay.
-func (p *Player) ExpireHold(k TrxKey) Plan { return p.finish(k, FinishExpire) }
+// (status expired), by coffer (FinishedBy 0). A hold not due, or finished
+// already, is left as it is: the answer is its stored trx, as a replay.
+func (p *Player) ExpireHold(k TrxKey) Plan { return p.finish(Finish{Key: k, Step: FinishExpire}) }
 
 // ExpireLots plans the lot sweeper's write: an expire op for every lot
 // that expired with an amount left, in every loaded currency. A player
@@ -492,8 +498,8 @@ func (p *Player) ExpireLots() Plan {
 // whose expiry has passed: it expires at once, in a trx of its own after
 // the hold's ops, so that no lot is left with a due expiry unrecorded
 // behind the lot sweeper's window.
-func (p *Player) finish(k TrxKey, step FinishStep) Plan {
-	commit, sweep := step == FinishCommit, step == FinishExpire
+func (p *Player) finish(f Finish) Plan {
+	k, commit, sweep := f.Key, f.Step == FinishCommit, f.Step == FinishExpire
 	h := p.trx[k]
 	if h == nil {
 		return Plan{Err: Errorf(CodeNotFound, "no trx with idempotency_key %q", k.IdempotencyKey)}
@@ -532,11 +538,11 @@ func (p *Player) finish(k TrxKey, step FinishStep) Plan {
 	expiredAfter := w.p.book.Expire(nil)
 	settled := settledOps(h.Ops)
 	out := h.Trx
-	out.Status, out.Version = status, w.version
+	out.Status, out.Version, out.FinishedBy = status, w.version, f.By
 	out.Ops = append(settled, p.catalog.Ops(ops)...)
 	out.Balances = p.catalog.BalancesAfter(ops)
 	w.expiries(expired)
-	w.plan.Finish = &TrxFinish{ID: h.ID, CreatedAt: h.CreatedAt, Status: status, Version: w.version, BeginVersion: h.Version, FinishedAt: w.at}
+	w.plan.Finish = &TrxFinish{ID: h.ID, CreatedAt: h.CreatedAt, Status: status, Version: w.version, BeginVersion: h.Version, FinishedAt: w.at, By: f.By}
 	w.ops(h.ID, int32(len(settled)), ops)
 	w.expiries(expiredAfter)
 	if status == StatusCommitted {

@@ -95,7 +95,7 @@ func render(c *Catalog, p Plan) string {
 	}
 	if f := p.Finish; f != nil {
 		text, first := ops(f.ID)
-		entries = append(entries, entry{first, fmt.Sprintf("finish %d %s v%d (begin v%d)", f.ID, f.Status, f.Version, f.BeginVersion) + text})
+		entries = append(entries, entry{first, fmt.Sprintf("finish %d %s v%d (begin v%d) by %d", f.ID, f.Status, f.Version, f.BeginVersion, f.By) + text})
 	}
 	slices.SortStableFunc(entries, func(a, b entry) int { return cmp.Compare(a.pos, b.pos) })
 	for _, e := range entries {
@@ -344,10 +344,10 @@ func TestPlanHold(t *testing.T) {
 			{changeOf(t, c, "h", true, freeOp("gold", -12), freeOp("silver", 3)),
 				"trx 100 hold pending v4 @11\n  consume gold -10 lot 1 = 5/5 @12\n  consume gold -2 lot 2 = 3/3 @13"},
 			{changeOf(t, c, "h", true, freeOp("gold", -12), freeOp("silver", 3)), "replay 100"},
-			{func(p *Player) Plan { return p.Rollback(key("nope")) }, "error not_found"},
-			{func(p *Player) Plan { return p.Commit(key("h")) }, "finish 100 committed v5 (begin v4)\n  grant silver 3 lot 101 = 3/0 @14"},
-			{func(p *Player) Plan { return p.Commit(key("h")) }, "replay 100"},
-			{func(p *Player) Plan { return p.Rollback(key("h")) }, "error hold_not_pending"},
+			{func(p *Player) Plan { return p.Rollback(key("nope"), 7) }, "error not_found"},
+			{func(p *Player) Plan { return p.Commit(key("h"), 7) }, "finish 100 committed v5 (begin v4) by 7\n  grant silver 3 lot 101 = 3/0 @14"},
+			{func(p *Player) Plan { return p.Commit(key("h"), 7) }, "replay 100"},
+			{func(p *Player) Plan { return p.Rollback(key("h"), 7) }, "error hold_not_pending"},
 		})
 		for _, l := range p.Lots() {
 			if l.Reserved != 0 {
@@ -363,10 +363,10 @@ func TestPlanHold(t *testing.T) {
 		}
 		runSteps(t, c, p, []step{
 			{changeOf(t, c, "x", false, freeOp("gold", -4)), "error insufficient_funds"},
-			{func(p *Player) Plan { return p.Rollback(key("h")) },
-				"finish 100 rolled_back v5 (begin v4)\n  grant gold 10 lot 1 = 13/3 @14\n  grant gold 2 lot 2 = 15/5 @15"},
-			{func(p *Player) Plan { return p.Rollback(key("h")) }, "replay 100"},
-			{func(p *Player) Plan { return p.Commit(key("h")) }, "error hold_not_pending"},
+			{func(p *Player) Plan { return p.Rollback(key("h"), 7) },
+				"finish 100 rolled_back v5 (begin v4) by 7\n  grant gold 10 lot 1 = 13/3 @14\n  grant gold 2 lot 2 = 15/5 @15"},
+			{func(p *Player) Plan { return p.Rollback(key("h"), 7) }, "replay 100"},
+			{func(p *Player) Plan { return p.Commit(key("h"), 7) }, "error hold_not_pending"},
 			{changeOf(t, c, "y", false, freeOp("gold", -15)), "trx 102 change committed v6 @16\n  consume gold -10 lot 1 = 5/5 @17\n  consume gold -5 lot 2 = 0/0 @18"},
 		})
 	})
@@ -424,10 +424,10 @@ func TestPlanHoldStates(t *testing.T) {
 		commit, rollback, sweep string
 	}{
 		{"pending", hold(StatusPending, time.Minute),
-			"finish 9 committed v4 (begin v2)", "finish 9 rolled_back v4 (begin v2)\n  grant gold 4 lot 1 = 10/0 @11", "replay 9"},
+			"finish 9 committed v4 (begin v2) by 9", "finish 9 rolled_back v4 (begin v2) by 9\n  grant gold 4 lot 1 = 10/0 @11", "replay 9"},
 		{"pending past its TTL", hold(StatusPending, -time.Minute),
-			"error hold_expired, writing:\nfinish 9 expired v4 (begin v2)\n  grant gold 4 lot 1 = 10/0 @11",
-			"finish 9 expired v4 (begin v2)\n  grant gold 4 lot 1 = 10/0 @11", "finish 9 expired v4 (begin v2)\n  grant gold 4 lot 1 = 10/0 @11"},
+			"error hold_expired, writing:\nfinish 9 expired v4 (begin v2) by 9\n  grant gold 4 lot 1 = 10/0 @11",
+			"finish 9 expired v4 (begin v2) by 9\n  grant gold 4 lot 1 = 10/0 @11", "finish 9 expired v4 (begin v2) by 0\n  grant gold 4 lot 1 = 10/0 @11"},
 		{"committed", hold(StatusCommitted, time.Minute), "replay 9", "error hold_not_pending", "replay 9"},
 		{"rolled back", hold(StatusRolledBack, time.Minute), "error hold_not_pending", "replay 9", "replay 9"},
 		{"expired", hold(StatusExpired, -time.Minute), "error hold_expired", "replay 9", "replay 9"},
@@ -438,7 +438,10 @@ func TestPlanHoldStates(t *testing.T) {
 			name string
 			do   func(*Player, TrxKey) Plan
 			want string
-		}{{"commit", (*Player).Commit, sc.commit}, {"rollback", (*Player).Rollback, sc.rollback}, {"sweep", (*Player).ExpireHold, sc.sweep}} {
+		}{ // client 7's hold, finished by a support agent's client (9), or by coffer's sweeper
+			{"commit", func(p *Player, k TrxKey) Plan { return p.Commit(k, 9) }, sc.commit},
+			{"rollback", func(p *Player, k TrxKey) Plan { return p.Rollback(k, 9) }, sc.rollback},
+			{"sweep", (*Player).ExpireHold, sc.sweep}} {
 			lots := reserved
 			if sc.trx.Status != StatusPending {
 				lots = []BookLot{{ID: 1, Currency: 1, Amount: 6}}
@@ -451,6 +454,27 @@ func TestPlanHoldStates(t *testing.T) {
 	}
 }
 
+// TestPlanHoldFinishedBy: a hold finished by a support agent's client
+// names it in the answer and in the row; a replay, also by the hold's own
+// client, names the agent still; the begin sent again answers as it did,
+// naming no finisher.
+func TestPlanHoldFinishedBy(t *testing.T) {
+	c := requestCatalog(t)
+	p := testPlayer(t, c, []BookLot{{ID: 1, Currency: 1, Amount: 10}})
+	begin := changeOf(t, c, "h", true, freeOp("gold", -4))
+	first := begin(p)
+	back := p.Rollback(key("h"), 9)
+	if back.Trx.FinishedBy != 9 || back.Finish == nil || back.Finish.By != 9 {
+		t.Fatalf("the agent's rollback: answer by %d, finish %+v", back.Trx.FinishedBy, back.Finish)
+	}
+	if again := p.Rollback(key("h"), 7); !again.Replay || again.Trx.FinishedBy != 9 {
+		t.Fatalf("the game's rollback after the agent's: replay %v, by %d", again.Replay, again.Trx.FinishedBy)
+	}
+	if b := begin(p); !b.Replay || b.Trx.FinishedBy != 0 || b.Trx.Status != first.Trx.Status {
+		t.Fatalf("the begin sent again: replay %v, by %d, %s", b.Replay, b.Trx.FinishedBy, b.Trx.Status)
+	}
+}
+
 // TestPlanHoldCommitOntoExpiredLot: a hold's grant onto a lot whose
 // expiry passed, and a reservation returned to one, expire at once, in a
 // trx after the hold's ops.
@@ -459,8 +483,8 @@ func TestPlanHoldCommitOntoExpiredLot(t *testing.T) {
 	h := &StoredTrx{Trx: Trx{ID: 9, IdempotencyKey: "h", Emitter: 7, Kind: TrxHold, Status: StatusPending, HoldExpiresAt: at(time.Minute), Version: 2,
 		Ops: []Op{{Currency: "gold", Amount: -4, Kind: OpConsume, LotID: 1}}}}
 	p := testPlayer(t, c, []BookLot{{ID: 1, Currency: 1, Amount: 0, Reserved: 4, ExpiresAt: at(-time.Second)}}, h)
-	want := "finish 9 rolled_back v4 (begin v2)\n  grant gold 4 lot 1 = 4/0 @11\ntrx 100 expire committed v4 @12\n  expire gold -4 lot 1 = 0/0 @13"
-	if got := render(c, p.Rollback(key("h"))); got != want {
+	want := "finish 9 rolled_back v4 (begin v2) by 7\n  grant gold 4 lot 1 = 4/0 @11\ntrx 100 expire committed v4 @12\n  expire gold -4 lot 1 = 0/0 @13"
+	if got := render(c, p.Rollback(key("h"), 7)); got != want {
 		t.Fatalf("rollback onto an expired lot:\n%s\nwant\n%s", got, want)
 	}
 }
@@ -540,14 +564,14 @@ func TestPlanValue(t *testing.T) {
 		{"a hold reserves a share; its rollback returns it to the lot", three, func(t *testing.T) []step {
 			return []step{
 				{changeOf(t, c, "h", true, freeOp("gold", -1)), "trx 100 hold pending v4 @11\n  consume gold -1 lot 1 = 2/2 @12 USD -33"},
-				{func(p *Player) Plan { return p.Rollback(key("h")) }, "finish 100 rolled_back v5 (begin v4)\n  grant gold 1 lot 1 = 3/3 @13 USD 33"},
+				{func(p *Player) Plan { return p.Rollback(key("h"), 7) }, "finish 100 rolled_back v5 (begin v4) by 7\n  grant gold 1 lot 1 = 3/3 @13 USD 33"},
 				{changeOf(t, c, "a", false, freeOp("gold", -3)), "trx 101 change committed v6 @14\n  consume gold -3 lot 1 = 0/0 @15 USD -100"},
 			}
 		}, "0/0"},
 		{"a hold reserves a share; its commit settles it, and the rest stays on the lot", three, func(t *testing.T) []step {
 			return []step{
 				{changeOf(t, c, "h", true, freeOp("gold", -2)), "trx 100 hold pending v4 @11\n  consume gold -2 lot 1 = 1/1 @12 USD -67"},
-				{func(p *Player) Plan { return p.Commit(key("h")) }, "finish 100 committed v5 (begin v4)"},
+				{func(p *Player) Plan { return p.Commit(key("h"), 7) }, "finish 100 committed v5 (begin v4) by 7"},
 				{changeOf(t, c, "a", false, freeOp("gold", -1)), "trx 101 change committed v6 @13\n  consume gold -1 lot 1 = 0/0 @14 USD -33"},
 			}
 		}, "0/0"},

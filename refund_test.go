@@ -144,8 +144,8 @@ func TestPlanRefundDuringHold(t *testing.T) {
 			{changeOf(t, c, "h", true, freeOp(cur, -30)), fmt.Sprintf("trx 102 hold pending v5 @13\n  consume %s -30 lot 101 = 70/70 @14 USD -150", cur)},
 		}
 	}
-	rollback := func(p *Player) Plan { return p.Rollback(key("h")) }
-	commit := func(p *Player) Plan { return p.Commit(key("h")) }
+	rollback := func(p *Player) Plan { return p.Rollback(key("h"), 7) }
+	commit := func(p *Player) Plan { return p.Commit(key("h"), 7) }
 	for _, sc := range []struct {
 		name  string
 		lots  []BookLot
@@ -156,17 +156,17 @@ func TestPlanRefundDuringHold(t *testing.T) {
 	}{
 		{"write_off, rolled back: the 30 go to the refund", nil, append(begin("silver"),
 			step{refundOf(t, c, "r", "o", RefundChargeback), "trx 103 refund committed v6 @15\n  consume silver -70 lot 101 = 0/0 @16 USD -350\nshortfall [{silver 30 150}]"},
-			step{rollback, "finish 102 rolled_back v7 (begin v5)\n  grant silver 30 lot 101 = 30/30 @17 USD 150\n  consume silver -30 lot 101 = 0/0 @18 USD -150 (refund_held)"}), 30, 0},
+			step{rollback, "finish 102 rolled_back v7 (begin v5) by 7\n  grant silver 30 lot 101 = 30/30 @17 USD 150\n  consume silver -30 lot 101 = 0/0 @18 USD -150 (refund_held)"}), 30, 0},
 		{"write_off, committed: the 30 are spent, the shortfall stands", nil, append(begin("silver"),
 			step{refundOf(t, c, "r", "o", RefundChargeback), "trx 103 refund committed v6 @15\n  consume silver -70 lot 101 = 0/0 @16 USD -350\nshortfall [{silver 30 150}]"},
-			step{commit, "finish 102 committed v7 (begin v5)"}), 30, 0},
+			step{commit, "finish 102 committed v7 (begin v5) by 7"}), 30, 0},
 		{"claw_back, rolled back: what the other lots covered returns to the player", []BookLot{{ID: 1, Currency: 1, Amount: 20, CreatedAt: planT0.Add(-time.Hour)}}, []step{
 			{changeOf(t, c, "buy", false, buy("gold")), "trx 100 change committed v4 @11\n  grant gold 100 lot 101 = 120/100 @12 USD 500"},
 			{changeOf(t, c, "h", true, freeOp("gold", -50)), "trx 102 hold pending v5 @13\n  consume gold -20 lot 1 = 100/100 @14\n  consume gold -30 lot 101 = 70/70 @15 USD -150"},
 			{changeOf(t, c, "reward", false, freeOp("gold", 10)), "trx 103 change committed v6 @16\n  grant gold 10 lot 1 = 80/70 @17"},
 			{refundOf(t, c, "r", "o", RefundChargeback),
 				"trx 104 refund committed v7 @18\n  consume gold -70 lot 101 = 10/0 @19 USD -350\n  consume gold -10 lot 1 = 0/0 @20\nshortfall [{gold 20 100}]"},
-			{rollback, "finish 102 rolled_back v8 (begin v5)\n  grant gold 20 lot 1 = 20/0 @21\n  grant gold 30 lot 101 = 50/30 @22 USD 150\n" +
+			{rollback, "finish 102 rolled_back v8 (begin v5) by 7\n  grant gold 20 lot 1 = 20/0 @21\n  grant gold 30 lot 101 = 50/30 @22 USD 150\n" +
 				"  consume gold -20 lot 101 = 30/10 @23 USD -100 (refund_held)"},
 		}, 20, 30},
 		{"write_off, exchanged then held, rolled back: the exchanged coins go to the refund", nil, []step{
@@ -174,7 +174,7 @@ func TestPlanRefundDuringHold(t *testing.T) {
 			{exchangeOf(t, c, "x", "silver", "gold", 40), "trx 102 exchange committed v5 @13\n  consume silver -40 lot 101 = 60/60 @14 USD -200 (exchange)\n  grant gold 80 lot 103 = 80/80 @15 USD 200 (exchange)"},
 			{changeOf(t, c, "h", true, freeOp("gold", -50)), "trx 104 hold pending v6 @16\n  consume gold -50 lot 103 = 30/30 @17 USD -125"},
 			{refundOf(t, c, "r", "o", RefundChargeback), "trx 105 refund committed v7 @18\n  consume silver -60 lot 101 = 0/0 @19 USD -300\n  consume gold -30 lot 103 = 0/0 @20 USD -75\nshortfall [{silver 25 125}]"},
-			{rollback, "finish 104 rolled_back v8 (begin v6)\n  grant gold 50 lot 103 = 50/50 @21 USD 125\n  consume gold -50 lot 103 = 0/0 @22 USD -125 (refund_held)"},
+			{rollback, "finish 104 rolled_back v8 (begin v6) by 7\n  grant gold 50 lot 103 = 50/50 @21 USD 125\n  consume gold -50 lot 103 = 0/0 @22 USD -125 (refund_held)"},
 		}, 50, 0},
 		{"claw_back, exchanged then held, rolled back: the refund gets what the other lots did not cover, in the exchange's currency", nil, []step{
 			{changeOf(t, c, "buy", false, buy("gold")), "trx 100 change committed v4 @11\n  grant gold 100 lot 101 = 100/100 @12 USD 500"},
@@ -182,7 +182,7 @@ func TestPlanRefundDuringHold(t *testing.T) {
 			{changeOf(t, c, "h", true, freeOp("silver", -80)), "trx 104 hold pending v6 @16\n  consume silver -80 lot 103 = 0/0 @17 USD -200"},
 			{changeOf(t, c, "reward", false, freeOp("gold", 10)), "trx 105 change committed v7 @18\n  grant gold 10 lot 106 = 70/60 @19"},
 			{refundOf(t, c, "r", "o", RefundChargeback), "trx 107 refund committed v8 @20\n  consume gold -60 lot 101 = 10/0 @21 USD -300\n  consume gold -10 lot 106 = 0/0 @22\nshortfall [{gold 30 150}]"},
-			{rollback, "finish 104 rolled_back v9 (begin v6)\n  grant silver 80 lot 103 = 80/80 @23 USD 200\n  consume silver -60 lot 103 = 20/20 @24 USD -150 (refund_held)"},
+			{rollback, "finish 104 rolled_back v9 (begin v6) by 7\n  grant silver 80 lot 103 = 80/80 @23 USD 200\n  consume silver -60 lot 103 = 20/20 @24 USD -150 (refund_held)"},
 		}, 60, 20},
 		{"claw_back, the order's lot and an exchanged one held: the shortfall is owed once, the order's lot first", nil, []step{
 			{changeOf(t, c, "buy", false, buy("gold")), "trx 100 change committed v4 @11\n  grant gold 100 lot 101 = 100/100 @12 USD 500"},
@@ -190,7 +190,7 @@ func TestPlanRefundDuringHold(t *testing.T) {
 			{changeOf(t, c, "h", true, freeOp("gold", -30), freeOp("silver", -50)), "trx 104 hold pending v6 @16\n  consume gold -30 lot 101 = 30/30 @17 USD -150\n  consume silver -50 lot 103 = 30/30 @18 USD -125"},
 			{changeOf(t, c, "reward", false, freeOp("gold", 20)), "trx 105 change committed v7 @19\n  grant gold 20 lot 106 = 50/30 @20"},
 			{refundOf(t, c, "r", "o", RefundChargeback), "trx 107 refund committed v8 @21\n  consume gold -30 lot 101 = 20/0 @22 USD -150\n  consume silver -30 lot 103 = 0/0 @23 USD -75\n  consume gold -20 lot 106 = 0/0 @24\nshortfall [{gold 35 175}]"},
-			{rollback, "finish 104 rolled_back v9 (begin v6)\n  grant gold 30 lot 101 = 30/30 @25 USD 150\n  consume gold -30 lot 101 = 0/0 @26 USD -150 (refund_held)\n  grant silver 50 lot 103 = 50/50 @27 USD 125\n  consume silver -10 lot 103 = 40/40 @28 USD -25 (refund_held)"},
+			{rollback, "finish 104 rolled_back v9 (begin v6) by 7\n  grant gold 30 lot 101 = 30/30 @25 USD 150\n  consume gold -30 lot 101 = 0/0 @26 USD -150 (refund_held)\n  grant silver 50 lot 103 = 50/50 @27 USD 125\n  consume silver -10 lot 103 = 40/40 @28 USD -25 (refund_held)"},
 		}, 40, 40},
 	} {
 		t.Run(sc.name, func(t *testing.T) { runHeld(t, c, sc.lots, sc.steps, sc.owed, sc.end) })
@@ -236,7 +236,7 @@ func runHeld(t *testing.T, c *Catalog, lots []BookLot, steps []step, owed, end A
 // counted short. Gold is claw_back.
 func TestRefundOwesNoMoreThanItCountedShort(t *testing.T) {
 	buy := OpRequest{Currency: "gold", Amount: 100, Kind: "paid", Purchase: &Purchase{Store: "steam", OrderID: "o", Price: 500, Fiat: "USD"}}
-	rollback := func(p *Player) Plan { return p.Rollback(key("h")) }
+	rollback := func(p *Player) Plan { return p.Rollback(key("h"), 7) }
 	for _, sc := range []struct {
 		name        string
 		rate        Rate
@@ -253,7 +253,7 @@ func TestRefundOwesNoMoreThanItCountedShort(t *testing.T) {
 			"trx 104 hold pending v6 @16\n  consume silver -1 lot 103 = 0/0 @17 USD -500",
 			"trx 105 change committed v7 @18\n  grant gold 40 lot 106 = 40/0 @19",
 			"trx 107 refund committed v8 @20\n  consume gold -40 lot 106 = 0/0 @21\nshortfall [{gold 60 300}]",
-			"finish 104 rolled_back v9 (begin v6)\n  grant silver 1 lot 103 = 1/1 @22 USD 500",
+			"finish 104 rolled_back v9 (begin v6) by 7\n  grant silver 1 lot 103 = 1/1 @22 USD 500",
 		}, 0, 1},
 		// 1 gold made 1000 silver, 500 of them taken back count for none
 		// (a half rounds down), so 1 gold is short, and claw_back covers it:
@@ -264,7 +264,7 @@ func TestRefundOwesNoMoreThanItCountedShort(t *testing.T) {
 			"trx 104 hold pending v6 @16\n  consume silver -500 lot 103 = 500/500 @17 USD -2",
 			"trx 105 change committed v7 @18\n  grant gold 1 lot 106 = 100/99 @19",
 			"trx 107 refund committed v8 @20\n  consume gold -99 lot 101 = 1/0 @21 USD -495\n  consume silver -500 lot 103 = 0/0 @22 USD -3\n  consume gold -1 lot 106 = 0/0 @23\nshortfall []",
-			"finish 104 rolled_back v9 (begin v6)\n  grant silver 500 lot 103 = 500/500 @24 USD 2",
+			"finish 104 rolled_back v9 (begin v6) by 7\n  grant silver 500 lot 103 = 500/500 @24 USD 2",
 		}, 0, 500},
 	} {
 		t.Run(sc.name, func(t *testing.T) {

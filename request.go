@@ -52,6 +52,24 @@ type ChangeRequest struct {
 	HoldTTL time.Duration
 }
 
+// FinishRequest commits or rolls back the pending hold of Scope (its
+// client's emitter and key). By is the emitter of the client that
+// finishes it: the hold's own, or a support agent's (Client.TrxEmitter);
+// the trx records it (Trx.FinishedBy).
+type FinishRequest struct {
+	Scope
+	By Emitter
+}
+
+// Validate checks the hold's scope and that a client finishes it.
+// Errors are invalid_argument.
+func (r FinishRequest) Validate() error {
+	if r.By <= 0 {
+		return Errorf(CodeInvalid, "a hold is finished by a client: emitter %d is none", r.By)
+	}
+	return r.Scope.Validate()
+}
+
 // ExchangeRequest consumes Amount of From and grants To at the configured
 // rate.
 type ExchangeRequest struct {

@@ -105,10 +105,12 @@ const (
 )
 
 // Finish ends the pending hold of Key (Player.Commit, Player.Rollback,
-// Player.ExpireHold).
+// Player.ExpireHold). By is the emitter of the client that ends it: the
+// hold's own, or a support agent's; 0 for the hold sweeper.
 type Finish struct {
 	Key  TrxKey
 	Step FinishStep
+	By   Emitter
 }
 
 // Needs: every lot (a hold returns to, or grants in, lots of any
@@ -123,7 +125,7 @@ func (f Finish) Needs() Needs {
 }
 
 // Plan plans the finish.
-func (f Finish) Plan(p *Player) Plan { return p.finish(f.Key, f.Step) }
+func (f Finish) Plan(p *Player) Plan { return p.finish(f) }
 
 // ExpireLots is the lot sweeper's write of a player (Player.ExpireLots).
 type ExpireLots struct{}

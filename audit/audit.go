@@ -150,6 +150,10 @@ var checks = []check{
 		LEFT JOIN balance_N b ON b.ns = t.ns AND b.player_id = t.player_id
 		WHERE b.version IS NULL OR t.version > b.version OR t.version < 1 OR t.begin_version >= t.version OR t.begin_version < 1
 			OR (t.finished_at IS NULL) <> (t.begin_version IS NULL)`},
+	// Who finished a hold (docs/console.md) is recorded with the finish:
+	// a client, or coffer's sweeper (0); never on a trx not finished.
+	{"finisher of no finish", `SELECT ns, player_id, trx_id, finished_by FROM trx_N
+		WHERE finished_by IS NOT NULL AND (finished_at IS NULL OR finished_by < 0)`},
 	{"op of no trx", `SELECT o.trx_id, o.seq FROM op_N o
 		WHERE NOT EXISTS (SELECT 1 FROM trx_N t WHERE t.trx_id = o.trx_id AND t.ns = o.ns AND t.player_id = o.player_id)`},
 	// Refunds (ADR 0014): each refunds an order credited to its player

@@ -33,6 +33,20 @@ func cpuSeconds(pids []int) float64 {
 	return float64(ticks) / clockTicks
 }
 
+// walsenders are those of pids that are PostgreSQL walsenders: they
+// stream WAL to standbys and decode it for logical replication (the
+// change feed), apart from the backends that run the statements.
+func walsenders(pids []int) []int {
+	var out []int
+	for _, pid := range pids {
+		cmd, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err == nil && strings.HasPrefix(string(cmd), "postgres: walsender") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // rssPeakBytes is the peak resident set (VmHWM) of a process, 0 if unknown.
 func rssPeakBytes(pid int) int64 {
 	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")

@@ -83,6 +83,9 @@ func (r *Report) WriteText(w io.Writer) {
 	row("database growth bytes", r.Coffer.DBBytesPerOp, func(s *Side) float64 { return s.DBBytesPerOp }, "%.0f")
 	row("transactions that wrote", r.Coffer.TransactionsPerOp, func(s *Side) float64 { return s.TransactionsPerOp }, "%.3f")
 	row("PostgreSQL CPU s / 1000 ops", r.Coffer.PostgresCPUPer1000Op, func(s *Side) float64 { return s.PostgresCPUPer1000Op }, "%.3f")
+	if r.Coffer.WalsenderCPUPer1000Op > 0 || r.Baseline != nil && r.Baseline.WalsenderCPUPer1000Op > 0 {
+		row("  of which walsenders", r.Coffer.WalsenderCPUPer1000Op, func(s *Side) float64 { return s.WalsenderCPUPer1000Op }, "%.3f")
+	}
 	fmt.Fprintf(w, "%-28s %12.3f\n", "coffer CPU s / 1000 ops", r.Coffer.CofferCPUPer1000Op)
 	row("bench CPU s / 1000 ops", r.Coffer.BenchCPUPer1000Op, func(s *Side) float64 { return s.BenchCPUPer1000Op }, "%.3f")
 	if r.Confinement != nil && r.Confinement.PostgresCPUQuota > 0 {
@@ -112,6 +115,10 @@ func (r *Report) WriteText(w io.Writer) {
 			}
 			fmt.Fprintln(w)
 		}
+	}
+	writeMoves(w, r.Moves)
+	if r.Feed != nil {
+		r.Feed.writeText(w)
 	}
 	writeStatements(w, "coffer", &r.Coffer)
 	if r.Baseline != nil {

@@ -54,6 +54,10 @@ type RunConfig struct {
 	// does not grow with the data (coffer serve) gauges the host: a
 	// change of its CPU per op across tenths is the machine's speed.
 	CPUPIDs []int
+	// Observe, if set, is told of every measured op once answered: when
+	// it started (in an open loop, was due), how long it took, and its
+	// code. It is called from many goroutines at once.
+	Observe func(op *Op, at time.Time, d time.Duration, code string)
 }
 
 // Stopped tells whether Stop is closed.
@@ -80,7 +84,9 @@ type Result struct {
 	// TenthsCPU are the CPU seconds of RunConfig.CPUPIDs in each tenth.
 	TenthsCPU []float64 `json:"tenths_cpu_s,omitempty"`
 
-	hist   *hdrhistogram.Histogram
+	hist *hdrhistogram.Histogram
+	// moves are the shard moves made during the run (Options.Moves).
+	moves  []ShardMove
 	writes int64 // acknowledged writes: each added one trx row
 	// answered counts every op answered, warmup included: the ops behind
 	// the server counters read around the run.
@@ -135,6 +141,9 @@ func Run(ctx context.Context, cfg RunConfig, t Target) (*Result, error) {
 			d = time.Since(at)
 		}
 		rec.record(d, code, n)
+		if cfg.Observe != nil && op != nil {
+			cfg.Observe(op, at, d, code)
+		}
 		if n := done.Add(1); cfg.Ops >= 10 && n%(cfg.Ops/10) == 0 && n/(cfg.Ops/10) <= 10 {
 			tenths[n/(cfg.Ops/10)-1].Store(time.Now().UnixNano())
 			readCPU(int(n / (cfg.Ops / 10)))

@@ -26,6 +26,9 @@ type Latency struct {
 	Std  float64 `json:"stddev"`
 }
 
+// latencyUs is d as a histogram records it.
+func latencyUs(d time.Duration) int64 { return min(max(d.Microseconds(), 1), latencyUsMax) }
+
 // summarize reads a histogram of microseconds as milliseconds.
 func summarize(h *hdrhistogram.Histogram) Latency {
 	ms := func(us int64) float64 { return float64(us) / 1000 }
@@ -68,7 +71,7 @@ func newRecorder(start time.Time) *recorder {
 
 // record adds a completed call of n ops; code is "" for success.
 func (r *recorder) record(d time.Duration, code string, n int64) {
-	us := min(max(d.Microseconds(), 1), latencyUsMax)
+	us := latencyUs(d)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ops += n

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
 )
 
@@ -27,6 +28,12 @@ type Options struct {
 	// Statements reads pg_stat_statements around each run (it must be
 	// loaded in the servers): what each side asks of PostgreSQL.
 	Statements bool
+	// Moves are shards to move under load: in each of coffer's runs,
+	// once half its duration has passed, each goes to the next database
+	// of Env.Router's map and back (Env.Mover), one after the other, and
+	// the run goes on until the moves are done. Report.Moves tells what
+	// each cost.
+	Moves []coffer.ShardID
 }
 
 // Env is what the benchmark drives and watches. Router, CofferPID and
@@ -34,6 +41,9 @@ type Options struct {
 // that need them are left out.
 type Env struct {
 	Coffer Target
+	// CofferRunner, if set, runs coffer's side instead of driving Coffer
+	// alone: one that does more around its runs (waits for the feed).
+	CofferRunner Runner
 	// Baseline is the SQL baseline, driven op by op; BaselineRunner,
 	// if set instead, a baseline that runs whole runs (pgbench).
 	Baseline       Target
@@ -44,6 +54,8 @@ type Env struct {
 	// PostgresThrottling, if set, reads the PostgreSQL servers' CPU
 	// quota periods so far, in all, and those whose quota ran out.
 	PostgresThrottling func() (periods, throttled int64, err error)
+	// Mover moves the shards of Options.Moves.
+	Mover Mover
 }
 
 // Runner is one side of the benchmark: it runs whole runs. Check is its
@@ -108,7 +120,11 @@ type Side struct {
 	WALBytesPerOp        float64 `json:"wal_bytes_per_op"`
 	DBBytesPerOp         float64 `json:"db_bytes_per_op"`
 	PostgresCPUPer1000Op float64 `json:"postgres_cpu_s_per_1000_ops"`
-	CofferCPUPer1000Op   float64 `json:"coffer_cpu_s_per_1000_ops,omitempty"`
+	// WalsenderCPUPer1000Op is the part of it PostgreSQL's walsenders
+	// took: the change feed's logical decoding (--feed), apart from the
+	// backends that run the writes.
+	WalsenderCPUPer1000Op float64 `json:"postgres_walsender_cpu_s_per_1000_ops,omitempty"`
+	CofferCPUPer1000Op    float64 `json:"coffer_cpu_s_per_1000_ops,omitempty"`
 	// StealShare is the share of the machine's CPU time the hypervisor
 	// gave to other guests during the side's runs: a noisy neighbour
 	// shows here, and makes the side's figures worse.
@@ -127,6 +143,9 @@ type Side struct {
 	// commit and a WAL flush: one per write for a side that commits each
 	// write alone, fewer for one that commits writes in batches.
 	TransactionsPerOp float64 `json:"transactions_per_op"`
+	// TrxWritten is the trx rows the side's runs added: its writes, not
+	// replays of another side's.
+	TrxWritten int64 `json:"trx_rows_written"`
 	// StatementsPerOp and ExecUsPerOp are what pg_stat_statements counted
 	// (with Options.Statements): statements sent and the time executing
 	// them, per op. Statements lists them, the costliest first, with those
@@ -183,6 +202,7 @@ type Report struct {
 	Baseline      *Side            `json:"baseline,omitempty"`
 	BaselineLat   *Latency         `json:"baseline_latency_ms,omitempty"`
 	Decay         *Decay           `json:"decay,omitempty"`
+	Feed          *FeedFigures     `json:"feed,omitempty"`
 	// Writes is how many writes coffer acknowledged; TrxWritten how many
 	// trx rows its databases gained.
 	Writes     int64 `json:"writes_acked"`
@@ -193,14 +213,18 @@ type Report struct {
 	AuditViolations int  `json:"audit_violations"`
 	// Interrupted tells that the runs were stopped early (an interrupt):
 	// the report covers what ran until then.
-	Interrupted bool      `json:"interrupted,omitempty"`
-	Runs        []*Result `json:"runs"`
+	Interrupted bool `json:"interrupted,omitempty"`
+	// Moves are the shard moves made during coffer's runs
+	// (Options.Moves), in order.
+	Moves []ShardMove `json:"moves,omitempty"`
+	Runs  []*Result   `json:"runs"`
 }
 
 // counters are the readings around a run.
 type counters struct {
 	db                         serverStats
 	pgCPU, cofferCPU, benchCPU float64
+	walsenderCPU               float64
 	machine, steal             int64
 	pgPeriods, pgThrottled     int64
 	haveDB, haveProcess        bool
@@ -218,7 +242,8 @@ func (e *Env) read(ctx context.Context) (counters, error) {
 		c.db, c.haveDB = st, true
 	}
 	if e.PostgresPIDs != nil {
-		c.pgCPU, c.haveProcess = cpuSeconds(e.PostgresPIDs()), true
+		pids := e.PostgresPIDs()
+		c.pgCPU, c.walsenderCPU, c.haveProcess = cpuSeconds(pids), cpuSeconds(walsenders(pids)), true
 	}
 	if e.CofferPID != 0 {
 		c.cofferCPU = cpuSeconds([]int{e.CofferPID})
@@ -240,6 +265,7 @@ type sideTotals struct {
 	wal, size, upd, hot, trx int64
 	transactions             int64
 	pgCPU, cofferCPU         float64
+	walsenderCPU             float64
 	benchCPU                 float64
 	machine, steal           int64
 	pgPeriods, pgThrottled   int64
@@ -255,6 +281,7 @@ func (s *sideTotals) add(before, after counters, ops int64) {
 	s.trx += after.db.Trx - before.db.Trx
 	s.transactions += after.db.Transactions - before.db.Transactions
 	s.pgCPU += after.pgCPU - before.pgCPU
+	s.walsenderCPU += after.walsenderCPU - before.walsenderCPU
 	s.cofferCPU += after.cofferCPU - before.cofferCPU
 	s.benchCPU += after.benchCPU - before.benchCPU
 	s.machine += after.machine - before.machine
@@ -266,8 +293,8 @@ func (s *sideTotals) add(before, after counters, ops int64) {
 func (s *sideTotals) side() Side {
 	per := func(x float64) float64 { return x / float64(max(s.ops, 1)) }
 	out := Side{Ops: s.ops, WALBytesPerOp: per(float64(s.wal)), DBBytesPerOp: per(float64(s.size)),
-		PostgresCPUPer1000Op: 1000 * per(s.pgCPU), CofferCPUPer1000Op: 1000 * per(s.cofferCPU),
-		BenchCPUPer1000Op: 1000 * per(s.benchCPU), TransactionsPerOp: per(float64(s.transactions))}
+		PostgresCPUPer1000Op: 1000 * per(s.pgCPU), WalsenderCPUPer1000Op: 1000 * per(s.walsenderCPU), CofferCPUPer1000Op: 1000 * per(s.cofferCPU),
+		BenchCPUPer1000Op: 1000 * per(s.benchCPU), TransactionsPerOp: per(float64(s.transactions)), TrxWritten: s.trx}
 	if s.upd > 0 {
 		out.LotHOTShare = float64(s.hot) / float64(s.upd)
 	}
@@ -304,8 +331,18 @@ func (s *sideTotals) addStatements(run map[string]*statementStats) {
 func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, error) {
 	o.Keys = strconv.FormatUint(rand.Uint64()>>23, 36) // 41 bits, 8 characters
 	rep := newReport(o)
-	coffer, baseline := targetRunner{"coffer", env.Coffer}, env.baseline()
-	if err := check(ctx, coffer, baseline); err != nil {
+	var cofferRunner Runner = targetRunner{"coffer", env.Coffer}
+	if env.CofferRunner != nil {
+		cofferRunner = env.CofferRunner
+	}
+	if len(o.Moves) > 0 {
+		if env.Mover == nil || env.Router == nil {
+			return nil, errors.New("shard moves need a Mover and a Router")
+		}
+		cofferRunner = moveRunner{Runner: cofferRunner, env: env, shards: o.Moves}
+	}
+	baseline := env.baseline()
+	if err := check(ctx, cofferRunner, baseline); err != nil {
 		return nil, err
 	}
 	if baseline != nil {
@@ -331,13 +368,14 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 		baseRuns.Workload = Write
 	}
 	for i := 0; i < o.Rounds && !o.Stopped(); i++ {
-		res, err := runSide(ctx, cofferRuns, env, coffer, i, &cofferSide, out)
+		res, err := runSide(ctx, cofferRuns, env, cofferRunner, i, &cofferSide, out)
 		if err != nil {
 			return nil, err
 		}
 		hist.Merge(res.hist)
 		rep.Runs = append(rep.Runs, res)
 		rep.Writes += res.writes
+		rep.Moves = append(rep.Moves, res.moves...)
 		for code, n := range res.Errors {
 			rep.Errors[code] += n
 		}
@@ -392,8 +430,8 @@ func newReport(o Options) *Report {
 
 // check tries each side once before the runs, so that a wrong key or an
 // unreachable target stops the bench before its runs.
-func check(ctx context.Context, coffer, baseline Runner) error {
-	if err := coffer.Check(ctx); err != nil {
+func check(ctx context.Context, cofferRunner, baseline Runner) error {
+	if err := cofferRunner.Check(ctx); err != nil {
 		return fmt.Errorf("coffer: %w", err)
 	}
 	if baseline != nil {
@@ -484,3 +522,7 @@ func decay(ops int64, tenths, cpu []float64) *Decay {
 	d.Ratio = d.LastTPS / d.FirstTPS
 	return d
 }
+
+// TargetRunner is a Runner that drives t op by op, as Bench drives
+// Coffer; name names its side.
+func TargetRunner(name string, t Target) Runner { return targetRunner{name, t} }

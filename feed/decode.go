@@ -170,6 +170,15 @@ func (t *tupleReader) intOrNil(name string) *int64 {
 	return &n
 }
 
+// intIfAny is intOrNil of a column a table may lack: one a later
+// migration added (a database not migrated yet).
+func (t *tupleReader) intIfAny(name string) *int64 {
+	if _, ok := t.rel.columns[name]; !ok {
+		return nil
+	}
+	return t.intOrNil(name)
+}
+
 func (t *tupleReader) bool(name string) bool { return t.str(name) == "t" }
 
 func (t *tupleReader) time(name string) time.Time {
@@ -206,7 +215,7 @@ func (t *tupleReader) trx() trxRow {
 		emitter: coffer.Emitter(t.int("emitter")), idempotencyKey: t.str("idempotency_key"),
 		kind: coffer.TrxKind(t.str("kind")), status: coffer.TrxStatus(t.str("status")),
 		reason: t.text("reason"), meta: t.text("meta"), createdAt: t.time("created_at"),
-		holdExpiresAt: t.timeOrNil("hold_expires_at"), finishedAt: t.timeOrNil("finished_at"),
+		holdExpiresAt: t.timeOrNil("hold_expires_at"), finishedAt: t.timeOrNil("finished_at"), finishedBy: t.intIfAny("finished_by"),
 		version: t.int("version"), beginVersion: t.intOrNil("begin_version"), pos: t.int("pos"),
 	}
 	var refund coffer.RefundRow

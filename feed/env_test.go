@@ -81,9 +81,15 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	db := pgtest.NewDBOn(t, pg)
+	return newEnvOn(t, pg)
+}
+
+// newEnvOn is an env on a database of server.
+func newEnvOn(t *testing.T, server *pgserver.Server) *env {
+	t.Helper()
+	db := pgtest.NewDBOn(t, server)
 	cfg := shard.Config{ShardCount: 4, DistributionMode: "auto", ShardOnDB: 4, Databases: []shard.DatabaseConfig{{
-		Name: db.Name, Host: "127.0.0.1", Port: pg.Port(), User: pgserver.Superuser, Password: pgserver.Password}}}
+		Name: db.Name, Host: "127.0.0.1", Port: server.Port(), User: pgserver.Superuser, Password: pgserver.Password}}}
 	m, err := shard.NewMap(cfg)
 	must(t, err)
 	schema, err := migrate.SchemaEngine(m, nil)
@@ -182,6 +188,16 @@ func (e *env) stopRelay() {
 	e.relayStop = nil
 }
 
+// storedCount is how many messages the stream stores now.
+func (e *env) storedCount() uint64 {
+	e.t.Helper()
+	s, err := e.js.Stream(ctx, e.stream)
+	must(e.t, err)
+	info, err := s.Info(ctx)
+	must(e.t, err)
+	return info.State.Msgs
+}
+
 // waitStored waits until the stream stores n messages (generous bound),
 // and fails the test if it stores more.
 func (e *env) waitStored(n uint64) []feed.Event {
@@ -256,6 +272,13 @@ func (e *env) auditClean() {
 
 func scope(player coffer.PlayerID, key string) coffer.Scope {
 	return coffer.Scope{Namespace: 1, PlayerID: player, Emitter: 7, IdempotencyKey: key}
+}
+
+// byItsClient is a commit or rollback of the hold of scope(player, key)
+// by the client that began it.
+func byItsClient(player coffer.PlayerID, key string) coffer.FinishRequest {
+	sc := scope(player, key)
+	return coffer.FinishRequest{Scope: sc, By: sc.Emitter}
 }
 
 func free(cur string, amount coffer.Amount) coffer.OpRequest {

@@ -87,6 +87,17 @@ type EventTrx struct {
 	CreatedAt      time.Time        `json:"created_at"`
 	HoldExpiresAt  *time.Time       `json:"hold_expires_at,omitempty"`
 	Refund         *coffer.Refund   `json:"refund,omitempty"`
+	// FinishedBy is who committed or rolled back a hold, as the trx's
+	// (coffer.Trx.FinishedBy): in a hold's finish only, and not in an
+	// expiry.
+	FinishedBy coffer.Emitter `json:"finished_by,omitempty"`
+}
+
+// EventID is the id of the event of a trx change: the trx (with its
+// namespace and player) at the status the change left it in; a hold's
+// begin is at StatusPending.
+func EventID(ns coffer.Namespace, player coffer.PlayerID, trx int64, status coffer.TrxStatus) string {
+	return fmt.Sprintf("%d/%d/%d/%s", ns, player, trx, status)
 }
 
 // Subject is the event's NATS subject under prefix: prefix.<ns>.<kind>.
@@ -119,6 +130,7 @@ type trxRow struct {
 	createdAt      time.Time
 	holdExpiresAt  *time.Time
 	finishedAt     *time.Time
+	finishedBy     *int64
 	version        int64
 	beginVersion   *int64
 	pos            int64
@@ -243,7 +255,7 @@ func event(cat *coffer.Catalog, s step, ops []opRow, committed time.Time) Event 
 		book[i] = o.BookOp
 	}
 	e := Event{
-		ID:        fmt.Sprintf("%d/%d/%d/%s", r.ns, r.player, r.id, status),
+		ID:        EventID(r.ns, r.player, r.id, status),
 		Kind:      kindOf(r.kind, status),
 		Namespace: r.ns, PlayerID: r.player, Version: s.version,
 		Trx: EventTrx{ID: r.id, IdempotencyKey: r.idempotencyKey, Emitter: r.emitter, Kind: r.kind, Status: status,
@@ -258,6 +270,9 @@ func event(cat *coffer.Catalog, s step, ops []opRow, committed time.Time) Event 
 		if r.meta != nil {
 			e.Trx.Meta = json.RawMessage(*r.meta)
 		}
+	}
+	if r.finishedBy != nil {
+		e.Trx.FinishedBy = coffer.Emitter(*r.finishedBy)
 	}
 	if e.Trx.HoldExpiresAt != nil {
 		utc := e.Trx.HoldExpiresAt.UTC()

@@ -50,6 +50,11 @@ type Relay struct {
 	StatusInterval     time.Duration
 	PauseMin, PauseMax time.Duration
 	SlotCheckInterval  time.Duration
+	// RequireStandby publishes a transaction only once a synchronous
+	// standby has flushed it, even while the server waits for none (a
+	// standby gone, a Patroni agent demoting it): set it where coffer
+	// serve's require_synchronous_standby is.
+	RequireStandby bool
 }
 
 // Run runs sessions until ctx ends; it returns nil then. It returns an
@@ -150,11 +155,19 @@ func (r *Relay) session(ctx context.Context) error {
 		}
 		deliveries = append(deliveries, d)
 	}
+	plain, err := pgx.Connect(ctx, r.ConnString)
+	if err != nil {
+		return err
+	}
+	defer plain.Close(context.Background())
 	conn, err := r.replicationConn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
+	if err := sameServer(ctx, plain, conn); err != nil {
+		return err
+	}
 	err = pglogrepl.StartReplication(ctx, conn, r.Slot, 0, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + r.Publication + "'"}})
 	if sqlState(err) == objectNotInPrerequisiteState {
@@ -163,7 +176,7 @@ func (r *Relay) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return r.stream(ctx, conn, deliveries)
+	return r.stream(ctx, conn, &durable{conn: plain, standby: r.RequireStandby}, deliveries)
 }
 
 // Prepare makes the database's publication and slot, if missing: the
@@ -178,6 +191,29 @@ func (r *Relay) Prepare(ctx context.Context) error {
 	}
 	defer conn.Close(context.Background())
 	return prepare(ctx, conn, r.Publication, r.Slot)
+}
+
+// serverIdentity names the server a connection reached: a primary and
+// its standby, a copy, share the rest of their identity.
+const serverIdentity = "SELECT pg_postmaster_start_time()::text || ' ' || inet_server_port()"
+
+// sameServer checks that the session's two connections reached one
+// server: with several hosts, in a failover, two may accept writes for a
+// while, and the durable position must be that of the server whose WAL
+// the slot decodes.
+func sameServer(ctx context.Context, plain *pgx.Conn, repl *pgconn.PgConn) error {
+	var a string
+	if err := plain.QueryRow(ctx, serverIdentity).Scan(&a); err != nil {
+		return err
+	}
+	res, err := repl.Exec(ctx, serverIdentity).ReadAll()
+	if err != nil {
+		return err
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != a {
+		return errors.New("the relay's connections reached two servers (a failover under way?)")
+	}
+	return nil
 }
 
 // replicationConn opens a logical replication connection. Times come in
@@ -199,8 +235,9 @@ func (r *Relay) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 const statusGapMin = 100 * time.Millisecond
 
 // stream receives the slot's messages, hands each committed transaction's
-// events to every delivery and confirms what all delivered.
-func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, deliveries []delivery) error {
+// events to every delivery once it is durable and confirms what all
+// delivered, never past what is durable.
+func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, dur *durable, deliveries []delivery) error {
 	dec := newDecoder()
 	var sent, confirmed, handed pglogrepl.LSN
 	lastStatus := time.Now()
@@ -256,8 +293,13 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, deliveries []de
 				// it is all delivered, the slot may confirm up to the
 				// keepalive's position, past WAL that holds no event (the
 				// other databases' of the server).
-				if done == handed && ka.ServerWALEnd > handed {
-					handed, confirmed = ka.ServerWALEnd, ka.ServerWALEnd
+				// handed stays the last transaction's end: a later
+				// keepalive finds it delivered again.
+				if done == handed && ka.ServerWALEnd > confirmed {
+					if err := dur.refresh(ctx); err != nil {
+						return err
+					}
+					confirmed = max(confirmed, min(ka.ServerWALEnd, dur.upTo))
 				}
 				if ka.ReplyRequested {
 					if err := confirm(true); err != nil {
@@ -265,7 +307,9 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, deliveries []de
 					}
 				}
 			case pglogrepl.XLogDataByteID:
-				end, err := r.xlog(ctx, dec, msg.Data[1:], deliveries)
+				end, err := r.xlog(ctx, dec, msg.Data[1:], deliveries, func(end pglogrepl.LSN) error {
+					return dur.wait(ctx, end, r.StatusInterval, func() error { return confirm(true) })
+				})
 				if err != nil {
 					return err
 				}
@@ -276,8 +320,9 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, deliveries []de
 }
 
 // xlog decodes one message of WAL data; on a commit it hands the
-// transaction's events to every delivery and returns its end.
-func (r *Relay) xlog(ctx context.Context, dec *decoder, data []byte, deliveries []delivery) (pglogrepl.LSN, error) {
+// transaction's events to every delivery, once durable says its WAL is,
+// and returns its end.
+func (r *Relay) xlog(ctx context.Context, dec *decoder, data []byte, deliveries []delivery, durable func(pglogrepl.LSN) error) (pglogrepl.LSN, error) {
 	xld, err := pglogrepl.ParseXLogData(data)
 	if err != nil {
 		return 0, err
@@ -293,6 +338,11 @@ func (r *Relay) xlog(ctx context.Context, dec *decoder, data []byte, deliveries 
 	evs, err := events(r.Catalog, got.txn)
 	if err != nil {
 		return 0, &fatalError{fmt.Errorf("transaction ending at %s: %w", got.end, err)}
+	}
+	if len(evs) > 0 {
+		if err := durable(got.end); err != nil {
+			return 0, err
+		}
 	}
 	for _, d := range deliveries {
 		if err := d.send(ctx, evs, got.end); err != nil {

@@ -3,6 +3,7 @@ package feed_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/feed"
+	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/shard"
 )
 
@@ -29,13 +31,13 @@ func TestEveryKindOnce(t *testing.T) {
 
 	hold := e.hold(42, "h1", time.Minute, free("gold", -30), free("silver", 10))
 	want.add(feed.KindHoldBegin, 42, hold, "pending", hold.Ops[:1])
-	trx, _, err := e.store.Commit(ctx, scope(42, "h1"))
+	trx, _, err := e.store.Commit(ctx, byItsClient(42, "h1"))
 	must(t, err)
 	want.add(feed.KindHoldCommit, 42, trx, "committed", trx.Ops[1:])
 
 	hold = e.hold(42, "h2", time.Minute, free("gold", -5))
 	want.add(feed.KindHoldBegin, 42, hold, "pending", hold.Ops)
-	trx, _, err = e.store.Rollback(ctx, scope(42, "h2"))
+	trx, _, err = e.store.Rollback(ctx, byItsClient(42, "h2"))
 	must(t, err)
 	want.add(feed.KindHoldRollback, 42, trx, "rolled_back", trx.Ops[1:])
 
@@ -111,7 +113,7 @@ type expected struct {
 func (w expected) check(t *testing.T, ev feed.Event) {
 	t.Helper()
 	if ev.Kind != w.kind || ev.Trx.ID != w.trx.ID || ev.Trx.IdempotencyKey != w.trx.IdempotencyKey || ev.Trx.Emitter != 7 ||
-		ev.Trx.Kind != w.trx.Kind || ev.Namespace != 1 {
+		ev.Trx.Kind != w.trx.Kind || ev.Trx.FinishedBy != w.trx.FinishedBy || ev.Namespace != 1 {
 		t.Errorf("event %s: %s", ev.ID, js(ev))
 	}
 	if ev.Version != w.trx.Version {
@@ -339,4 +341,133 @@ func (e *env) waitSessionsEnded(n int) {
 		}
 	}
 	e.t.Fatalf("fewer than %d sessions ended", n)
+}
+
+// TestIdleWALConfirmed: WAL without events (other tables' writes, or
+// other databases' on the server) is confirmed while no event comes,
+// again and again, so that a quiet database's slot keeps no WAL.
+func TestIdleWALConfirmed(t *testing.T) {
+	e := newEnv(t)
+	e.startRelay()
+	e.change(1, "first", free("gold", 1))
+	e.waitStored(1)
+	db := e.router.Database(0)
+	_, err := db.Exec(ctx, "CREATE TABLE not_published (x int)")
+	must(t, err)
+	for round := range 3 {
+		var lsn string
+		_, err := db.Exec(ctx, "INSERT INTO not_published SELECT generate_series(1, 1000)")
+		must(t, err)
+		must(t, db.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn))
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			var done bool
+			must(t, db.QueryRow(ctx, "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1",
+				e.slot(), lsn).Scan(&done))
+			if done {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the slot did not confirm the WAL up to %s", round, lsn)
+			}
+		}
+	}
+}
+
+// TestOnlyDurableCommitsAreEvents: on a primary whose commits wait for a
+// synchronous standby, a commit the standby has not flushed (it is
+// frozen) is no event yet, though the primary wrote it and decoding sent
+// it to the relay: the primary may still fail over without it. Once the
+// standby has it, it is an event. With a standby required, that holds
+// even once the server stops waiting for it (a Patroni agent demoting a
+// primary whose standby took over empties synchronous_standby_names, and
+// the waiting commits complete).
+func TestOnlyDurableCommitsAreEvents(t *testing.T) {
+	primary, standby := synchronousPair(t)
+	e := newEnvOn(t, primary)
+	r := e.relay(e.jetStream())
+	r.RequireStandby = true
+	e.startRelayOf(r)
+	e.change(1, "before", free("gold", 1))
+	e.waitStored(1)
+	db := e.router.Database(0)
+	syncNames := func(names string) {
+		_, err := db.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = '"+names+"'")
+		must(t, err)
+		_, err = db.Exec(ctx, "SELECT pg_reload_conf()")
+		must(t, err)
+	}
+
+	must(t, standby.Pause())
+	t.Cleanup(func() { _ = standby.Resume() })
+	written := e.changeWaiting(2, "waits")
+	e.notStoredPastNow(1)
+	must(t, standby.Resume())
+	must(t, <-written)
+	e.waitStored(2)
+
+	must(t, standby.Pause())
+	written = e.changeWaiting(3, "released")
+	syncNames("") // the commit completes, on the primary alone
+	must(t, <-written)
+	e.notStoredPastNow(2)
+	must(t, standby.Resume())
+	syncNames("*")
+	e.waitStored(3)
+}
+
+// changeWaiting starts a change of player and returns once its commit
+// waits for the synchronous standby; the channel gets its outcome.
+func (e *env) changeWaiting(player coffer.PlayerID, key string) <-chan error {
+	e.t.Helper()
+	written := make(chan error, 1)
+	go func() {
+		_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(player, key), Ops: []coffer.OpRequest{free("gold", 2)}})
+		written <- err
+	}()
+	e.waitTrue("no commit waits for the standby", "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+	return written
+}
+
+// waitTrue waits until the database answers query (a boolean) with
+// true, and fails the test with failure after a generous bound.
+func (e *env) waitTrue(failure, query string, args ...any) {
+	e.t.Helper()
+	var ok bool
+	for deadline := time.Now().Add(60 * time.Second); !ok; time.Sleep(10 * time.Millisecond) {
+		must(e.t, e.router.Database(0).QueryRow(ctx, query, args...).Scan(&ok))
+		if time.Now().After(deadline) {
+			e.t.Fatal(failure)
+		}
+	}
+}
+
+// notStoredPastNow waits until the relay's walsender has sent the WAL as
+// it is now, then a second more, and fails the test unless the stream
+// still holds n events: an event published from what was sent would be
+// stored by then.
+func (e *env) notStoredPastNow(n uint64) {
+	e.t.Helper()
+	e.waitTrue("the relay was not sent the WAL", `SELECT count(*) > 0 FROM pg_stat_replication
+		WHERE application_name = 'coffer-feed' AND sent_lsn >= pg_current_wal_lsn()`)
+	time.Sleep(time.Second)
+	if got := e.storedCount(); got != n {
+		e.t.Fatalf("the stream holds %d events, want %d: a commit its standby does not have was published", got, n)
+	}
+}
+
+// synchronousPair starts a primary whose commits wait for any standby
+// (synchronous_standby_names '*') and its standby, in sync.
+func synchronousPair(t *testing.T) (primary, standby *pgserver.Server) {
+	t.Helper()
+	settings := pgserver.ReplicationSettings()
+	maps.Copy(settings, logical)
+	primary, err := pgserver.Start(ctx, pgserver.Options{Settings: settings})
+	must(t, err)
+	t.Cleanup(primary.Remove)
+	standby, err = pgserver.StartStandby(ctx, primary, pgserver.Options{Settings: settings})
+	must(t, err)
+	t.Cleanup(standby.Remove)
+	must(t, primary.RequireSynchronousStandby(ctx))
+	must(t, primary.WaitSynchronousStandby(ctx, time.Minute))
+	return primary, standby
 }

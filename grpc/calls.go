@@ -47,7 +47,7 @@ func (s *Server) Commit(ctx context.Context, req *cofferv1.TrxRequest) (*cofferv
 	if err != nil {
 		return nil, err
 	}
-	trx, replay, err := s.Ledger.Commit(ctx, sc)
+	trx, replay, err := s.Ledger.Commit(ctx, coffer.FinishRequest{Scope: sc, By: clientOf(ctx).Emitter})
 	return written(ctx, trx, replay, err)
 }
 
@@ -57,7 +57,7 @@ func (s *Server) Rollback(ctx context.Context, req *cofferv1.TrxRequest) (*coffe
 	if err != nil {
 		return nil, err
 	}
-	trx, replay, err := s.Ledger.Rollback(ctx, sc)
+	trx, replay, err := s.Ledger.Rollback(ctx, coffer.FinishRequest{Scope: sc, By: clientOf(ctx).Emitter})
 	return written(ctx, trx, replay, err)
 }
 

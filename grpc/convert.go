@@ -134,7 +134,8 @@ func toBalances(b coffer.Balances) *cofferv1.Balances {
 
 func toTrx(t coffer.Trx) (*cofferv1.Trx, error) {
 	out := &cofferv1.Trx{Id: t.ID, IdempotencyKey: t.IdempotencyKey, Emitter: int32(t.Emitter), Kind: string(t.Kind), Status: string(t.Status),
-		Reason: t.Reason, CreatedAt: timestamppb.New(t.CreatedAt), HoldExpiresAt: optTimestamp(t.HoldExpiresAt), Version: t.Version}
+		Reason: t.Reason, CreatedAt: timestamppb.New(t.CreatedAt), HoldExpiresAt: optTimestamp(t.HoldExpiresAt), Version: t.Version,
+		FinishedBy: int32(t.FinishedBy)}
 	if len(t.Meta) > 0 {
 		meta, err := coffer.ParseJSON(t.Meta, math.MaxInt)
 		if err != nil {

@@ -54,7 +54,7 @@ func (s *Server) commit(r *http.Request, c *coffer.Client) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	trx, replay, err := s.Ledger.Commit(r.Context(), sc)
+	trx, replay, err := s.Ledger.Commit(r.Context(), coffer.FinishRequest{Scope: sc, By: c.Emitter})
 	return written(trx, replay, err)
 }
 
@@ -63,7 +63,7 @@ func (s *Server) rollback(r *http.Request, c *coffer.Client) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	trx, replay, err := s.Ledger.Rollback(r.Context(), sc)
+	trx, replay, err := s.Ledger.Rollback(r.Context(), coffer.FinishRequest{Scope: sc, By: c.Emitter})
 	return written(trx, replay, err)
 }
 

@@ -16,6 +16,7 @@ func TestAuditFindsDamage(t *testing.T) {
 		"player order broken":                        "UPDATE op_%d SET pos = pos - 1 WHERE amount = 7",
 		"lot reservation differs from pending holds": "UPDATE lot_%d SET reserved = 3",
 		"balance above its bound":                    "UPDATE lot_%d SET reserved = 1000000000000000000",
+		"finisher of no finish":                      "UPDATE trx_%d SET finished_by = 7",
 		"too many lots": "INSERT INTO lot_%[1]d SELECT ns, player_id, lot_id + i, currency, paid, 1, expires_at, priority, created_at, trx_id, 0 " +
 			"FROM lot_%[1]d, generate_series(1, 1000) AS i",
 	}
@@ -36,7 +37,7 @@ func TestAuditFindsAHoldBegunAtItsFinishVersion(t *testing.T) {
 	e.mustChange(31, "a", free("gold", 5))
 	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(31, "h"), Hold: true, Ops: []coffer.OpRequest{free("gold", -2)}})
 	must(t, err)
-	_, _, err = e.store.Commit(ctx, scope(31, "h"))
+	_, _, err = e.store.Commit(ctx, byItsClient(31, "h"))
 	must(t, err)
 	e.auditFinds(31, "version went back", "UPDATE trx_%d SET begin_version = version WHERE kind = 'hold'")
 }
@@ -50,7 +51,7 @@ func TestAHoldFinishedWithoutItsBeginVersion(t *testing.T) {
 	req := coffer.ChangeRequest{Scope: scope(32, "h"), Hold: true, Ops: []coffer.OpRequest{free("gold", -2)}}
 	_, _, err := e.store.Change(ctx, req)
 	must(t, err)
-	_, _, err = e.store.Rollback(ctx, scope(32, "h"))
+	_, _, err = e.store.Rollback(ctx, byItsClient(32, "h"))
 	must(t, err)
 	e.auditFinds(32, "version went back", "UPDATE trx_%d SET begin_version = NULL WHERE kind = 'hold'")
 	_, _, err = e.store.Change(ctx, req)

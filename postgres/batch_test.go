@@ -313,7 +313,7 @@ func TestDamagedLotFailsOnlyTheWritesThatReadIt(t *testing.T) {
 	defer store.Close()
 	var commitErr, changeErr error
 	tx, errs := e.queuedBehind(store, blocker,
-		func() error { _, _, commitErr = store.Commit(ctx, scope(p, "hold")); return nil },
+		func() error { _, _, commitErr = store.Commit(ctx, byItsClient(p, "hold")); return nil },
 		func() error {
 			_, _, changeErr = store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "more"), Ops: []coffer.OpRequest{free("gold", 1)}})
 			return nil

@@ -63,7 +63,7 @@ func TestRollbackReplayOfAGrantsOnlyHoldInOneBatch(t *testing.T) {
 		must(t, err)
 	}
 	rollback := func(s *postgres.Store, p coffer.PlayerID) (coffer.Trx, error) {
-		trx, _, err := s.Rollback(ctx, scope(p, "h"))
+		trx, _, err := s.Rollback(ctx, byItsClient(p, "h"))
 		return trx, err
 	}
 	inBatch, alone := e.batchAndAlone(ps[0], ps[1], ps[2], rollback, rollback)
@@ -89,7 +89,7 @@ func TestBalanceAtVersionOfAHoldBegunAndCommittedInOneBatch(t *testing.T) {
 		return trx, err
 	}
 	commit := func(s *postgres.Store, p coffer.PlayerID) (coffer.Trx, error) {
-		trx, _, err := s.Commit(ctx, scope(p, "h"))
+		trx, _, err := s.Commit(ctx, byItsClient(p, "h"))
 		return trx, err
 	}
 	inBatch, alone := e.batchAndAlone(ps[0], ps[1], ps[2], begin, commit)
@@ -131,7 +131,7 @@ func TestRefundOfALotMadeInItsBatchKeepsWhatItOwes(t *testing.T) {
 	}
 	e.batchAndAlone(ps[0], ps[1], ps[2], buy, hold, chargeback)
 	for _, p := range ps[1:] {
-		_, _, err := e.store.Rollback(ctx, scope(p, "h"))
+		_, _, err := e.store.Rollback(ctx, byItsClient(p, "h"))
 		must(t, err)
 		if b := e.balance(p, "silver"); b.Total != 0 {
 			t.Errorf("player %d holds %d of its refunded order after the rollback", p, b.Total)

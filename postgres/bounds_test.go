@@ -54,7 +54,7 @@ func TestRollbacksCannotOverflow(t *testing.T) {
 		_, err = e.change(p, fmt.Sprint("refill", len(refill)), refill...)
 		wantCode(t, err, coffer.CodeInvalid)
 	}
-	r, _, err := e.store.Rollback(ctx, scope(p, "h"))
+	r, _, err := e.store.Rollback(ctx, byItsClient(p, "h"))
 	if err != nil || r.Balances[0].Total != filled {
 		t.Fatalf("rollback: %+v %v; want the balance back at %d", r.Balances, err, filled)
 	}
@@ -108,7 +108,7 @@ func TestLotsAreBounded(t *testing.T) {
 	}
 	hold("h1", time.Hour)
 	e.expireNow(p)
-	r, _, err := e.store.Rollback(ctx, scope(p, "h1"))
+	r, _, err := e.store.Rollback(ctx, byItsClient(p, "h1"))
 	if err != nil || r.Status != coffer.StatusRolledBack {
 		t.Fatalf("rollback over %d lots: %v", 2*coffer.LotsMax, err)
 	}

@@ -193,9 +193,9 @@ func TestHoldClaimsItsOrderAtBegin(t *testing.T) {
 		_, err = e.change(65, key, paid("gold", 10, "o-"+key))
 		wantCode(t, err, coffer.CodePurchaseAlreadyCredited)
 	}
-	_, _, err := e.store.Commit(ctx, scope(64, "commit"))
+	_, _, err := e.store.Commit(ctx, byItsClient(64, "commit"))
 	must(t, err)
-	_, _, err = e.store.Rollback(ctx, scope(64, "rollback"))
+	_, _, err = e.store.Rollback(ctx, byItsClient(64, "rollback"))
 	must(t, err)
 	_, err = e.change(65, "later", paid("gold", 10, "o-rollback"))
 	wantCode(t, err, coffer.CodePurchaseAlreadyCredited)

@@ -66,6 +66,8 @@ func newColumn(v any) column {
 		return newCol[time.Time]()
 	case *time.Time:
 		return newCol[*time.Time]()
+	case *int32:
+		return newCol[*int32]()
 	case *int64:
 		return newCol[*int64]()
 	case *string:

@@ -72,7 +72,7 @@ func newCommitter[R any](s *Store, db int, kind string, goroutines int, runner f
 // shard_unavailable when ctx ends first or the store is closed (the items
 // may still be applied: a retry with the same key tells).
 func (c *committer[R]) submit(ctx context.Context, items []R) error {
-	j := &job[R]{items: items, done: make(chan struct{}), queued: telemetry.Queue(ctx, c.database, c.kind)}
+	j := &job[R]{items: items, done: make(chan struct{}), queued: telemetry.Queue(ctx)}
 	if err := c.enqueue(j); err != nil {
 		return err
 	}

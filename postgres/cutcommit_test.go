@@ -305,14 +305,15 @@ func cutBatchThenAnotherInstance(t *testing.T, clockBehind bool) {
 	e := newEnv(t)
 	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: 20 * time.Second})
 	defer store.Close()
-	// A batch locks its players shard after shard, then by id: granted
-	// before holder, so that the gate below stops the batch's next
-	// attempt before it reaches holder.
-	ps := e.playersOn(0, 1, 3)
+	// A batch locks its players shard after shard: granted on a shard
+	// before holder's, so that the gate below, on granted's shard, stops
+	// the batch's next attempt before it reaches holder.
+	ps := e.playersOn(0, 1, 16)
 	sortByLockOrder(e, ps)
-	granted, holder, blocker := ps[0], ps[1], ps[2]
+	granted, blocker := ps[0], ps[1]
+	at := slices.IndexFunc(ps, func(p coffer.PlayerID) bool { return e.router.Map().ShardOf(p) != e.router.Map().ShardOf(granted) })
+	holder := ps[at]
 	e.mustChange(holder, "seed", free("gold", 10))
-	e.mustChange(granted, "seed", free("silver", 1)) // its row exists: the gate below locks it
 	_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(holder, "h"), Hold: true,
 		Ops: []coffer.OpRequest{free("gold", -4), free("silver", 3)}})
 	must(t, err)
@@ -328,7 +329,7 @@ func cutBatchThenAnotherInstance(t *testing.T, clockBehind bool) {
 	var commit, grant coffer.ChangeResult
 	tx, answered := e.queuedBehind(store, blocker,
 		func() error {
-			commit.Trx, commit.Replay, commit.Err = store.Commit(ctx, scope(holder, "h"))
+			commit.Trx, commit.Replay, commit.Err = store.Commit(ctx, byItsClient(holder, "h"))
 			return nil
 		},
 		func() error {
@@ -347,24 +348,26 @@ func cutBatchThenAnotherInstance(t *testing.T, clockBehind bool) {
 	defer instance.Close()
 	other := make(chan error, 1)
 	go func() {
-		_, _, err := instance.Commit(ctx, scope(holder, "h"))
+		_, _, err := instance.Commit(ctx, byItsClient(holder, "h"))
 		other <- err
 	}()
 	another := e.waitForBackend(0, "%locked%", pid)
-	// The gate queues for granted's lock behind the batch, as another
-	// does for holder's: when the batch is killed, each takes its lock
-	// first, so the batch's next attempt, which locks granted first,
-	// waits at the gate until another has committed the hold. Without
-	// it, that attempt could lock holder first (another's wake-up is
-	// slow on a busy machine) and then wait for the rogue trx, holding
-	// holder until another's time runs out.
+	// The gate queues for granted's shard's table behind the batch, as
+	// another does for holder's row: when the batch is killed, each is
+	// granted its lock by the lock manager before any new request, so
+	// the batch's next attempt, which locks granted's shard first, waits
+	// at the gate until another has committed the hold. A row's lock
+	// would not do: once its locker is gone, a new locker may take the
+	// row before the waiters wake, and the next attempt could lock holder
+	// first and then wait for the rogue trx, holding holder until
+	// another's time runs out.
 	gate := begin(t, e.router.Shard(e.router.Map().ShardOf(granted)))
 	gated := make(chan error, 1)
 	go func() {
-		_, err := gate.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM balance_%d WHERE ns = 1 AND player_id = $1 FOR UPDATE`, e.router.Map().ShardOf(granted)), granted)
+		_, err := gate.Exec(ctx, fmt.Sprintf(`LOCK TABLE balance_%d IN EXCLUSIVE MODE`, e.router.Map().ShardOf(granted)))
 		gated <- err
 	}()
-	e.waitForBackend(0, "%FOR UPDATE%", pid, another)
+	e.waitForBackend(0, "LOCK TABLE%", pid, another)
 	var killed bool
 	must(t, e.router.Database(0).QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed))
 	if !killed {

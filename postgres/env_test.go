@@ -122,6 +122,13 @@ func scope(player coffer.PlayerID, key string) coffer.Scope {
 	return coffer.Scope{Namespace: 1, PlayerID: player, Emitter: 7, IdempotencyKey: key}
 }
 
+// byItsClient is a commit or rollback of the hold of scope(player, key)
+// by the client that began it.
+func byItsClient(player coffer.PlayerID, key string) coffer.FinishRequest {
+	sc := scope(player, key)
+	return coffer.FinishRequest{Scope: sc, By: sc.Emitter}
+}
+
 func (e *env) change(player coffer.PlayerID, key string, ops ...coffer.OpRequest) (coffer.Trx, error) {
 	trx, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(player, key), Ops: ops, Reason: "test"})
 	return trx, err

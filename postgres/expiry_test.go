@@ -108,13 +108,13 @@ func TestBalanceAtVersionAcrossHolds(t *testing.T) {
 	step("h1 begun (pending at T, finished later)", func() { hold("h1", -10) })
 	step("a change while h1 is pending", func() { e.mustChange(p, "more", free("gold", 5)) })
 	step("h1 committed (no op), after the change", func() {
-		_, _, err := e.store.Commit(ctx, scope(p, "h1"))
+		_, _, err := e.store.Commit(ctx, byItsClient(p, "h1"))
 		must(t, err)
 	})
 	step("h2 begun (rolled back later)", func() { hold("h2", -5) })
 	step("h3 begun (pending to the end)", func() { hold("h3", -1) })
 	step("h2 rolled back, after h3 begun", func() {
-		_, _, err := e.store.Rollback(ctx, scope(p, "h2"))
+		_, _, err := e.store.Rollback(ctx, byItsClient(p, "h2"))
 		must(t, err)
 	})
 	for _, s := range log {
@@ -197,7 +197,7 @@ func TestHoldCommitRecordsAPastExpiry(t *testing.T) {
 		Ops: []coffer.OpRequest{{Currency: "gold", Amount: 10, ExpiresAt: &later}}})
 	must(t, err)
 	e.expireNow(15)
-	trx, _, err := e.store.Commit(ctx, scope(15, "h"))
+	trx, _, err := e.store.Commit(ctx, byItsClient(15, "h"))
 	if err != nil || trx.Status != coffer.StatusCommitted {
 		t.Fatalf("commit: %+v %v", trx, err)
 	}

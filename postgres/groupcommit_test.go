@@ -102,9 +102,9 @@ func (w *write) run(s *postgres.Store) {
 	case "exchange":
 		r.Trx, r.Replay, r.Err = s.Exchange(ctx, coffer.ExchangeRequest{Scope: w.change.Scope, From: "gold", To: "silver", Amount: 2})
 	case "commit":
-		r.Trx, r.Replay, r.Err = s.Commit(ctx, w.change.Scope)
+		r.Trx, r.Replay, r.Err = s.Commit(ctx, coffer.FinishRequest{Scope: w.change.Scope, By: w.change.Emitter})
 	case "rollback":
-		r.Trx, r.Replay, r.Err = s.Rollback(ctx, w.change.Scope)
+		r.Trx, r.Replay, r.Err = s.Rollback(ctx, coffer.FinishRequest{Scope: w.change.Scope, By: w.change.Emitter})
 	}
 }
 
@@ -459,7 +459,7 @@ func TestHoldBegunAndFinishedInOneBatch(t *testing.T) {
 			return err
 		},
 		func() (err error) {
-			commit, _, err = store.Commit(ctx, scope(ps[1], "h"))
+			commit, _, err = store.Commit(ctx, byItsClient(ps[1], "h"))
 			return err
 		})
 	must(t, tx.Rollback(ctx))
@@ -682,7 +682,7 @@ func TestTrxIDsOfTwoShardsInOneBatch(t *testing.T) {
 			return err
 		},
 		func() error {
-			_, _, err := store.Commit(ctx, scope(holder, "h"))
+			_, _, err := store.Commit(ctx, byItsClient(holder, "h"))
 			return err
 		})
 	must(t, tx.Rollback(ctx))

@@ -101,13 +101,13 @@ func TestEveryReplayIsTheFirstAnswer(t *testing.T) {
 		}
 	}
 	same("hold", func() (coffer.Trx, bool, error) { return e.store.Change(ctx, hold) })
-	same("commit", func() (coffer.Trx, bool, error) { return e.store.Commit(ctx, scope(p, "hold")) })
+	same("commit", func() (coffer.Trx, bool, error) { return e.store.Commit(ctx, byItsClient(p, "hold")) })
 	same("exchange", func() (coffer.Trx, bool, error) { return e.store.Exchange(ctx, exchange) })
 	// Another hold, and another store order: an order is credited once.
 	hold.IdempotencyKey = "hold-2"
 	hold.Ops[1].Purchase = &coffer.Purchase{Store: "s", OrderID: "o-2", Price: 99, Fiat: "EUR"}
 	same("hold 2", func() (coffer.Trx, bool, error) { return e.store.Change(ctx, hold) })
-	same("rollback", func() (coffer.Trx, bool, error) { return e.store.Rollback(ctx, scope(p, "hold-2")) })
+	same("rollback", func() (coffer.Trx, bool, error) { return e.store.Rollback(ctx, byItsClient(p, "hold-2")) })
 }
 
 // TestHoldBeginReplayedAfterItsEnd: a hold's begin sent again after the
@@ -122,8 +122,14 @@ func TestHoldBeginReplayedAfterItsEnd(t *testing.T) {
 		ttl    time.Duration
 		finish func(sc coffer.Scope) error
 	}{
-		{"commit", coffer.StatusCommitted, 0, func(sc coffer.Scope) error { _, _, err := e.store.Commit(ctx, sc); return err }},
-		{"rollback", coffer.StatusRolledBack, 0, func(sc coffer.Scope) error { _, _, err := e.store.Rollback(ctx, sc); return err }},
+		{"commit", coffer.StatusCommitted, 0, func(sc coffer.Scope) error {
+			_, _, err := e.store.Commit(ctx, coffer.FinishRequest{Scope: sc, By: sc.Emitter})
+			return err
+		}},
+		{"rollback", coffer.StatusRolledBack, 0, func(sc coffer.Scope) error {
+			_, _, err := e.store.Rollback(ctx, coffer.FinishRequest{Scope: sc, By: sc.Emitter})
+			return err
+		}},
 		{"expiry", coffer.StatusExpired, time.Second, func(sc coffer.Scope) error {
 			// Swept once its TTL has passed on the database's clock.
 			for range 300 {

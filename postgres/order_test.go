@@ -67,7 +67,7 @@ func TestExpiryAfterAHoldSortsAfterIt(t *testing.T) {
 			if commit {
 				finish = e.store.Commit
 			}
-			_, _, err = finish(ctx, scope(p, "h"))
+			_, _, err = finish(ctx, byItsClient(p, "h"))
 			must(t, err)
 			for i := 0; i < 2; i++ {
 				e.mustChange(p, fmt.Sprint("after", i), free("silver", 1))

@@ -86,6 +86,7 @@ type trxInsert struct {
 	player       int64
 	finishedAt   *time.Time
 	beginVersion *int64
+	finishedBy   *int32
 }
 
 var trxTable = &writeTable[trxInsert]{name: "trx", columns: []writeColumn[trxInsert]{
@@ -107,10 +108,11 @@ var trxTable = &writeTable[trxInsert]{name: "trx", columns: []writeColumn[trxIns
 	{"finished_at", "timestamptz", func(r *trxInsert) any { return r.finishedAt }},
 	{"refund", "jsonb", func(r *trxInsert) any { return refundJSON(r.Refund) }},
 	{"begin_version", "bigint", func(r *trxInsert) any { return r.beginVersion }},
+	{"finished_by", "int", func(r *trxInsert) any { return r.finishedBy }},
 }, sql: `INSERT INTO trx_N (ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
-		kind, status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at, refund, begin_version)
+		kind, status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at, refund, begin_version, finished_by)
 	SELECT ns, player_id, created_at, trx_id, emitter, idempotency_key, request_hash,
-		kind::trx_kind, status::trx_status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at, refund, begin_version
+		kind::trx_kind, status::trx_status, reason, meta, hold_expires_at, pending_grants, version, pos, finished_at, refund, begin_version, finished_by
 	FROM u`}
 
 // opInsert is an op row to insert. An op of a lot without a value (fiat
@@ -207,7 +209,9 @@ var finishTable = &writeTable[finishRow]{name: "finished", columns: []writeColum
 	{"version", "bigint", func(r *finishRow) any { return r.Version }},
 	{"finished_at", "timestamptz", func(r *finishRow) any { return r.FinishedAt }},
 	{"begin_version", "bigint", func(r *finishRow) any { return r.BeginVersion }},
-}, sql: `UPDATE trx_N t SET status = u.status::trx_status, version = u.version, finished_at = u.finished_at, begin_version = u.begin_version
+	{"finished_by", "int", func(r *finishRow) any { return int32(r.By) }},
+}, sql: `UPDATE trx_N t SET status = u.status::trx_status, version = u.version, finished_at = u.finished_at, begin_version = u.begin_version,
+		finished_by = u.finished_by
 	FROM u
 	WHERE t.ns = u.ns AND t.player_id = u.player_id AND t.created_at = u.created_at AND t.trx_id = u.trx_id`}
 
@@ -274,7 +278,8 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan,
 		for _, r := range plan.Inserts {
 			row := trxInsert{TrxRow: r, ns: ns, player: id}
 			if f := inserted[trxOf{p.key, r.ID}]; f != nil {
-				row.Status, row.Version, row.finishedAt, row.beginVersion = f.Status, f.Version, &f.FinishedAt, &f.BeginVersion
+				by := int32(f.By)
+				row.Status, row.Version, row.finishedAt, row.beginVersion, row.finishedBy = f.Status, f.Version, &f.FinishedAt, &f.BeginVersion, &by
 			}
 			trxTable.add(trx, p.shard, row)
 		}

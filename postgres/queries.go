@@ -24,7 +24,7 @@ const lotColumns = `l.lot_id, l.currency, l.paid, l.amount, l.reserved, l.expire
 
 // trxColumns are read by scanTrx, in this order; ops come as a JSON array.
 const trxColumns = `t.trx_id, t.emitter, t.idempotency_key, t.kind, t.status, t.reason, t.meta, t.created_at,
-	t.hold_expires_at, t.pending_grants, t.request_hash, t.version, t.begin_version, t.pos, t.refund,
+	t.hold_expires_at, t.pending_grants, t.request_hash, t.version, t.begin_version, t.pos, t.refund, COALESCE(t.finished_by, 0),
 	COALESCE((SELECT json_agg(json_build_object('c', o.currency, 'a', o.amount, 'k', o.kind, 'p', o.paid,
 		'l', o.lot_id, 'b', o.balance_after, 'q', o.paid_after, 'u', o.purchase, 'z', o.cause, 'x', o.fiat, 'v', o.value,
 		'f', o.created_at = COALESCE(t.finished_at, t.created_at)) ORDER BY o.seq)

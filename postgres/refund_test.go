@@ -179,7 +179,7 @@ func TestRefundTakesWhatAHoldReservedWhenItRollsBack(t *testing.T) {
 	time.Sleep(2 * time.Millisecond)
 	pending := time.Now()
 	time.Sleep(2 * time.Millisecond)
-	rb, _, err := e.store.Rollback(ctx, scope(24, "hold"))
+	rb, _, err := e.store.Rollback(ctx, byItsClient(24, "hold"))
 	must(t, err)
 	var ops []string
 	for _, op := range rb.Ops[1:] {
@@ -188,7 +188,7 @@ func TestRefundTakesWhatAHoldReservedWhenItRollsBack(t *testing.T) {
 	if got := strings.Join(ops, ", "); got != "grant 30 {150 USD} release, consume -30 {-150 USD} refund_held" || len(rb.Balances) != 1 || rb.Balances[0].Total != 0 {
 		t.Fatalf("the rollback's ops after the hold's: %s; balances %+v", got, rb.Balances)
 	}
-	_, _, err = e.store.Commit(ctx, scope(29, "hold"))
+	_, _, err = e.store.Commit(ctx, byItsClient(29, "hold"))
 	must(t, err)
 	for _, player := range []coffer.PlayerID{24, 29} {
 		if b := e.balance(player, "silver"); b.Total != 0 {
@@ -231,7 +231,7 @@ func TestRefundTakesWhatAHoldReservedFromExchangedCoinsWhenItRollsBack(t *testin
 	if got := taken(t, trx); got != "" || fmt.Sprint(trx.Refund.Shortfall) != "[{gold 10 499}]" {
 		t.Fatalf("took %q, shortfall %+v", got, trx.Refund.Shortfall)
 	}
-	rb, _, err := e.store.Rollback(ctx, scope(66, "hold"))
+	rb, _, err := e.store.Rollback(ctx, byItsClient(66, "hold"))
 	must(t, err)
 	var ops []string
 	for _, op := range rb.Ops[1:] {
@@ -300,7 +300,7 @@ func TestRefundOfAnUnknownOrder(t *testing.T) {
 	if after.Version != before.Version {
 		t.Fatalf("a refused refund wrote: version %d → %d", before.Version, after.Version)
 	}
-	_, _, err = e.store.Commit(ctx, scope(27, "hold"))
+	_, _, err = e.store.Commit(ctx, byItsClient(27, "hold"))
 	must(t, err)
 	if got := taken(t, e.mustRefund(refundOf(27, "r", "o-27"))); got != "[gold paid 10]" {
 		t.Fatalf("took %s", got)
@@ -523,9 +523,9 @@ func TestRefundDebtOfAnExchangedLotMovesNowhere(t *testing.T) {
 	if got := taken(t, trx); got != "[gold free 3]" || fmt.Sprint(trx.Refund.Shortfall) != "[{gold 7 349}]" {
 		t.Fatalf("took %q, shortfall %+v", got, trx.Refund.Shortfall)
 	}
-	_, _, err := e.store.Commit(ctx, scope(p, "hold-1"))
+	_, _, err := e.store.Commit(ctx, byItsClient(p, "hold-1"))
 	must(t, err)
-	rb, _, err := e.store.Rollback(ctx, scope(p, "hold-2"))
+	rb, _, err := e.store.Rollback(ctx, byItsClient(p, "hold-2"))
 	must(t, err)
 	if last := rb.Ops[len(rb.Ops)-1]; last.Amount != -20 || last.Cause != coffer.CauseRefundHeld {
 		t.Fatalf("the rollback's last op %+v: want 20 gems to the refund", last)

@@ -85,14 +85,14 @@ func TestRevenueInRealMoney(t *testing.T) {
 	e.mustChange(40, "spend", free("gold", -1)) // o1: 33
 	hold("h1", 1)                               // o1: 33, reserved
 	m1 := mark()
-	_, _, err := e.store.Commit(ctx, scope(40, "h1"))
+	_, _, err := e.store.Commit(ctx, byItsClient(40, "h1"))
 	must(t, err)
 	hold("h2", 1) // o1: the last coin, 34
 	// o2: 1 of 2 coins worth 60, 30.
 	_, _, err = e.store.Exchange(ctx, coffer.ExchangeRequest{Scope: scope(40, "ex"), From: "gold", To: "silver", Amount: 1})
 	must(t, err)
 	m2 := mark()
-	_, _, err = e.store.Rollback(ctx, scope(40, "h2"))
+	_, _, err = e.store.Rollback(ctx, byItsClient(40, "h2"))
 	must(t, err)
 	m3 := mark()
 	for _, c := range []struct {

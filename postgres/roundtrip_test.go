@@ -58,12 +58,12 @@ func TestCommitOfManyGrantsDrawsTheIDsItLacks(t *testing.T) {
 	_, _, err = e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "one"), Ops: paidLots("silver", 1, "o1"), Hold: true})
 	must(t, err)
 	one, _ := e.roundTrips(func() {
-		_, _, err = e.store.Commit(ctx, scope(p, "one"))
+		_, _, err = e.store.Commit(ctx, byItsClient(p, "one"))
 		must(t, err)
 	})
 	var trx coffer.Trx
 	many, _ := e.roundTrips(func() {
-		trx, _, err = e.store.Commit(ctx, scope(p, "h"))
+		trx, _, err = e.store.Commit(ctx, byItsClient(p, "h"))
 		must(t, err)
 	})
 	if many != one+1 {

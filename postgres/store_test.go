@@ -142,34 +142,39 @@ func TestHoldLifecycle(t *testing.T) {
 		t.Fatalf("begin: %+v", h)
 	}
 	sameAnswer(t, h, begin("h1", 0))
-	c, replayed, err := e.store.Commit(ctx, scope(7, "h1"))
-	if err != nil || replayed || c.Status != coffer.StatusCommitted || e.balance(7, "silver").Total != 5 ||
+	c, replayed, err := e.store.Commit(ctx, byItsClient(7, "h1"))
+	if err != nil || replayed || c.Status != coffer.StatusCommitted || c.FinishedBy != 7 || e.balance(7, "silver").Total != 5 ||
 		len(c.Balances) != 1 || c.Balances[0].Currency != "silver" || c.Balances[0].Total != 5 {
 		t.Fatalf("commit: %+v %v %v", c, replayed, err)
 	}
-	again, replayed, err := e.store.Commit(ctx, scope(7, "h1"))
+	again, replayed, err := e.store.Commit(ctx, byItsClient(7, "h1"))
 	if err != nil || !replayed {
 		t.Fatalf("second commit: %v %v", replayed, err)
 	}
 	sameAnswer(t, c, again)
-	_, _, err = e.store.Rollback(ctx, scope(7, "h1"))
+	_, _, err = e.store.Rollback(ctx, byItsClient(7, "h1"))
 	wantCode(t, err, coffer.CodeHoldNotPending)
 
 	e.mustChange(7, "refill", free("gold", 30))
 	before := e.balance(7, "gold")
 	begin("h2", 0)
-	r, _, err := e.store.Rollback(ctx, scope(7, "h2"))
-	if err != nil || r.Status != coffer.StatusRolledBack || r.Balances[0].Total != before.Total {
+	// Rolled back by a support agent's client (emitter 9): the trx names
+	// it, also when its own client's rollback replays it.
+	r, _, err := e.store.Rollback(ctx, coffer.FinishRequest{Scope: scope(7, "h2"), By: 9})
+	if err != nil || r.Status != coffer.StatusRolledBack || r.FinishedBy != 9 || r.Balances[0].Total != before.Total {
 		t.Fatalf("rollback: %+v %v", r, err)
 	}
-	again, _, err = e.store.Rollback(ctx, scope(7, "h2"))
+	again, _, err = e.store.Rollback(ctx, byItsClient(7, "h2"))
 	must(t, err)
 	sameAnswer(t, r, again)
+	if read, err := e.store.Trx(ctx, scope(7, "h2")); err != nil || read.FinishedBy != 9 {
+		t.Fatalf("the rolled-back hold read: by %d, %v", read.FinishedBy, err)
+	}
 	after := e.balance(7, "gold")
 	if fmt.Sprint(after.Lots) != fmt.Sprint(before.Lots) {
 		t.Fatalf("rollback did not restore the very lots:\n%+v\n%+v", before.Lots, after.Lots)
 	}
-	_, _, err = e.store.Commit(ctx, scope(7, "h2"))
+	_, _, err = e.store.Commit(ctx, byItsClient(7, "h2"))
 	wantCode(t, err, coffer.CodeHoldNotPending)
 
 	begin("h3", time.Second)
@@ -181,14 +186,17 @@ func TestHoldLifecycle(t *testing.T) {
 	if n, _ := e.store.SweepHolds(ctx, 100); n != 0 {
 		t.Fatalf("second sweep rolled back %d", n)
 	}
-	_, _, err = e.store.Commit(ctx, scope(7, "h3"))
+	_, _, err = e.store.Commit(ctx, byItsClient(7, "h3"))
 	wantCode(t, err, coffer.CodeHoldExpired)
+	if swept, err := e.store.Trx(ctx, scope(7, "h3")); err != nil || swept.Status != coffer.StatusExpired || swept.FinishedBy != 0 {
+		t.Fatalf("the swept hold: %s by %d, %v", swept.Status, swept.FinishedBy, err)
+	}
 	if got := e.balance(7, "gold").Total; got != after.Total {
 		t.Fatalf("expired hold kept %d", after.Total-got)
 	}
-	_, _, err = e.store.Commit(ctx, scope(7, "nope"))
+	_, _, err = e.store.Commit(ctx, byItsClient(7, "nope"))
 	wantCode(t, err, coffer.CodeNotFound)
-	_, _, err = e.store.Commit(ctx, scope(7, "seed"))
+	_, _, err = e.store.Commit(ctx, byItsClient(7, "seed"))
 	wantCode(t, err, coffer.CodeHoldNotPending)
 }
 
@@ -267,9 +275,9 @@ func TestConcurrentWrites(t *testing.T) {
 				}
 				if hold {
 					if i%2 == 0 {
-						_, _, err = e.store.Commit(ctx, scope(player, key))
+						_, _, err = e.store.Commit(ctx, byItsClient(player, key))
 					} else {
-						_, _, err = e.store.Rollback(ctx, scope(player, key))
+						_, _, err = e.store.Rollback(ctx, byItsClient(player, key))
 						amount = 0
 					}
 					if err != nil {

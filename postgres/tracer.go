@@ -44,8 +44,11 @@ func (RoundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.Tra
 // then, so that is the COMMIT's time on the server (its WAL flush, a
 // synchronous standby's answer) and on the wire.
 func (RoundTrips) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if data.SQL != "COMMIT" { // before the context's span: this runs for every statement
+		return
+	}
 	trip := trace.SpanFromContext(ctx)
-	if data.SQL != "COMMIT" || !trip.IsRecording() {
+	if !trip.IsRecording() {
 		return
 	}
 	_, commit := telemetry.TracerOf(trip).Start(ctx, "commit", trace.WithTimestamp(data.ReadStartTime))

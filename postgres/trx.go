@@ -86,7 +86,7 @@ func (s *Store) scanTrx(row pgx.Row, head ...any) (*storedTrx, error) {
 	var t storedTrx
 	var meta, pending, refund, ops []byte
 	err := row.Scan(append(head, &t.ID, &t.Emitter, &t.IdempotencyKey, &t.Kind, &t.Status, &t.Reason, &meta, &t.CreatedAt,
-		&t.HoldExpiresAt, &pending, &t.Hash, &t.Version, &t.beginVersion, &t.pos, &refund, &ops)...)
+		&t.HoldExpiresAt, &pending, &t.Hash, &t.Version, &t.beginVersion, &t.pos, &refund, &t.FinishedBy, &ops)...)
 	if err != nil {
 		return nil, err
 	}

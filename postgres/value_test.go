@@ -102,13 +102,13 @@ func TestValueThroughHoldsAndExchanges(t *testing.T) {
 	if lots := e.paidLots(21); lots != "gold 2/1 steam/a USD 67/33; gold 4/0 steam/b USD 50/0" {
 		t.Fatalf("lots while the hold is pending: %s", lots)
 	}
-	rb, _, err := e.store.Rollback(ctx, scope(21, "h1"))
+	rb, _, err := e.store.Rollback(ctx, byItsClient(21, "h1"))
 	must(t, err)
 	if got := values(rb); got != "USD -33, USD 33" {
 		t.Fatalf("rollback: %s", got)
 	}
 	hold("h2", 2)
-	_, _, err = e.store.Commit(ctx, scope(21, "h2"))
+	_, _, err = e.store.Commit(ctx, byItsClient(21, "h2"))
 	must(t, err)
 	if lots := e.paidLots(21); lots != "gold 1/0 steam/a USD 33/0; gold 4/0 steam/b USD 50/0" {
 		t.Fatalf("lots after the commit: %s", lots)

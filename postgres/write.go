@@ -179,18 +179,20 @@ func (s *Store) Refund(ctx context.Context, req coffer.RefundRequest) (coffer.Tr
 }
 
 // Commit applies a pending hold's grants (coffer.Player.Commit).
-func (s *Store) Commit(ctx context.Context, sc coffer.Scope) (coffer.Trx, bool, error) {
-	if err := sc.Validate(); err != nil {
-		return coffer.Trx{}, false, err
-	}
-	return s.writeOne(ctx, &request{scope: sc, write: coffer.Finish{Key: sc.Key(), Step: coffer.FinishCommit}})
+func (s *Store) Commit(ctx context.Context, req coffer.FinishRequest) (coffer.Trx, bool, error) {
+	return s.finish(ctx, req, coffer.FinishCommit)
 }
 
 // Rollback returns a pending hold's reservations to their lots
 // (coffer.Player.Rollback).
-func (s *Store) Rollback(ctx context.Context, sc coffer.Scope) (coffer.Trx, bool, error) {
-	if err := sc.Validate(); err != nil {
+func (s *Store) Rollback(ctx context.Context, req coffer.FinishRequest) (coffer.Trx, bool, error) {
+	return s.finish(ctx, req, coffer.FinishRollback)
+}
+
+// finish ends the hold of req as step says, recording req.By.
+func (s *Store) finish(ctx context.Context, req coffer.FinishRequest, step coffer.FinishStep) (coffer.Trx, bool, error) {
+	if err := req.Validate(); err != nil {
 		return coffer.Trx{}, false, err
 	}
-	return s.writeOne(ctx, &request{scope: sc, write: coffer.Finish{Key: sc.Key(), Step: coffer.FinishRollback}})
+	return s.writeOne(ctx, &request{scope: req.Scope, write: coffer.Finish{Key: req.Key(), Step: step, By: req.By}})
 }

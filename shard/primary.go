@@ -13,8 +13,8 @@ type Primary struct {
 	// Host is the configured address ("host:port") the connections
 	// reach, or the remote address when no configured one matches.
 	Host string
-	// SynchronousStandbys counts the standbys streaming from it as
-	// synchronous standbys (sync_state sync or quorum, caught up).
+	// SynchronousStandbys counts the physical standbys streaming from it
+	// as synchronous standbys (sync_state sync or quorum, caught up).
 	SynchronousStandbys int
 	// SynchronousCommit is the setting for coffer's sessions.
 	SynchronousCommit string
@@ -28,6 +28,17 @@ func (p Primary) Synchronous() bool {
 	return p.SynchronousStandbys > 0 && slices.Contains([]string{"on", "remote_apply", "remote_write"}, p.SynchronousCommit)
 }
 
+// StandbyReplication is pg_stat_replication without its logical
+// walsenders (the change feed's relay, a subscription): only
+// a physical standby can take over from the primary. A logical walsender
+// is a candidate synchronous standby all the same: under
+// synchronous_standby_names '*', which Patroni's synchronous_mode_strict
+// sets while it has no replica to name (and a Patroni agent restarted on
+// a primary sets again), it is picked once no physical standby streams,
+// and the commits it confirms are on no server a failover promotes.
+const StandbyReplication = `(SELECT * FROM pg_stat_replication r WHERE NOT EXISTS
+	(SELECT FROM pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical'))`
+
 // probeSQL reads, on the server a pooled connection reaches, whether it is
 // a standby or read-only, and its synchronous standbys. Without
 // pg_read_all_stats (pg_monitor) a role sees the rows of
@@ -36,7 +47,7 @@ const probeSQL = `SELECT pg_is_in_recovery(), current_setting('transaction_read_
 	current_setting('synchronous_commit'),
 	count(*) FILTER (WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')),
 	count(*) FILTER (WHERE state IS NULL)
-FROM pg_stat_replication`
+FROM ` + StandbyReplication + ` standbys`
 
 // RequireSynchronousStandby makes Writable refuse writes to a Guarded
 // database whose last probe found no synchronous standby in sync

@@ -2,8 +2,10 @@ package telemetry
 
 import (
 	"context"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -14,15 +16,16 @@ type Queued struct {
 	call, wait trace.Span
 }
 
-// Queue starts the wait of the call of ctx in database's queue of kind
-// (writes, reads), if the call's span records.
-func Queue(ctx context.Context, database, kind string) Queued {
+// Queue starts the wait of the call of ctx in a database's queue, if the
+// call's span records. The wait has no attributes: the batch it ends in,
+// which the call links, names the database and the kind, and a wait is
+// one per call (attributes are a good part of a span's cost).
+func Queue(ctx context.Context) Queued {
 	call := trace.SpanFromContext(ctx)
 	if !call.IsRecording() {
 		return Queued{}
 	}
-	_, wait := TracerOf(call).Start(ctx, "queue wait", trace.WithAttributes(
-		attribute.String("coffer.database", database), attribute.String("coffer.batch.kind", kind)))
+	_, wait := TracerOf(call).Start(ctx, "queue wait")
 	return Queued{call: call, wait: wait}
 }
 
@@ -83,4 +86,24 @@ func (b *Batch) End() {
 // TracerOf is the tracer of the provider that made span: the store and
 // its pgx tracer (postgres.RoundTrips) trace under the calls' spans, and
 // so need no Tracing of their own.
-func TracerOf(span trace.Span) trace.Tracer { return span.TracerProvider().Tracer(scope) }
+func TracerOf(span trace.Span) trace.Tracer {
+	p := span.TracerProvider()
+	if last := lastTracer.Load(); last != nil && last.provider == p {
+		return last.tracer
+	}
+	t := p.Tracer(scope)
+	if sdk, ok := p.(*sdktrace.TracerProvider); ok {
+		lastTracer.Store(&providerTracer{sdk, t})
+	}
+	return t
+}
+
+// lastTracer is the provider TracerOf was last asked about, with its
+// tracer: TracerProvider.Tracer takes a lock, which every span of every
+// batch would wait on, and an instance has one provider.
+var lastTracer atomic.Pointer[providerTracer]
+
+type providerTracer struct {
+	provider *sdktrace.TracerProvider
+	tracer   trace.Tracer
+}

@@ -82,9 +82,15 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 	return t.provider.Shutdown(ctx)
 }
 
-// Call is the span of one API call. Its zero value, from a nil Tracing,
-// does nothing.
-type Call struct{ span trace.Span }
+// Call is the span of one API call. Its attributes wait in it for its
+// end, to go to the span in one copy with its outcome's: given at its
+// start, they were copied into the options, then into the span, which
+// the outcome's grew again. Its zero value, from a nil Tracing, does
+// nothing.
+type Call struct {
+	span  trace.Span
+	attrs [3]attribute.KeyValue
+}
 
 // StartHTTP starts the span of an HTTP call of rpc on route (its pattern:
 // /v1/namespaces/{ns}/…), its parent the traceparent header, if any.
@@ -93,9 +99,9 @@ func (t *Tracing) StartHTTP(ctx context.Context, h http.Header, method, route, r
 		return ctx, Call{}
 	}
 	ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(h))
-	ctx, span := t.tracer.Start(ctx, method+" "+route, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-		attribute.String("http.request.method", method), attribute.String("http.route", route), attribute.String("coffer.call", rpc)))
-	return ctx, Call{span}
+	ctx, span := t.tracer.Start(ctx, method+" "+route, trace.WithSpanKind(trace.SpanKindServer))
+	return ctx, Call{span, [3]attribute.KeyValue{
+		attribute.String("http.request.method", method), attribute.String("http.route", route), attribute.String("coffer.call", rpc)}}
 }
 
 // StartGRPC starts the span of a gRPC call of rpc (fullMethod:
@@ -105,9 +111,9 @@ func (t *Tracing) StartGRPC(ctx context.Context, md map[string][]string, fullMet
 		return ctx, Call{}
 	}
 	ctx = propagation.TraceContext{}.Extract(ctx, metadataCarrier(md))
-	ctx, span := t.tracer.Start(ctx, strings.TrimPrefix(fullMethod, "/"), trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-		attribute.String("rpc.system", "grpc"), attribute.String("rpc.method", rpc), attribute.String("coffer.call", rpc)))
-	return ctx, Call{span}
+	ctx, span := t.tracer.Start(ctx, strings.TrimPrefix(fullMethod, "/"), trace.WithSpanKind(trace.SpanKindServer))
+	return ctx, Call{span, [3]attribute.KeyValue{
+		attribute.String("rpc.system", "grpc"), attribute.String("rpc.method", rpc), attribute.String("coffer.call", rpc)}}
 }
 
 // EndHTTP ends an HTTP call's span with the status it answered.
@@ -115,18 +121,23 @@ func (c Call) EndHTTP(status int, err error) {
 	if c.span == nil {
 		return
 	}
-	c.span.SetAttributes(attribute.Int("http.response.status_code", status))
-	c.End(err)
+	c.span.SetAttributes(c.attrs[0], c.attrs[1], c.attrs[2], attribute.Int("http.response.status_code", status))
+	c.end(err)
 }
 
-// End ends the call's span with its error (nil for success): its code
-// in coffer.code, and the span's status an error when the server failed
-// (a refusal of the request is the caller's, and not the server's,
-// error).
+// End ends the call's span with its error (nil for success).
 func (c Call) End(err error) {
 	if c.span == nil {
 		return
 	}
+	c.span.SetAttributes(c.attrs[0], c.attrs[1], c.attrs[2])
+	c.end(err)
+}
+
+// end ends the span with err: its code in coffer.code, and the span's
+// status an error when the server failed (a refusal of the request is
+// the caller's, and not the server's, error).
+func (c Call) end(err error) {
 	if err != nil {
 		code := coffer.ErrorCode(err)
 		c.span.SetAttributes(attribute.String("coffer.code", string(code)))

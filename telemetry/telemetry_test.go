@@ -61,7 +61,7 @@ type write struct {
 // its wait in the queue, its batch.
 func (w *write) run(tracing *Tracing) {
 	ctx, call := tracing.StartHTTP(context.Background(), w.header, "POST", "/v1/namespaces/{ns}/players/{player}/transactions", "Change")
-	w.job.queued = Queue(ctx, "coffer_0", "writes")
+	w.job.queued = Queue(ctx)
 	var batch Batch
 	batch.Join(&w.job.queued)
 	_ = batch.Start(context.Background(), "coffer_0", "writes", 1)

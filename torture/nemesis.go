@@ -24,6 +24,9 @@ const (
 	PGFailover   = "pg-failover"   // kill -9 a primary, promote its standby, rewind the old primary into a standby
 	PGSwitchover = "pg-switchover" // planned: stop a primary cleanly, promote its standby, rejoin the old primary
 	PatroniKill  = "patroni-kill"  // kill -9 the Patroni agent of a leader, restart it once another member leads
+	// The change feed's, which need it (--feed).
+	FeedKill = "feed-kill" // kill -9 the relay (coffer feed), restart it
+	NATSKill = "nats-kill" // kill -9 the broker (nats-server), restart it
 )
 
 // FaultKinds lists the kinds of a run without standbys, in the order of
@@ -38,8 +41,11 @@ var StandbyFaultKinds = append(slices.Clone(FaultKinds), PGFailover, PGSwitchove
 // over), pg-switchover is `patronictl switchover`.
 var PatroniFaultKinds = []string{PGKill, NetCut, NetReset, CofferKill, PatroniKill, PGSwitchover}
 
+// FeedFaultKinds are added to a run's kinds when it runs the change feed.
+var FeedFaultKinds = []string{FeedKill, NATSKill}
+
 // reportKinds is every kind, in the order of the report.
-var reportKinds = []string{PGKill, PGStop, NetCut, NetSlow, NetReset, CofferKill, PGFailover, PGSwitchover, PatroniKill, ShardMove}
+var reportKinds = []string{PGKill, PGStop, NetCut, NetSlow, NetReset, CofferKill, PGFailover, PGSwitchover, PatroniKill, ShardMove, FeedKill, NATSKill}
 
 // failover tells whether a kind changes the primary: its writes are probed
 // while it lasts, and the report gives their outage.
@@ -48,8 +54,9 @@ func failover(kind string) bool {
 }
 
 // Target is what the nemesis breaks. Index i is a database (and its
-// server and proxy) or, for CofferKill, an instance. Each method returns
-// once the fault is in place; Heal-type methods once it is undone.
+// server and proxy) or, for CofferKill, an instance; the feed's kinds
+// have one relay and one broker. Each method returns once the fault is in
+// place; Heal-type methods once it is undone.
 type Target interface {
 	KillServer(i int) error
 	RestartServer(ctx context.Context, i int) error
@@ -62,6 +69,14 @@ type Target interface {
 	// instance; WaitInstance until instance i is ready.
 	WaitDatabase(ctx context.Context, i int)
 	WaitInstance(ctx context.Context, i int)
+	// KillRelay and KillBroker kill -9 the feed's relay and broker;
+	// their restarts return once the process runs. WaitFeed blocks until
+	// the relay reads every database's slot and the broker answers.
+	KillRelay() error
+	RestartRelay() error
+	KillBroker() error
+	RestartBroker() error
+	WaitFeed(ctx context.Context)
 	// Failover changes the primary of database i in the way kind says,
 	// taking length where the kind has a length (how long a killed agent
 	// stays dead), and returns once the database has a standby in sync
@@ -110,8 +125,11 @@ func Plan(seed uint64, kinds []string, duration time.Duration, databases, instan
 		}
 		f := Fault{Kind: kinds[i%len(kinds)], At: at, Length: time.Duration(1500+rng.IntN(2500)) * time.Millisecond}
 		n := databases
-		if f.Kind == CofferKill {
+		switch f.Kind {
+		case CofferKill:
 			n = instances
+		case FeedKill, NATSKill:
+			n = 1
 		}
 		f.Index = rng.IntN(n)
 		if f.Kind == ShardMove {
@@ -195,15 +213,16 @@ func Run(ctx context.Context, t Target, plan []Fault, start, end time.Time) *Inj
 			in.Errors = append(in.Errors, fmt.Sprintf("%s on %d: %v", f.Kind, f.Index, err))
 			continue
 		}
-		if f.Kind == CofferKill {
+		switch f.Kind {
+		case CofferKill:
 			t.WaitInstance(ctx, f.Index)
-		} else {
+		case FeedKill, NATSKill:
+			t.WaitFeed(ctx)
+		default:
 			t.WaitDatabase(ctx, f.Index)
-		}
-		in.Recovery[f.Kind] = append(in.Recovery[f.Kind], time.Since(healed))
-		if f.Kind != CofferKill {
 			in.Outage[f.Index] += time.Since(begun)
 		}
+		in.Recovery[f.Kind] = append(in.Recovery[f.Kind], time.Since(healed))
 	}
 	return in
 }
@@ -233,6 +252,12 @@ func apply(ctx context.Context, t Target, f Fault) (time.Time, error) {
 	case CofferKill:
 		err := t.KillInstance(f.Index)
 		heal = func() error { return errors.Join(err, t.RestartInstance(ctx, f.Index)) }
+	case FeedKill:
+		err := t.KillRelay()
+		heal = func() error { return errors.Join(err, t.RestartRelay()) }
+	case NATSKill:
+		err := t.KillBroker()
+		heal = func() error { return errors.Join(err, t.RestartBroker()) }
 	default:
 		return time.Now(), fmt.Errorf("unknown fault kind %q", f.Kind)
 	}

@@ -34,6 +34,7 @@ type benchFlags struct {
 	self                        bool
 	target, apiKey, configPath  string
 	baseline                    string
+	feed                        bool
 	jsonPath, reportDir         string
 	decay                       int64
 	keep, stockPostgres, trace  bool
@@ -112,10 +113,15 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 		f.servers, err = parseServers(list)
 		return err
 	})
+	fs.Func("move", "with --self: shards to move under load, e.g. 3 or 3,11: in each of coffer's runs, once half of --duration has passed, each to the next database of the stack and back (coffer shard move's code), one after the other; the run lasts until they are done, and the report gives each move's pause and what the other shards' ops saw", func(list string) (err error) {
+		f.Moves, err = parseMoves(list)
+		return err
+	})
 	fs.StringVar(&f.target, "target", "", "a running coffer: http://host:port (http) or host:port (grpc)")
 	fs.StringVar(&f.apiKey, "api-key", "", "with --target: the API key (needs write and read on namespaces 1–10)")
 	fs.StringVar(&f.configPath, "c", "", "with --target: its config, for database figures and the baseline")
 	fs.StringVar(&f.baseline, "baseline", "", "sql: alternate with the same operations as plain SQL (write, read, mix; batch against write); pgbench: with PostgreSQL's pgbench running them as a script (write; batch against write)")
+	fs.BoolVar(&f.feed, "feed", false, "with --self: run the change feed (nats-server, coffer feed) beside coffer, against the same coffer with the feed off as the baseline, and report the feed's lag")
 	fs.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&f.reportDir, "report", "", "write report.md and PNG charts into this directory")
 	fs.Int64Var(&f.Preload, "preload", 0, "grant this many times first (not measured), so that reads find balances")
@@ -151,6 +157,8 @@ func (f *benchFlags) check(given map[string]bool) error {
 		return errors.New("--transport must be http or grpc")
 	case f.baseline != "" && f.baseline != "sql" && f.baseline != "pgbench":
 		return errors.New("--baseline must be sql or pgbench")
+	case f.feed && (!f.self || f.baseline != "" || len(f.servers) > 0 || f.pgSet["wal_level"] != "" && f.pgSet["wal_level"] != "logical"):
+		return errFeedFlags
 	case f.baseline == "pgbench" && f.Workload != bench.Write && f.Workload != bench.Batch:
 		return fmt.Errorf("--baseline pgbench covers write and batch, not %s", f.Workload)
 	case f.baseline == "pgbench" && (f.Rate > 0 || f.decay > 0):
@@ -182,6 +190,9 @@ func (f *benchFlags) check(given map[string]bool) error {
 		return fmt.Errorf("--shards: %w", err)
 	}
 	if err := f.checkCPUs(given); err != nil {
+		return err
+	}
+	if err := f.checkMoves(); err != nil {
 		return err
 	}
 	// Found out now, not after a long run.
@@ -404,6 +415,8 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer, layout stackLay
 		cfg.Telemetry.OTLPEndpoint = "http://" + spans.Addr
 	}
 	settings := f.stackSettings()
+	fd := f.startFeed(settings, dir)
+	defer fd.close()
 	st, err := startLocalStack(ctx, dir, cfg, layout, settings, io.Discard)
 	if err != nil {
 		return nil, err
@@ -434,14 +447,25 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer, layout stackLay
 		return nil, err
 	}
 	defer env.Router.Close()
+	if len(f.Moves) > 0 {
+		if env.Mover, err = newStackMover(env.Router, st.config, m, out); err != nil {
+			return nil, err
+		}
+	}
 	if env.Coffer, err = f.cofferTarget("http://"+svc.httpAddr, svc.grpcAddr, key); err != nil {
 		return nil, err
 	}
 	if err := f.setBaseline(ctx, &env); err != nil {
 		return nil, err
 	}
+	if err := fd.attach(ctx, st, &env); err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(out, "coffer bench: %s on a local stack of %d PostgreSQL server(s) (coffer serve pid %d), %d clients, %d round(s)\n", f.Workload, layout.servers, env.CofferPID, f.Clients, f.Rounds)
 	if rep, err = bench.Bench(ctx, f.Options, env, out); err != nil {
+		return nil, err
+	}
+	if rep.Feed, err = fd.figures(ctx); err != nil {
 		return nil, err
 	}
 	cpus.readBack(st, env.CofferPID)

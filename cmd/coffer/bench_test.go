@@ -101,6 +101,38 @@ func TestBenchSelf(t *testing.T) {
 	}
 }
 
+// TestBenchSelfFeed runs a short `coffer bench --self --feed`: the coffer
+// side's writes, and only those, come out of the feed (the baseline's run
+// with it off), and the report has both sides' costs and the lag.
+func TestBenchSelfFeed(t *testing.T) {
+	bin := cofferBinary(t)
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	cmd := exec.Command(bin, "bench", "--self", "--feed", "--workload", "write", "--clients", "4", "--duration", "2s",
+		"--rounds", "2", "--progress", "1s", "--warmup", "1s", "--scale", "0.01", "--json", jsonPath)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("coffer bench: %v\n%s", err, out)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	must(t, err)
+	var rep bench.Report
+	must(t, json.Unmarshal(raw, &rep))
+	switch f := rep.Feed; {
+	case !strings.Contains(string(out), "median ratio coffer/feed-off") || !strings.Contains(string(out), "change feed: "):
+		t.Fatalf("terminal report:\n%s", out)
+	case rep.BaselineName != "feed-off" || rep.Baseline == nil || rep.Baseline.Ops == 0 || rep.Baseline.WALBytesPerOp <= 0 || rep.Coffer.PostgresCPUPer1000Op <= 0:
+		t.Fatalf("sides: %s", raw)
+	case rep.Baseline.TrxWritten != rep.Baseline.Ops:
+		t.Fatalf("the feed-off side wrote %d trx rows in %d ops: its writes must be its own, not replays", rep.Baseline.TrxWritten, rep.Baseline.Ops)
+	case f == nil || rep.Writes == 0 || int64(f.Events) != rep.Writes:
+		t.Fatalf("the feed stored %+v events; coffer's side acknowledged %d writes (the baseline's runs have the feed off)", f, rep.Writes)
+	case !(0 < f.Lag.P50 && f.Lag.P50 <= f.Lag.P99 && f.Lag.P99 <= f.Lag.Max) || f.RelayCPUPer1000Events <= 0:
+		t.Fatalf("feed figures: %+v", f)
+	case rep.PostgresSettings["wal_level"] != "logical" || !rep.Audited || rep.AuditViolations != 0:
+		t.Fatalf("settings %v, audit %v %d", rep.PostgresSettings, rep.Audited, rep.AuditViolations)
+	}
+}
+
 // callsPerOp is how many statements per op ran insert, which coffer's
 // write statements carry in a WITH of their own (one text per set of
 // tables a batch writes), the baseline's leads.
@@ -230,6 +262,10 @@ func TestBenchFlags(t *testing.T) {
 		{"--target", "http://x", "--api-key", "k", "--pg-cpu-quota", "0.5"},
 		{"--target", "http://x", "--api-key", "k", "--databases", "1,2"},
 		{"--target", "http://x", "--api-key", "k", "--trace"},
+		{"--target", "http://x", "--api-key", "k", "--feed"},
+		{"--self", "--feed", "--baseline", "sql"},
+		{"--self", "--feed", "--pg-set", "wal_level=replica"},
+		{"--self", "--feed", "--databases", "1,2"},
 	} {
 		if code, _, _ := run(t, append([]string{"bench"}, args...)...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
@@ -318,6 +354,74 @@ func TestBenchSelfConfined(t *testing.T) {
 	} {
 		if !strings.Contains(string(out), line) {
 			t.Fatalf("no %q in the report:\n%s", line, out)
+		}
+	}
+}
+
+// TestBenchSelfMove runs `coffer bench --self --databases 2 --move 1`:
+// shard 1 goes to the other server's database and back while the load
+// goes on, and the report gives each move's pause, the other shards'
+// p99 during its copy and without a move, and the moved shard's ops
+// around the cut-over; no op failed, every acknowledged write is a trx
+// row, the audit is clean.
+func TestBenchSelfMove(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	out, err := exec.Command(cofferBinary(t), "bench", "--self", "--databases", "2", "--shards", "4", "--move", "1", "--workload", "write",
+		"--clients", "4", "--duration", "2s", "--rounds", "1", "--progress", "0", "--warmup", "1s", "--scale", "0.01", "--json", jsonPath).CombinedOutput()
+	if err != nil {
+		t.Fatalf("coffer bench: %v\n%s", err, out)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	must(t, err)
+	var so bench.ScaleOut
+	must(t, json.Unmarshal(raw, &so))
+	if len(so.Stacks) != 1 || len(so.Stacks[0].Moves) != 2 {
+		t.Fatalf("want one stack with two moves (there and back): %s", raw)
+	}
+	rep := so.Stacks[0]
+	if len(rep.Errors) != 0 || rep.Writes == 0 || rep.Writes != rep.TrxWritten || !rep.Audited || rep.AuditViolations != 0 {
+		t.Fatalf("errors %v, writes %d, trx rows %d, audit %v %d", rep.Errors, rep.Writes, rep.TrxWritten, rep.Audited, rep.AuditViolations)
+	}
+	for i, m := range rep.Moves {
+		from, to := "coffer_0", "coffer_1" // shards 0–1 on the first database
+		if i == 1 {
+			from, to = to, from
+		}
+		switch {
+		case m.Run != "coffer#1" || m.Shard != 1 || m.From != from || m.To != to || m.PauseMs <= 0:
+			t.Fatalf("move %d: %+v", i, m)
+		case m.Copy.Ops == 0 || m.Copy.P99 <= 0 || m.Quiet.Ops == 0 || m.Quiet.P99 <= 0 || m.P99Ratio <= 0 || m.Copy.ToS <= m.Copy.FromS || m.Quiet.ToS > rep.Moves[0].Copy.FromS:
+			t.Fatalf("move %d: the other shards' ops: copy %+v, quiet %+v, ratio %v", i, m.Copy, m.Quiet, m.P99Ratio)
+		case m.Cut.Ops == 0 || m.Cut.Max <= 0 || m.Cut.Errors != 0 || m.Cut.FromS < m.Copy.ToS:
+			t.Fatalf("move %d: the moved shard's ops around the cut-over: %+v", i, m.Cut)
+		}
+	}
+	for _, line := range []string{"shard 1: writes paused ", "\nshard moves: ", "\ncoffer#1      1 coffer_0 → coffer_1 ", "\npause: median "} {
+		if !strings.Contains(string(out), line) {
+			t.Fatalf("no %q in the report:\n%s", line, out)
+		}
+	}
+}
+
+// The --move flags that do not fit: each refused before anything runs,
+// with what is wrong.
+func TestBenchMoveFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--target", "http://x", "--api-key", "k", "--move", "1"}, "--move needs --self"},
+		{[]string{"--self", "--move", "1,x"}, "not a list of shard ids"},
+		{[]string{"--self", "--move", "-1"}, "not a list of shard ids"},
+		{[]string{"--self", "--move", "16"}, "the stack's shards are 0 … 15"},
+		{[]string{"--self", "--move", "1", "--baseline", "sql"}, "not with --baseline"},
+		{[]string{"--self", "--move", "1", "--decay", "1000"}, "not with --decay"},
+		{[]string{"--self", "--move", "1", "--workload", "batch"}, "not with --workload batch"},
+		{[]string{"--self", "--move", "1", "--databases", "1,2"}, "not with --databases 1"},
+	} {
+		code, _, errOut := run(t, append([]string{"bench"}, tc.args...)...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", tc.args, code, errOut, tc.want)
 		}
 	}
 }

@@ -93,6 +93,10 @@ func waitText(sel, want string) chromedp.Action {
 		chromedp.WithPollingTimeout(time.Minute))
 }
 
+// apiCallsJS lists the API calls the page made since it was opened, as
+// the browser's resource timing entries.
+const apiCallsJS = `performance.getEntriesByType("resource").filter(e => new URL(e.name).pathname.startsWith("/v1/"))`
+
 // errorOf is the selector of the error shown beside field name of form.
 func errorOf(form, name string) string {
 	return fmt.Sprintf(`%s .field:has([name=%s]) .error`, form, name)
@@ -130,7 +134,12 @@ func TestConsole(t *testing.T) {
 	}
 	steps(t, b, "a wrong key", chromedp.Navigate(base+fmt.Sprintf("/console/ns/1/players/%d", player)), signIn("no-such-key"),
 		waitText(errorOf("form", "key"), "coffer knows no client with this key"), screenshot(t, "signin"))
-	steps(t, b, "a key without support", signIn(readerKey), waitText(errorOf("form", "key"), "lacks the support permission"))
+	var navShown bool
+	steps(t, b, "a key without support", signIn(readerKey), waitText(errorOf("form", "key"), "lacks the support permission"),
+		chromedp.Evaluate(`document.getElementById("nav").getClientRects().length > 0`, &navShown))
+	if navShown {
+		t.Error("the pages' links are shown before sign-in")
+	}
 	steps(t, b, "the support key", signIn(devSupportKey(devKey)), waitText("h1", fmt.Sprintf("Player %d in namespace 1", player)))
 
 	// The player page: balances, reserved, pending hold and finlog, as
@@ -149,6 +158,14 @@ func TestConsole(t *testing.T) {
 	}
 	if fmt.Sprint(rows) != fmt.Sprint(want) {
 		t.Fatalf("balances on the page %v, the API's %v", rows, want)
+	}
+	// The player page makes three API calls at most: opened afresh, the
+	// calls the browser made for it.
+	var calls []string
+	steps(t, b, "the player page's calls", chromedp.Navigate(base+fmt.Sprintf("/console/ns/1/players/%d", player)), waitText("#finlog", "buy-77"),
+		chromedp.Evaluate(apiCallsJS+`.map(e => e.name)`, &calls))
+	if len(calls) == 0 || len(calls) > 3 {
+		t.Fatalf("the player page made %d API calls, want 1–3: %q", len(calls), calls)
 	}
 	var finlog []string
 	steps(t, b, "the finlog", chromedp.Evaluate(`[...document.querySelectorAll("#finlog details.trx summary")].map(s => s.textContent)`, &finlog),
@@ -223,11 +240,20 @@ func TestConsole(t *testing.T) {
 	must(t, err)
 	hold, err := s.dev.Trx(ctx, 1, player, "match-9")
 	must(t, err)
-	if len(refunds.Items) != 1 || refunds.Items[0].Refund.Kind != "chargeback" || refunds.Items[0].Emitter != 9 || hold.Status != coffer.StatusRolledBack {
-		t.Fatalf("refunds %+v; hold %s", refunds.Items, hold.Status)
+	if len(refunds.Items) != 1 || refunds.Items[0].Refund.Kind != "chargeback" || refunds.Items[0].Emitter != 9 ||
+		hold.Status != coffer.StatusRolledBack || hold.FinishedBy != 9 {
+		t.Fatalf("refunds %+v; hold %s by %d", refunds.Items, hold.Status, hold.FinishedBy)
 	}
-	steps(t, b, "the finlog names the agent", chromedp.Navigate(base+fmt.Sprintf("/console/ns/1/players/%d", player)),
-		waitText("#finlog", "console: dev-support"), waitText("#finlog", "bank dispute 55"))
+	// Each correction shows as the agent's, from the console: the consume
+	// and the chargeback it wrote, and the game's hold it rolled back.
+	var who map[string]string
+	steps(t, b, "the finlog names the agent", chromedp.Navigate(base+fmt.Sprintf("/console/ns/1/players/%d", player)), waitText("#finlog", "bank dispute 55"),
+		chromedp.Evaluate(`Object.fromEntries([...document.querySelectorAll("#finlog details.trx summary")].map(s => [s.children[3].textContent, s.querySelector(".who").textContent]))`, &who))
+	const agent = "console: dev-support"
+	if who["match-9"] != "devfinished by "+agent || who[refunds.Items[0].IdempotencyKey] != agent || who[page.Items[0].IdempotencyKey] != agent {
+		t.Fatalf("who wrote and finished the trx, on the page: %q", who)
+	}
+	steps(t, b, "the finlog's picture", chromedp.ScrollIntoView(`#finlog`), screenshot(t, "finlog"))
 
 	// The revenue report and the status.
 	steps(t, b, "revenue", chromedp.Click(`nav a[href="/console/revenue"]`), waitText("#revenue", "gold"), chromedp.WaitVisible(`#csv`),
@@ -313,8 +339,11 @@ func TestGRPCSupportCalls(t *testing.T) {
 	wantGRPC(t, err, codes.NotFound, coffer.CodeNotFound) // its own key: none
 	back, err := w.Rollback(agent, &cofferv1.TrxRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "h", Emitter: 1})
 	must(t, err)
-	if back.Status != "rolled_back" || back.Emitter != 1 {
+	if back.Status != "rolled_back" || back.Emitter != 1 || back.FinishedBy != 9 {
 		t.Fatalf("the agent's rollback: %v", back)
+	}
+	if read, err := w.GetTrx(dev, &cofferv1.TrxRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "h"}); err != nil || read.FinishedBy != 9 {
+		t.Fatalf("the game reads its hold the agent rolled back: %v %v", read, err)
 	}
 
 	fix := &cofferv1.ChangeRequest{Namespace: 1, PlayerId: p, IdempotencyKey: "fix", Ops: []*cofferv1.OpRequest{{Currency: "gold", Amount: 5}}}

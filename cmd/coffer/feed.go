@@ -291,7 +291,8 @@ func relayAll(ctx context.Context, cfg *Config, m *shard.Map, catalog *coffer.Ca
 	for _, d := range m.Databases() {
 		r := &feed.Relay{Database: d.Name(), ConnString: d.Config.ConnString(int(cfg.Pool.ConnectTimeout.Seconds())),
 			Catalog: catalog, Slot: feed.SlotName(f.Slot, d.Config.Name), Publication: f.Publication, Logger: logger, Observer: obs,
-			StatusInterval: time.Second, PauseMin: f.Retry.Min, PauseMax: f.Retry.Max, SlotCheckInterval: 10 * time.Second}
+			StatusInterval: time.Second, PauseMin: f.Retry.Min, PauseMax: f.Retry.Max, SlotCheckInterval: 10 * time.Second,
+			RequireStandby: cfg.RequireSynchronousStandby}
 		if nc != nil {
 			r.Sinks = append(r.Sinks, &feed.JetStream{Conn: nc, Stream: f.stream(), SubjectPrefix: f.NATS.SubjectPrefix,
 				InFlightMax: f.NATS.InFlightMax, PublishTimeout: f.NATS.PublishTimeout, Observer: obs})

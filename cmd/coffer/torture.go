@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/audit"
+	"github.com/cofferhq/coffer/feed"
 	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/shard"
 	"github.com/cofferhq/coffer/torture"
@@ -37,7 +39,10 @@ type tortureRun struct {
 	kinds    []string
 	standbys bool
 	patroni  bool
-	out      io.Writer
+	// feed runs the change feed beside the instances, and checks the
+	// stream against the ledger at the end.
+	feed bool
+	out  io.Writer
 	// damage, if set, runs before the checks: the tests use it to prove
 	// the checks fail on a damaged ledger.
 	damage func(ctx context.Context, direct *shard.Map) error
@@ -63,6 +68,7 @@ type tortureRun struct {
 	// movable are the shards it may move.
 	placer  *shard.Router
 	movable []int
+	feedRun *tortureFeed
 }
 
 // tortureCluster is the PostgreSQL side of a run, which the nemesis breaks:
@@ -77,6 +83,9 @@ type tortureCluster interface {
 	ResumeServer(i int) error
 	Proxy(i int) *torture.Proxy
 	Failover(ctx context.Context, i int, kind string, length time.Duration) error
+	// keepSlot makes the feed's slot of every database outlive its
+	// failovers.
+	keepSlot(ctx context.Context, slot string) error
 	// databases lists, per database, the addresses of its servers and
 	// of their proxies, in the same order.
 	databases() (direct, proxied [][]string)
@@ -101,9 +110,10 @@ func runTortureCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&t.clients, "clients", 8, "concurrent clients")
 	fs.BoolVar(&t.standbys, "standbys", false, "give every PostgreSQL server a synchronous streaming standby, and fail over to it")
 	fs.BoolVar(&t.patroni, "patroni", false, "run every database as a Patroni cluster of two members (synchronous mode, etcd), and fail over with Patroni")
+	fs.BoolVar(&t.feed, "feed", false, "run the change feed (nats-server and coffer feed) and check its stream against the ledger")
 	faults := fs.String("faults", "", "fault kinds, comma-separated (default: all of the run's kinds): "+
 		strings.Join(torture.FaultKinds, ", ")+"; with --standbys also "+strings.Join(torture.StandbyFaultKinds[len(torture.FaultKinds):], ", ")+
-		"; with --patroni: "+strings.Join(torture.PatroniFaultKinds, ", "))
+		"; with --patroni: "+strings.Join(torture.PatroniFaultKinds, ", ")+"; with --feed also "+strings.Join(torture.FeedFaultKinds, ", "))
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -112,10 +122,16 @@ func runTortureCmd(args []string, stdout, stderr io.Writer) int {
 	case t.standbys && t.patroni:
 		fmt.Fprintln(stderr, "coffer torture: --standbys and --patroni exclude each other (Patroni runs its own standbys)")
 		return 2
+	case t.standbys && t.feed:
+		fmt.Fprintln(stderr, "coffer torture: --feed fails over with --patroni only: PostgreSQL 15 keeps no logical slot across a failover, Patroni's permanent slots do (docs/events.md)")
+		return 2
 	case t.standbys:
 		kinds = torture.StandbyFaultKinds
 	case t.patroni:
 		kinds = torture.PatroniFaultKinds
+	}
+	if t.feed {
+		kinds = append(slices.Clone(kinds), torture.FeedFaultKinds...)
 	}
 	if *faults == "" {
 		*faults = strings.Join(kinds, ",")
@@ -224,6 +240,16 @@ func (t *tortureRun) check(ctx context.Context, w *torture.Workload, injected *t
 	}
 	violations = append(violations, t.checkShardMap(ctx, router)...)
 	violations = append(violations, injected.Errors...)
+	var feedLine string
+	if t.feedRun != nil {
+		// The instances stop: no sweeper writes while the relay catches up.
+		t.stopInstances()
+		var fv []string
+		if feedLine, fv, err = t.feedRun.check(ctx); err != nil {
+			return nil, fmt.Errorf("feed: %w", err)
+		}
+		violations = append(violations, fv...)
+	}
 	c := torture.Count(w.Records())
 	fmt.Fprintf(t.out, "\nwrites %d: acknowledged %d, rejected %d, unknown %d; %d needed retries\n", c.Writes, c.Acked, c.Rejected, c.Unknown, c.Retried)
 	fmt.Fprintf(t.out, "holds acknowledged: %d committed by the client, %d rolled back, %d abandoned; %d ended after a lot they took from expired\n",
@@ -237,6 +263,7 @@ func (t *tortureRun) check(ctx context.Context, w *torture.Workload, injected *t
 		fmt.Fprintf(t.out, "  database %d (shards %d–%d): %s without full service\n", i, db.Shards[0], db.Shards[len(db.Shards)-1], injected.Outage[i].Round(time.Millisecond))
 	}
 	fmt.Fprint(t.out, awayLine(router.Map(), t.served))
+	fmt.Fprint(t.out, feedLine)
 	return violations, nil
 }
 
@@ -254,10 +281,15 @@ func (t *tortureRun) setup(ctx context.Context) error {
 	// standby is out of sync, as production should be run.
 	cfg.RequireSynchronousStandby = t.standbys || t.patroni
 	var err error
+	if t.feed {
+		if t.feedRun, err = startTortureFeed(cfg, t.dir); err != nil {
+			return err
+		}
+	}
 	if t.patroni {
-		t.tortureCluster, err = startPatroniCluster(ctx, t.dir, len(ranges))
+		t.tortureCluster, err = startPatroniCluster(ctx, t.dir, len(ranges), t.serverSettings())
 	} else {
-		t.tortureCluster, err = startServerCluster(ctx, t.dir, len(ranges), t.standbys)
+		t.tortureCluster, err = startServerCluster(ctx, t.dir, len(ranges), t.standbys, t.serverSettings())
 	}
 	if err != nil {
 		return err
@@ -282,6 +314,14 @@ func (t *tortureRun) setup(ctx context.Context) error {
 	if err := writeConfigFile(t.cfgPath, cfg); err != nil {
 		return err
 	}
+	if t.feedRun != nil {
+		if err := t.feedRun.start(ctx, t.cfgPath, t.direct); err != nil {
+			return err
+		}
+		if err := t.keepSlot(ctx, feed.SlotName(cfg.Feed.Slot, "coffer")); err != nil {
+			return err
+		}
+	}
 	t.probes = firstPlayers(t.direct, 1)
 	t.writeProbes = firstPlayers(t.direct, 1_000_000)
 	t.movable = movableShards(t.direct, tortureCollectors[len(tortureCollectors)-1], append(slices.Clone(t.probes), t.writeProbes...)...)
@@ -299,6 +339,19 @@ func (t *tortureRun) setup(ctx context.Context) error {
 	}
 	t.instances = torture.NewInstances(t.key, urls...)
 	return nil
+}
+
+// serverSettings are the PostgreSQL settings the run's servers need over
+// pgserver's: a standby's to stream from, the feed's to decode the WAL.
+func (t *tortureRun) serverSettings() map[string]string {
+	set := map[string]string{}
+	if t.standbys {
+		maps.Copy(set, pgserver.ReplicationSettings())
+	}
+	if t.feed {
+		set["wal_level"] = "logical"
+	}
+	return set
 }
 
 // databaseConfig is a torture database at addrs (a primary and its standby
@@ -332,16 +385,26 @@ func firstPlayers(m *shard.Map, from coffer.PlayerID) []coffer.PlayerID {
 }
 
 func (t *tortureRun) teardown() {
-	for _, p := range t.procs {
-		if p != nil {
-			p.stop()
-		}
+	t.stopInstances()
+	if t.feedRun != nil {
+		t.feedRun.close()
 	}
 	if t.placer != nil {
 		t.placer.Close()
 	}
 	if t.tortureCluster != nil {
 		t.close()
+	}
+}
+
+// stopInstances stops the coffer instances (SIGTERM, a drain).
+func (t *tortureRun) stopInstances() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.procs {
+		if p != nil {
+			p.stop()
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/torture"
+	"github.com/jackc/pgx/v5"
 )
 
 // patroniCluster is the databases of a torture run as Patroni clusters
@@ -34,9 +35,9 @@ type patroniDB struct {
 const patroniWait = 180 * time.Second
 
 // startPatroniCluster starts etcd and n clusters of two members under dir,
-// waits until each has a leader and a synchronous standby, and creates the
-// database coffer on each.
-func startPatroniCluster(ctx context.Context, dir string, n int) (tortureCluster, error) {
+// with parameters over pgserver's, waits until each has a leader and a
+// synchronous standby, and creates the database coffer on each.
+func startPatroniCluster(ctx context.Context, dir string, n int, parameters map[string]string) (tortureCluster, error) {
 	if err := pgserver.PatroniBinaries(); err != nil {
 		return nil, err
 	}
@@ -54,7 +55,7 @@ func startPatroniCluster(ctx context.Context, dir string, n int) (tortureCluster
 		c.dbs = append(c.dbs, db)
 		for k := 0; k < 2; k++ {
 			name := fmt.Sprintf("db%d-%d", i, k)
-			m, err := pgserver.StartPatroni(ctx, etcd, filepath.Join(dir, name), fmt.Sprintf("coffer-db%d", i), name)
+			m, err := pgserver.StartPatroni(ctx, etcd, filepath.Join(dir, name), fmt.Sprintf("coffer-db%d", i), name, parameters)
 			if err != nil {
 				c.close()
 				return nil, err
@@ -209,4 +210,37 @@ func (c *patroniCluster) Failover(ctx context.Context, i int, kind string, lengt
 		return fmt.Errorf("%w; its log: %s", err, db.members[old].LogTail())
 	}
 	return nil
+}
+
+// keepSlot is part of tortureCluster: the slot becomes a permanent slot of
+// every cluster (Patroni copies it to the replica, whose PostgreSQL
+// restarts), and keepSlot returns once each member has it and the
+// replica is the synchronous standby again.
+func (c *patroniCluster) keepSlot(ctx context.Context, slot string) error {
+	for i, db := range c.dbs {
+		if err := db.members[c.leader(ctx, i)].AddPermanentSlot(ctx, slot, "coffer", "pgoutput"); err != nil {
+			return err
+		}
+		for _, m := range db.members {
+			if err := waitPatroni(ctx, func() bool { return hasSlot(ctx, m.DSN("coffer"), slot) },
+				fmt.Sprintf("%s has no copy of the permanent slot %s", m.Name, slot)); err != nil {
+				return fmt.Errorf("%w; its log: %s", err, m.LogTail())
+			}
+		}
+		if err := c.waitSynchronous(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hasSlot tells whether the server at dsn has the replication slot.
+func hasSlot(ctx context.Context, dsn, slot string) bool {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return false
+	}
+	defer conn.Close(ctx)
+	var n int
+	return conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&n) == nil && n == 1
 }

@@ -61,6 +61,9 @@ func checkWriteTrace(t *testing.T, transport string, all tracetest.SpanStubs, ca
 	if call.SpanContext.TraceID() != traceID || call.SpanKind != trace.SpanKindServer || !strings.Contains(call.Name, "Change") && !strings.Contains(call.Name, "/transactions") {
 		t.Errorf("%s: the call's span: %s, trace %s, kind %s", transport, call.Name, call.SpanContext.TraceID(), call.SpanKind)
 	}
+	if !slices.ContainsFunc(call.Attributes, func(a attribute.KeyValue) bool { return a.Key == "coffer.call" && a.Value.AsString() == "Change" }) {
+		t.Errorf("%s: the call's span does not name its call: %v", transport, call.Attributes)
+	}
 	childOf := func(parent trace.SpanContext, name string) []tracetest.SpanStub {
 		var out []tracetest.SpanStub
 		for _, sp := range all {

@@ -127,7 +127,10 @@ async function route(message) {
       }
       const h1 = main.querySelector("h1");
       if (h1) document.title = h1.textContent + " · coffer console";
-      main.focus();
+      // A new page starts at its top, header shown; focus moves to its
+      // content without scrolling the header away.
+      window.scrollTo(0, 0);
+      main.focus({ preventScroll: true });
       return;
     }
   }
@@ -463,11 +466,22 @@ function opsTable(ops) {
       o.pending ? "" : fmt(o.balance_after), o.value ? `${fmt(o.value.amount)} ${o.value.fiat}` : ""]));
 }
 
+// writer names the client of emitter; a support agent's (a correction,
+// a refund, a hold finished) shows as done from the console, under the
+// name coffer stamped in a change's meta when there is one.
+function writer(emitter, stamped) {
+  const c = client();
+  const n = c && (c.clients || []).find((x) => x.emitter === emitter);
+  const agent = stamped || (n && n.support ? n.name : null);
+  return agent ? h("span", { class: "badge support" }, "console: " + agent) : who(emitter);
+}
+
 function trxDetails(t) {
   const support = t.meta && t.meta.support;
+  const finisher = t.finished_by && t.finished_by !== t.emitter ? [h("br"), "finished by ", writer(t.finished_by)] : null;
   return h("details", { class: "trx", "data-trx": t.id },
     h("summary", {}, h("span", {}, time(t.created_at)), h("span", {}, t.kind), h("span", {}, t.status), h("span", {}, t.idempotency_key),
-      h("span", {}, support ? h("span", { class: "badge support" }, "console: " + support.client) : who(t.emitter)), h("span", {}, t.reason || "")),
+      h("span", { class: "who" }, writer(t.emitter, support && support.client), finisher), h("span", {}, t.reason || "")),
     opsTable(t.ops),
     t.meta ? h("div", {}, h("strong", {}, "Meta"), h("pre", {}, JSON.stringify(t.meta, null, 2))) : null,
     t.refund ? h("div", {}, h("strong", {}, "Refund"), h("pre", {}, JSON.stringify(t.refund, null, 2))) : null,

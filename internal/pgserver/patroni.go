@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,10 +161,11 @@ const patroniDCS = `
 
 // StartPatroni starts a Patroni agent for member name of cluster scope, in
 // dir (created), with etcd as its store; the first agent of a scope
-// bootstraps the cluster (initdb, with Superuser and Password), the others
-// clone it as replicas. It returns once the agent's REST API answers;
-// PostgreSQL may still be starting.
-func StartPatroni(ctx context.Context, etcd *Etcd, dir, scope, name string) (*PatroniMember, error) {
+// bootstraps the cluster (initdb, with Superuser and Password, and
+// parameters over the patroniDCS ones), the others clone it as replicas.
+// It returns once the agent's REST API answers; PostgreSQL may still be
+// starting.
+func StartPatroni(ctx context.Context, etcd *Etcd, dir, scope, name string, parameters map[string]string) (*PatroniMember, error) {
 	binDir, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -189,6 +192,10 @@ func StartPatroni(ctx context.Context, etcd *Etcd, dir, scope, name string) (*Pa
 	}
 	if m.apiPort, err = freePort(); err != nil {
 		return nil, err
+	}
+	dcs := patroniDCS
+	for _, k := range slices.Sorted(maps.Keys(parameters)) {
+		dcs += fmt.Sprintf("        %s: %q\n", k, parameters[k])
 	}
 	config := fmt.Sprintf(`scope: %s
 name: %s
@@ -221,7 +228,7 @@ postgresql:
     - local all all trust
     - host all all 127.0.0.1/32 scram-sha-256
     - host replication all 127.0.0.1/32 scram-sha-256
-`, scope, name, m.apiPort, m.apiPort, etcd.Endpoint(), patroniDCS, m.pgPort, m.pgPort, m.dataDir, binDir,
+`, scope, name, m.apiPort, m.apiPort, etcd.Endpoint(), dcs, m.pgPort, m.pgPort, m.dataDir, binDir,
 		filepath.Join(dir, "pgpass"), Superuser, Password, Superuser, Password, dir)
 	if err := os.WriteFile(m.configPath, []byte(config), 0o600); err != nil {
 		return nil, fmt.Errorf("pgserver: %w", err)
@@ -325,6 +332,30 @@ func (m *PatroniMember) Switchover(ctx context.Context, leader, candidate string
 	}
 	if err != nil {
 		return fmt.Errorf("pgserver: patronictl switchover %s → %s: %w: %s", leader, candidate, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// AddPermanentSlot makes slot, a logical slot of database decoded with
+// plugin, a permanent slot of the member's cluster: Patroni keeps it on
+// the leader and copies it to the replicas (a restart of their
+// PostgreSQL), where it advances it to the leader's position, so that it
+// outlives a failover. A slot Patroni does not know it drops whenever no
+// one reads it. Make the slot first: Patroni would make it at once,
+// before what it is to decode exists.
+func (m *PatroniMember) AddPermanentSlot(ctx context.Context, slot, database, plugin string) error {
+	body := fmt.Sprintf(`{"slots": {%q: {"type": "logical", "database": %q, "plugin": %q}}}`, slot, database, plugin)
+	req, err := http.NewRequestWithContext(ctx, "PATCH", m.api("/config"), strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("pgserver: patroni %s: %w", m.Name, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("pgserver: patroni %s: PATCH /config: %s", m.Name, resp.Status)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
--- Shard moves (coffer shard move, docs/adr/0016-shard-moves.md). The
+-- Shard moves (coffer shard move, docs/adr/0022-shard-moves.md). The
 -- shard map is the config's placement overlaid, shard by shard, with the
 -- latest move found on any database: a database keeps the latest move of
 -- each shard that it was the source or the target of, and the mover

@@ -1974,7 +1974,11 @@ type Trx struct {
 	Refund *Refund `protobuf:"bytes,12,opt,name=refund,proto3" json:"refund,omitempty"`
 	// The emitter of the client that wrote the trx (whose key it is); 0
 	// for the expiries coffer records.
-	Emitter       int32 `protobuf:"varint,13,opt,name=emitter,proto3" json:"emitter,omitempty"`
+	Emitter int32 `protobuf:"varint,13,opt,name=emitter,proto3" json:"emitter,omitempty"`
+	// A finished hold: the emitter of the client that committed or rolled
+	// it back (its own, or a support agent's); 0 while it is pending, and
+	// when coffer expired it.
+	FinishedBy    int32 `protobuf:"varint,14,opt,name=finished_by,json=finishedBy,proto3" json:"finished_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2096,6 +2100,13 @@ func (x *Trx) GetRefund() *Refund {
 func (x *Trx) GetEmitter() int32 {
 	if x != nil {
 		return x.Emitter
+	}
+	return 0
+}
+
+func (x *Trx) GetFinishedBy() int32 {
+	if x != nil {
+		return x.FinishedBy
 	}
 	return 0
 }
@@ -3106,7 +3117,7 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	" \x01(\tR\x05cause\"3\n" +
 	"\x05Money\x12\x16\n" +
 	"\x06amount\x18\x01 \x01(\x03R\x06amount\x12\x12\n" +
-	"\x04fiat\x18\x02 \x01(\tR\x04fiat\"\xde\x03\n" +
+	"\x04fiat\x18\x02 \x01(\tR\x04fiat\"\xff\x03\n" +
 	"\x03Trx\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x12\n" +
@@ -3122,7 +3133,9 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	" \x01(\x03R\aversion\x12.\n" +
 	"\bbalances\x18\v \x03(\v2\x12.coffer.v1.BalanceR\bbalances\x12)\n" +
 	"\x06refund\x18\f \x01(\v2\x11.coffer.v1.RefundR\x06refund\x12\x18\n" +
-	"\aemitter\x18\r \x01(\x05R\aemitter\"\xbb\x01\n" +
+	"\aemitter\x18\r \x01(\x05R\aemitter\x12\x1f\n" +
+	"\vfinished_by\x18\x0e \x01(\x05R\n" +
+	"finishedBy\"\xbb\x01\n" +
 	"\x06Refund\x12\x14\n" +
 	"\x05store\x18\x01 \x01(\tR\x05store\x12\x19\n" +
 	"\border_id\x18\x02 \x01(\tR\aorderId\x12\x12\n" +

@@ -126,6 +126,8 @@ export interface Trx {
     created_at: string;
     hold_expires_at?: string;
     refund?: TrxRefund;
+    /** The emitter of the client that committed or rolled back a hold (its own, or a support agent's); absent while pending, and when coffer expired it. */
+    finished_by?: number;
     balances?: Balance[];
     version?: number;
     replay: boolean;

@@ -181,6 +181,9 @@ class Trx:
     created_at: datetime | None = None
     hold_expires_at: datetime | None = None
     refund: TrxRefund | None = None
+    # of the client that committed or rolled back a hold (its own, or a
+    # support agent's); 0 while pending, and when coffer expired it
+    finished_by: int = 0
     balances: list[Balance] = field(default_factory=list)
     version: int = 0
     replay: bool = field(default=False, metadata={"wire": False})
