@@ -53,7 +53,7 @@ func (r *Router) Refresh(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, pool := range r.pools {
 		wg.Go(func() {
-			moves, err := readMoves(ctx, pool)
+			moves, err := ReadMoves(ctx, pool)
 			if err != nil {
 				errs[i] = fmt.Errorf("%s: read shard moves: %w", r.config.databases[i].Label(), err)
 				return
@@ -72,8 +72,9 @@ func (r *Router) Refresh(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// readMoves reads the moves one database records.
-func readMoves(ctx context.Context, q interface {
+// ReadMoves reads the moves one database records (q reaches it): the
+// latest move of each shard it was the source or the target of.
+func ReadMoves(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) ([]Move, error) {
 	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)

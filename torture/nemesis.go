@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -30,7 +31,7 @@ const (
 
 // FaultKinds lists the kinds of a run without standbys, in the order of
 // the report.
-var FaultKinds = []string{PGKill, PGStop, NetCut, NetSlow, NetReset, CofferKill}
+var FaultKinds = []string{PGKill, PGStop, NetCut, NetSlow, NetReset, CofferKill, ShardMove}
 
 // StandbyFaultKinds lists the kinds of a run with standbys (--standbys).
 var StandbyFaultKinds = append(slices.Clone(FaultKinds), PGFailover, PGSwitchover)
@@ -44,7 +45,7 @@ var PatroniFaultKinds = []string{PGKill, NetCut, NetReset, CofferKill, PatroniKi
 var FeedFaultKinds = []string{FeedKill, NATSKill}
 
 // reportKinds is every kind, in the order of the report.
-var reportKinds = []string{PGKill, PGStop, NetCut, NetSlow, NetReset, CofferKill, PGFailover, PGSwitchover, PatroniKill, FeedKill, NATSKill}
+var reportKinds = []string{PGKill, PGStop, NetCut, NetSlow, NetReset, CofferKill, PGFailover, PGSwitchover, PatroniKill, ShardMove, FeedKill, NATSKill}
 
 // failover tells whether a kind changes the primary: its writes are probed
 // while it lasts, and the report gives their outage.
@@ -86,6 +87,16 @@ type Target interface {
 	// not use.
 	Instances() int
 	ProbeWrite(ctx context.Context, k, i int) error
+	// Databases is the number of shard databases; MovableShards lists
+	// the shards a shard-move may move (none a probe uses, so that a
+	// probe of database i stays on database i); ShardPlace reads where
+	// shard s is now from the databases.
+	Databases() int
+	MovableShards() []int
+	ShardPlace(ctx context.Context, s int) (ShardPlace, error)
+	// MoverCommand is `coffer shard move` with args, on the run's
+	// config, not started.
+	MoverCommand(args ...string) *exec.Cmd
 }
 
 // Fault is one planned fault.
@@ -94,6 +105,8 @@ type Fault struct {
 	Index  int
 	At     time.Duration // from the start of the run
 	Length time.Duration
+	// Move is what a shard-move does; nil for the other kinds.
+	Move *MovePlan
 }
 
 // Plan is the schedule of a run: every enabled kind at least once (when
@@ -119,6 +132,9 @@ func Plan(seed uint64, kinds []string, duration time.Duration, databases, instan
 			n = 1
 		}
 		f.Index = rng.IntN(n)
+		if f.Kind == ShardMove {
+			f.Move = planMove(rng, kinds, instances)
+		}
 		if at+f.Length > duration-2*time.Second {
 			return plan
 		}
@@ -137,7 +153,9 @@ type Injected struct {
 	Outage map[int]time.Duration
 	// Failovers lists the failovers in the order they were injected.
 	Failovers []FailoverTimes
-	Errors    []string
+	// Moves lists the shard-moves in the order they were made.
+	Moves  []MoveResult
+	Errors []string
 }
 
 // FailoverTimes is what the clients saw of one failover: writes refused
@@ -170,6 +188,15 @@ func Run(ctx context.Context, t Target, plan []Fault, start, end time.Time) *Inj
 		case <-time.After(time.Until(start.Add(f.At))):
 		}
 		begun := time.Now()
+		if f.Kind == ShardMove {
+			mr, err := moveShard(ctx, t, f)
+			if err != nil {
+				in.Errors = append(in.Errors, fmt.Sprintf("%s of shard %d: %v", f.Kind, mr.Shard, err))
+			}
+			mr.At = begun.Sub(start)
+			in.Moves = append(in.Moves, mr)
+			continue
+		}
 		if failover(f.Kind) {
 			ft, err := probeFailover(ctx, t, f)
 			if err != nil {
@@ -345,6 +372,9 @@ func refusedSince(firstFail, firstOK time.Time) time.Duration {
 func (in *Injected) Summary() string {
 	var b strings.Builder
 	for _, k := range reportKinds {
+		if k == ShardMove && len(in.Moves) > 0 {
+			fmt.Fprintf(&b, "  %-13s ×%d  (shard moves, below)\n", k, len(in.Moves))
+		}
 		rs := in.Recovery[k]
 		if len(rs) == 0 {
 			continue
@@ -363,5 +393,6 @@ func (in *Injected) Summary() string {
 		fmt.Fprintf(&b, "  %-13s database %d at %s: writes refused for %s, every instance wrote to the new primary after %s\n",
 			f.Kind, f.Index, f.At.Round(time.Second), f.Refused.Round(time.Millisecond), f.EveryWrote.Round(time.Millisecond))
 	}
+	b.WriteString(movesSummary(in.Moves))
 	return b.String()
 }

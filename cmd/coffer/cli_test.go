@@ -15,11 +15,12 @@ import (
 	"github.com/cofferhq/coffer/migrate"
 )
 
-// TestMain starts the test servers. When a test runs `coffer serve` as a
-// child process from inside this binary (bench, torture), os.Executable is
-// the test binary: it then acts as coffer itself.
+// TestMain starts the test servers. When a test runs `coffer serve`,
+// `coffer shard` or `coffer feed` as a child process from inside this binary (bench,
+// torture), os.Executable is the test binary: it then acts as coffer
+// itself.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && (os.Args[1] == "serve" || os.Args[1] == "feed") {
+	if len(os.Args) > 1 && (os.Args[1] == "serve" || os.Args[1] == "shard" || os.Args[1] == "feed") {
 		os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	code := pgtest.Run(m, 2)

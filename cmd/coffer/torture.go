@@ -64,7 +64,11 @@ type tortureRun struct {
 	// not use, for the probe writes during failovers.
 	writeProbes []coffer.PlayerID
 	probeSeq    atomic.Int64
-	feedRun     *tortureFeed
+	// placer reads the shards' moves for the nemesis (ShardPlace);
+	// movable are the shards it may move.
+	placer  *shard.Router
+	movable []int
+	feedRun *tortureFeed
 }
 
 // tortureCluster is the PostgreSQL side of a run, which the nemesis breaks:
@@ -87,6 +91,10 @@ type tortureCluster interface {
 	databases() (direct, proxied [][]string)
 	close()
 }
+
+// tortureCollectors are the workload's collectors, after its players
+// 1 … 64.
+var tortureCollectors = []coffer.PlayerID{65, 66}
 
 // tortureHoldTTL is the hold TTL of a torture run: short, so that holds the
 // workload abandons expire and are swept within the run.
@@ -189,7 +197,7 @@ func (t *tortureRun) run(ctx context.Context) ([]string, error) {
 	for p := coffer.PlayerID(1); p <= 64; p++ {
 		w.Players = append(w.Players, p)
 	}
-	w.Collectors = []coffer.PlayerID{65, 66}
+	w.Collectors = tortureCollectors
 	plan := torture.Plan(t.seed, t.kinds, t.duration, len(t.probes), t.Instances())
 	fmt.Fprintf(t.out, "coffer torture: %d clients for %s, seed %d, %d faults planned\n", t.clients, t.duration, t.seed, len(plan))
 	var injected *torture.Injected
@@ -213,11 +221,16 @@ func (t *tortureRun) check(ctx context.Context, w *torture.Workload, injected *t
 	}
 	w.GiveUpAt = time.Now().Add(time.Minute)
 	violations := w.Verify(ctx)
-	router, err := shard.Open(t.direct, shard.DefaultPoolConfig())
+	// The audit reaches the databases as the instances do, and finds
+	// each shard where the moves put it.
+	router, err := shard.Open(t.served, shard.DefaultPoolConfig())
 	if err != nil {
 		return nil, err
 	}
 	defer router.Close()
+	if err := router.Refresh(ctx); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
 	rep, err := (&audit.Checker{Router: router, HoldGrace: 2 * time.Second}).Check(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
@@ -225,6 +238,7 @@ func (t *tortureRun) check(ctx context.Context, w *torture.Workload, injected *t
 	for _, v := range rep.Violations {
 		violations = append(violations, fmt.Sprintf("audit: %+v", v))
 	}
+	violations = append(violations, t.checkShardMap(ctx, router)...)
 	violations = append(violations, injected.Errors...)
 	var feedLine string
 	if t.feedRun != nil {
@@ -248,6 +262,7 @@ func (t *tortureRun) check(ctx context.Context, w *torture.Workload, injected *t
 	for i, db := range t.direct.Databases() {
 		fmt.Fprintf(t.out, "  database %d (shards %d–%d): %s without full service\n", i, db.Shards[0], db.Shards[len(db.Shards)-1], injected.Outage[i].Round(time.Millisecond))
 	}
+	fmt.Fprint(t.out, awayLine(router.Map(), t.served))
 	fmt.Fprint(t.out, feedLine)
 	return violations, nil
 }
@@ -309,6 +324,10 @@ func (t *tortureRun) setup(ctx context.Context) error {
 	}
 	t.probes = firstPlayers(t.direct, 1)
 	t.writeProbes = firstPlayers(t.direct, 1_000_000)
+	t.movable = movableShards(t.direct, tortureCollectors[len(tortureCollectors)-1], append(slices.Clone(t.probes), t.writeProbes...)...)
+	if t.placer, err = shard.Open(t.served, cfg.Pool); err != nil {
+		return err
+	}
 	var urls []string
 	for i := 0; i < 2; i++ {
 		p, err := startServe(ctx, t.cfgPath)
@@ -369,6 +388,9 @@ func (t *tortureRun) teardown() {
 	t.stopInstances()
 	if t.feedRun != nil {
 		t.feedRun.close()
+	}
+	if t.placer != nil {
+		t.placer.Close()
 	}
 	if t.tortureCluster != nil {
 		t.close()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,17 +17,34 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// TestTortureShort is the short fault run of make test: every fault kind,
-// the failovers to a standby and back included, at least once under load,
-// then every check must pass.
+// TestTortureShort is the short fault run of make test: every fault kind
+// but shard-move (TestTortureShardMove), the failovers to a standby and
+// back included, at least once under load, then every check must pass.
 func TestTortureShort(t *testing.T) {
-	report := passes(t, &tortureRun{duration: 75 * time.Second, seed: 1, clients: 6, standbys: true, kinds: torture.StandbyFaultKinds, finlogPage: 25})
+	kinds := slices.DeleteFunc(slices.Clone(torture.StandbyFaultKinds), func(k string) bool { return k == torture.ShardMove })
+	report := passes(t, &tortureRun{duration: 75 * time.Second, seed: 1, clients: 6, standbys: true, kinds: kinds, finlogPage: 25})
 	// The workload reached what it is there for: lots that expire, holds
 	// that outlive their lots, collectors at the lot bound, store orders
 	// presented twice, refunds and second refunds.
 	for _, re := range []string{`; [1-9][0-9]* ended after a lot they took from expired`,
 		`grants acknowledged with lots that expire: [1-9]`, `[1-9][0-9]* too_many_lots`,
 		`[1-9][0-9]* refused purchase_already_credited`, `[1-9][0-9]* refunds acknowledged, [1-9][0-9]* refused already_refunded`} {
+		if !regexp.MustCompile(re).MatchString(report) {
+			t.Errorf("the report does not match %q", re)
+		}
+	}
+}
+
+// TestTortureShardMove is the short run of shard moves under load: two
+// shards moved away from their databases, one meeting its source killed
+// mid-copy, one its mover killed; then every check must pass, the audit
+// among them on each shard's new home, and the shard map the databases
+// and instances agree on.
+func TestTortureShardMove(t *testing.T) {
+	report := passes(t, &tortureRun{duration: 40 * time.Second, seed: 1, clients: 4,
+		kinds: []string{torture.ShardMove, torture.PGKill, torture.CofferKill}, finlogPage: 25})
+	for _, re := range []string{`shard moves: [2-9][0-9]* moved and cleaned up`, `met pg-kill on the (source|target) after [a-z]+\n`,
+		`met mover-kill on the mover after [a-z]+\n`, `audited every shard where the databases place it: [1-9][0-9]* away from the database the config places them on`} {
 		if !regexp.MustCompile(re).MatchString(report) {
 			t.Errorf("the report does not match %q", re)
 		}
@@ -88,8 +106,9 @@ func passes(t *testing.T, run *tortureRun) string {
 }
 
 // TestTortureCatchesDamage damages the ledger behind coffer's back before
-// the checks, four ways; each must make the run fail, with the violation
-// named when one check alone can see it.
+// the checks, four ways, and leaves a move's replication slot behind;
+// each must make the run fail, with the violation named when one check
+// alone can see it.
 func TestTortureCatchesDamage(t *testing.T) {
 	for name, c := range map[string]struct{ sql, want string }{
 		"corrupt a lot":     {sql: `UPDATE lot_%d SET amount = amount + 7 WHERE lot_id = (SELECT min(lot_id) FROM lot_%d)`},
@@ -104,6 +123,8 @@ func TestTortureCatchesDamage(t *testing.T) {
 			SELECT t.ns, t.player_id, clock_timestamp(), t.trx_id + 1000000000, t.emitter, t.idempotency_key || '-copy', t.request_hash,
 				t.kind, t.status, t.reason, t.version, b.pos
 			FROM trx_%[1]d t JOIN b USING (ns, player_id) WHERE t.emitter <> 0 LIMIT 1`, want: "finlog has"},
+		"leave a move's slot": {sql: `SELECT pg_create_logical_replication_slot('coffer_move_%d', 'pgoutput') /* %d */`,
+			want: "left behind by a move: replication slot coffer_move_"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -190,13 +190,34 @@ func (s *session) takeSnapshot(ctx context.Context) error {
 // unsubscribe drops the subscription, and with it its slot on the
 // source, and records the move done on the source too.
 func (s *session) unsubscribe(ctx context.Context) error {
-	if ok, err := s.exists(ctx, s.dst, subscriptionSQL); err != nil || !ok {
-		return err
-	}
-	if _, err := s.dst.Exec(ctx, "DROP SUBSCRIPTION "+ident(s.name())); err != nil {
+	if dropped, err := s.dropSubscription(ctx); err != nil || !dropped {
 		return err
 	}
 	return s.record(ctx, s.src)
+}
+
+// dropSubscription drops the move's subscription on the target, if
+// there is one (then it tells so), and with it its slots on the source.
+// A slot the source lost (to a failover: slots do not follow it) is
+// first detached from the subscription, else DROP SUBSCRIPTION fails for
+// want of it.
+func (s *session) dropSubscription(ctx context.Context) (bool, error) {
+	if ok, err := s.exists(ctx, s.dst, subscriptionSQL); err != nil || !ok {
+		return false, err
+	}
+	slot, err := s.exists(ctx, s.src, slotSQL)
+	if err != nil {
+		return false, err
+	}
+	if !slot {
+		for _, sql := range []string{"ALTER SUBSCRIPTION %s DISABLE", "ALTER SUBSCRIPTION %s SET (slot_name = NONE)"} {
+			if _, err := s.dst.Exec(ctx, fmt.Sprintf(sql, ident(s.name()))); err != nil {
+				return false, err
+			}
+		}
+	}
+	_, err = s.dst.Exec(ctx, "DROP SUBSCRIPTION "+ident(s.name()))
+	return err == nil, err
 }
 
 // Checksum is one table of the copy as verify found it on both sides.
@@ -243,12 +264,8 @@ func (s *session) verify(ctx context.Context) ([]Checksum, error) {
 // recorded among its shards; on the source, the publication and the
 // slot. It records the move aborted.
 func (s *session) abort(ctx context.Context) error {
-	if ok, err := s.exists(ctx, s.dst, subscriptionSQL); err != nil {
+	if _, err := s.dropSubscription(ctx); err != nil {
 		return err
-	} else if ok {
-		if _, err := s.dst.Exec(ctx, "DROP SUBSCRIPTION "+ident(s.name())); err != nil {
-			return err
-		}
 	}
 	if err := s.dropCopy(ctx, s.dst, func(name string) string { return name }); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package move_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/internal/pgserver"
@@ -15,6 +17,7 @@ import (
 	"github.com/cofferhq/coffer/migrate"
 	"github.com/cofferhq/coffer/shard"
 	"github.com/cofferhq/coffer/shard/move"
+	"github.com/jackc/pgx/v5"
 )
 
 // load writes grants of 1 gold, each under a key of its own, from
@@ -288,6 +291,64 @@ func TestAbortLeavesNothing(t *testing.T) {
 	if got := e.gold(p); got != 2 {
 		t.Fatalf("gold = %d, want 2", got)
 	}
+}
+
+// TestMoveWhoseSlotIsLost: the source loses the move's replication slot
+// while the target copies from it, as a failover of the source's server
+// does (slots do not follow it), and takes a write. The mover, waiting
+// for the copy, stops and says to abort; run again it refuses too,
+// making no slot (one made now would stream without that write); the
+// abort leaves nothing behind, and the shard serves where it was, the
+// write included.
+func TestMoveWhoseSlotIsLost(t *testing.T) {
+	e := newEnv(t)
+	p := e.playerOn(3, 1)
+	must(t, e.grant(p, "before"))
+	var held pgx.Tx
+	e.mover.After = func(step string) error {
+		switch step {
+		case move.StepPrepared: // trx_3's copy waits: the copy is not done when the slot goes
+			var err error
+			held, err = e.dbs[1].Conn(t).Begin(ctx)
+			if err == nil {
+				_, err = held.Exec(ctx, "LOCK TABLE trx_3 IN ACCESS EXCLUSIVE MODE")
+			}
+			return err
+		case move.StepSubscribed:
+			e.dbs[2].Exec(t, "ALTER SUBSCRIPTION coffer_move_3 DISABLE")
+			waitFor(t, "the slot to be let go", func() bool {
+				_, err := e.dbs[1].Conn(t).Exec(ctx, "SELECT pg_drop_replication_slot('coffer_move_3')")
+				return err == nil
+			})
+			e.dbs[2].Exec(t, "ALTER SUBSCRIPTION coffer_move_3 ENABLE")
+			return held.Rollback(ctx)
+		}
+		return nil
+	}
+	bounded, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := e.mover.Move(bounded, 3, e.name(2)); err == nil || !strings.Contains(err.Error(), "synced: the replication slot coffer_move_3 is gone") {
+		t.Fatalf("copy without the slot: %v", err)
+	}
+	e.mover.After = nil
+	must(t, e.grant(p, "lost"))
+	if _, err := e.mover.Move(ctx, 3, e.name(2)); err == nil || !strings.Contains(err.Error(), "published: the replication slot coffer_move_3 is gone") {
+		t.Fatalf("carry on without the slot: %v", err)
+	}
+	if n := e.count(1, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'coffer_move_3'"); n != 0 {
+		t.Fatal("the run made a new slot")
+	}
+	must(t, e.mover.Abort(ctx, 3))
+	for i := range e.dbs {
+		if got := e.leftovers(i); got != "publications 0, subscriptions 0, slots 0" {
+			t.Errorf("database %d: %s", i, got)
+		}
+	}
+	must(t, e.grant(p, "after"))
+	if got := e.gold(p); got != 3 {
+		t.Fatalf("gold = %d, want 3", got)
+	}
+	e.auditClean()
 }
 
 // TestMoveRefusals: each refusal changes nothing.

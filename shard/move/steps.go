@@ -226,8 +226,24 @@ func (s *session) publish(ctx context.Context) error {
 	if ok, err := s.exists(ctx, s.src, slotSQL); err != nil || ok {
 		return err
 	}
+	// A slot made now would stream from now on: to a subscription that
+	// streamed from the lost one, what the source wrote in between would
+	// be missing from the copy.
+	if ok, err := s.exists(ctx, s.dst, subscriptionSQL); err != nil || ok {
+		if err == nil {
+			err = s.slotGone()
+		}
+		return err
+	}
 	_, err := s.src.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", s.name())
 	return err
+}
+
+// slotGone is why a move that subscribed cannot go on once the source
+// lost its slot.
+func (s *session) slotGone() error {
+	return fmt.Errorf("the replication slot %s is gone from %s (a failover? slots do not follow it) while %s subscribes to it: "+
+		"the copy would miss what the source took since; abort the move (--abort) and begin it again", s.name(), s.mv.Source, s.mv.Target)
 }
 
 // prepare creates the shard's tables on the target, empty, records the
@@ -289,8 +305,9 @@ func (s *session) subscribe(ctx context.Context) error {
 }
 
 // sync waits until every table is copied (ready in pg_subscription_rel),
-// then until the target has applied what the source wrote until then, so
-// that the cut-over waits little.
+// as long as the source keeps the slot, then until the target has
+// applied what the source wrote until then, so that the cut-over waits
+// little.
 func (s *session) sync(ctx context.Context) error {
 	last := time.Now()
 	for {
@@ -302,6 +319,13 @@ func (s *session) sync(ctx context.Context) error {
 		}
 		if ready == len(s.tables) {
 			break
+		}
+		// The copy streams from the slot: without it, it never ends.
+		if ok, err := s.exists(ctx, s.src, slotSQL); err != nil || !ok {
+			if err == nil {
+				err = s.slotGone()
+			}
+			return err
 		}
 		if time.Since(last) > 5*time.Second {
 			s.m.progress("shard %d: %d of %d tables copied", s.mv.Shard, ready, len(s.tables))
