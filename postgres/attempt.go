@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -76,6 +77,15 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 		return &attempt{err: err}
 	}
 	if unknown != nil && token == unknown.token {
+		// Applied here, but maybe here only: a COMMIT cut off while it
+		// waited for the synchronous standby is completed on the
+		// primary alone (PostgreSQL does so when the wait is cancelled,
+		// which pgx asks as it closes a connection that failed, or when
+		// the backend is terminated). Its answer waits for a COMMIT that
+		// does wait for the standby, which then has it too.
+		if err := t.commitWith(touchMark, m.committer); err != nil {
+			return &attempt{plans: unknown.plans, token: unknown.token, err: err, uncertain: true}
+		}
 		return &attempt{plans: unknown.plans}
 	}
 	a := &attempt{plans: make([]coffer.Plan, 0, len(reqs)), unapplied: unknown != nil}
@@ -99,11 +109,20 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 		}
 		a.plans = append(a.plans, plan)
 	}
-	if !slices.ContainsFunc(a.plans, coffer.Plan.Writes) {
+	if !slices.ContainsFunc(a.plans, coffer.Plan.Writes) && !slices.ContainsFunc(a.plans, replayed) {
 		return a // nothing to write: end rolls back
 	}
 	m.token++
 	a.token = m.token
+	if !slices.ContainsFunc(a.plans, coffer.Plan.Writes) {
+		// Replays only: the trx they answer may be on the primary alone
+		// (a COMMIT cut off while it waited for the standby, above), so
+		// they too are answered after a COMMIT that waits for it.
+		if err := t.commitWith("WITH "+markParts("$1", "$2")+" SELECT 1", m.committer, m.token); err != nil {
+			a.err, a.uncertain = err, uncertain(err)
+		}
+		return a
+	}
 	if err := t.persist(players, of, a.plans, m); err != nil {
 		a.err, a.uncertain = err, uncertain(err)
 	}
@@ -152,6 +171,29 @@ func (s *Store) batchPlayers(reqs []*request) (players []*batchPlayer, of []int)
 	}
 	return players, of
 }
+
+// touchMark writes a committer's mark row again, its token unchanged: a
+// write, whose COMMIT waits for the synchronous standby, that changes
+// nothing a later attempt reads.
+const touchMark = `UPDATE batch_mark SET marked_at = now() WHERE committer = $1`
+
+// commitWith commits the batch's transaction after a statement that
+// writes (sql), so that the COMMIT, as a batch's, returns once the
+// synchronous standby, if the database has one, has every earlier
+// COMMIT too.
+func (t *batchTx) commitWith(sql string, args ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	b.Queue("COMMIT")
+	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
+		return err
+	}
+	t.open = false
+	return nil
+}
+
+// replayed tells whether a plan answers a write applied before.
+func replayed(p coffer.Plan) bool { return p.Replay && p.Err == nil }
 
 // end rolls back a transaction still open. It runs on its own short
 // deadline, so that a batch whose time ran out still releases its locks;

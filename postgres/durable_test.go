@@ -1,0 +1,110 @@
+package postgres_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/internal/pgserver"
+	"github.com/cofferhq/coffer/postgres"
+)
+
+// TestCutCommitIsAnsweredOnceTheStandbyHasIt: a batch's COMMIT waits for
+// the synchronous standby, which is frozen, and its backend is then
+// terminated (a primary's fast shutdown does so): PostgreSQL completes
+// that COMMIT on the primary alone. The next attempt reads the batch's
+// mark and finds it applied; it must not answer the write applied until
+// a COMMIT of its own has waited for the standby too, or a failover to
+// the standby would lose an acknowledged write. The same holds for a
+// retry that finds the write stored and answers it as a replay.
+func TestCutCommitIsAnsweredOnceTheStandbyHasIt(t *testing.T) {
+	primary, standby := synchronousPair(t)
+	e := newEnvOn(t, primary, primary)
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 60 * time.Second, LockTimeout: 60 * time.Second})
+	defer store.Close()
+	p := e.playersOn(0, 1, 1)[0]
+	e.mustChange(p, "before", free("gold", 1))
+
+	must(t, standby.Pause())
+	paused := true
+	t.Cleanup(func() {
+		if paused {
+			_ = standby.Resume()
+		}
+	})
+	answered := make(chan coffer.ChangeResult, 1)
+	go func() {
+		var r coffer.ChangeResult
+		r.Trx, r.Replay, r.Err = store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "cut"), Ops: []coffer.OpRequest{free("gold", 5)}})
+		answered <- r
+	}()
+	first := e.waitForSyncRep(answered)
+	var killed bool
+	must(t, e.router.Database(0).QueryRow(ctx, `SELECT pg_terminate_backend($1)`, first).Scan(&killed))
+	if !killed {
+		t.Fatalf("backend %d not terminated", first)
+	}
+	e.waitForSyncRep(answered, first) // the next attempt's COMMIT, which waits for the standby
+	must(t, standby.Resume())
+	paused = false
+	r := <-answered
+	if r.Err != nil || r.Replay {
+		t.Fatalf("the write: replay %v, %v; want applied", r.Replay, r.Err)
+	}
+
+	// A retry finds it stored: its replay waits for the standby as well.
+	must(t, standby.Pause())
+	paused = true
+	go func() {
+		var r coffer.ChangeResult
+		r.Trx, r.Replay, r.Err = store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "cut"), Ops: []coffer.OpRequest{free("gold", 5)}})
+		answered <- r
+	}()
+	e.waitForSyncRep(answered)
+	must(t, standby.Resume())
+	paused = false
+	if r := <-answered; r.Err != nil || !r.Replay {
+		t.Fatalf("the retry: replay %v, %v; want a replay", r.Replay, r.Err)
+	}
+	if b := e.balance(p, "gold"); b.Total != 6 {
+		t.Fatalf("the player holds %d gold, want 6", b.Total)
+	}
+}
+
+// waitForSyncRep returns the pid of a backend of database 0, not one of
+// not, whose COMMIT waits for the synchronous standby. A write answered
+// meanwhile fails the test: it was answered before the standby had it.
+func (e *env) waitForSyncRep(answered <-chan coffer.ChangeResult, not ...int32) int32 {
+	e.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		select {
+		case r := <-answered:
+			e.t.Fatalf("answered (replay %v, %v) while the synchronous standby was frozen", r.Replay, r.Err)
+		default:
+		}
+		var pid int32
+		err := e.router.Database(0).QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE wait_event = 'SyncRep' AND datname = current_database() AND pid <> ALL($1) LIMIT 1`, append(not, 0)).Scan(&pid)
+		if err == nil {
+			return pid
+		}
+	}
+	e.t.Fatal("no COMMIT waits for the synchronous standby")
+	return 0
+}
+
+// synchronousPair is a primary whose COMMITs wait for its synchronous
+// standby.
+func synchronousPair(t *testing.T) (primary, standby *pgserver.Server) {
+	t.Helper()
+	settings := pgserver.ReplicationSettings()
+	primary, err := pgserver.Start(ctx, pgserver.Options{Settings: settings})
+	must(t, err)
+	t.Cleanup(primary.Remove)
+	standby, err = pgserver.StartStandby(ctx, primary, pgserver.Options{Settings: settings})
+	must(t, err)
+	t.Cleanup(standby.Remove)
+	must(t, primary.RequireSynchronousStandby(ctx))
+	must(t, primary.WaitSynchronousStandby(ctx, time.Minute))
+	return primary, standby
+}
