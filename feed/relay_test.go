@@ -3,7 +3,6 @@ package feed_test
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/feed"
-	"github.com/cofferhq/coffer/internal/pgserver"
+	"github.com/cofferhq/coffer/internal/pgtest"
 	"github.com/cofferhq/coffer/shard"
 )
 
@@ -382,7 +381,7 @@ func TestIdleWALConfirmed(t *testing.T) {
 // primary whose standby took over empties synchronous_standby_names, and
 // the waiting commits complete).
 func TestOnlyDurableCommitsAreEvents(t *testing.T) {
-	primary, standby := synchronousPair(t)
+	primary, standby := pgtest.SynchronousPair(t, logical)
 	e := newEnvOn(t, primary)
 	r := e.relay(e.jetStream())
 	r.RequireStandby = true
@@ -453,21 +452,4 @@ func (e *env) notStoredPastNow(n uint64) {
 	if got := e.storedCount(); got != n {
 		e.t.Fatalf("the stream holds %d events, want %d: a commit its standby does not have was published", got, n)
 	}
-}
-
-// synchronousPair starts a primary whose commits wait for any standby
-// (synchronous_standby_names '*') and its standby, in sync.
-func synchronousPair(t *testing.T) (primary, standby *pgserver.Server) {
-	t.Helper()
-	settings := pgserver.ReplicationSettings()
-	maps.Copy(settings, logical)
-	primary, err := pgserver.Start(ctx, pgserver.Options{Settings: settings})
-	must(t, err)
-	t.Cleanup(primary.Remove)
-	standby, err = pgserver.StartStandby(ctx, primary, pgserver.Options{Settings: settings})
-	must(t, err)
-	t.Cleanup(standby.Remove)
-	must(t, primary.RequireSynchronousStandby(ctx))
-	must(t, primary.WaitSynchronousStandby(ctx, time.Minute))
-	return primary, standby
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer/internal/pgserver"
+	"github.com/cofferhq/coffer/internal/pgtest"
 	"github.com/cofferhq/coffer/shard"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,7 +22,7 @@ import (
 // takes one for a standby: not another logical consumer (a subscription)
 // that confirms what it receives, nor the relay itself.
 func TestLogicalWalsendersAreNoStandby(t *testing.T) {
-	primary, standby := synchronousPair(t)
+	primary, standby := pgtest.SynchronousPair(t, logical)
 	e := newEnvOn(t, primary)
 	// The consumer connects before the relay: its walsender's slot in
 	// the server's array comes first, and PostgreSQL picks the first.

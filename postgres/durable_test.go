@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
-	"github.com/cofferhq/coffer/internal/pgserver"
+	"github.com/cofferhq/coffer/internal/pgtest"
 	"github.com/cofferhq/coffer/postgres"
 )
 
@@ -18,7 +18,7 @@ import (
 // the standby would lose an acknowledged write. The same holds for a
 // retry that finds the write stored and answers it as a replay.
 func TestCutCommitIsAnsweredOnceTheStandbyHasIt(t *testing.T) {
-	primary, standby := synchronousPair(t)
+	primary, standby := pgtest.SynchronousPair(t, nil)
 	e := newEnvOn(t, primary, primary)
 	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 60 * time.Second, LockTimeout: 60 * time.Second})
 	defer store.Close()
@@ -91,20 +91,4 @@ func (e *env) waitForSyncRep(answered <-chan coffer.ChangeResult, not ...int32) 
 	}
 	e.t.Fatal("no COMMIT waits for the synchronous standby")
 	return 0
-}
-
-// synchronousPair is a primary whose COMMITs wait for its synchronous
-// standby.
-func synchronousPair(t *testing.T) (primary, standby *pgserver.Server) {
-	t.Helper()
-	settings := pgserver.ReplicationSettings()
-	primary, err := pgserver.Start(ctx, pgserver.Options{Settings: settings})
-	must(t, err)
-	t.Cleanup(primary.Remove)
-	standby, err = pgserver.StartStandby(ctx, primary, pgserver.Options{Settings: settings})
-	must(t, err)
-	t.Cleanup(standby.Remove)
-	must(t, primary.RequireSynchronousStandby(ctx))
-	must(t, primary.WaitSynchronousStandby(ctx, time.Minute))
-	return primary, standby
 }

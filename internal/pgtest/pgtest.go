@@ -7,6 +7,7 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,4 +174,30 @@ func sanitize(name string) string {
 		}
 		return '_'
 	}, name)
+}
+
+// SynchronousPair starts a server of its own whose COMMITs wait for its
+// synchronous standby, and the standby, both with the replication
+// settings and settings; both are removed when the test ends.
+func SynchronousPair(t testing.TB, settings map[string]string) (primary, standby *pgserver.Server) {
+	t.Helper()
+	ctx := context.Background()
+	all := pgserver.ReplicationSettings()
+	maps.Copy(all, settings)
+	primary, err := pgserver.Start(ctx, pgserver.Options{Settings: all})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(primary.Remove)
+	if standby, err = pgserver.StartStandby(ctx, primary, pgserver.Options{Settings: all}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(standby.Remove)
+	if err := primary.RequireSynchronousStandby(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.WaitSynchronousStandby(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return primary, standby
 }
