@@ -28,3 +28,14 @@ func TestProcCounters(t *testing.T) {
 		t.Fatal("a missing process has no CPU time")
 	}
 }
+
+// TestWalsendersCPUIsPerProcess: a walsender that ended during a run
+// (the relay stopped) takes nothing back from the run's figure, and one
+// that began counts wholly.
+func TestWalsendersCPUIsPerProcess(t *testing.T) {
+	var s sideTotals
+	s.add(counters{walsenders: map[int]float64{1: 5, 2: 3}}, counters{walsenders: map[int]float64{1: 6, 3: 2}}, 1)
+	if s.walsenderCPU != 3 {
+		t.Fatalf("walsenders' CPU %v, want 3", s.walsenderCPU)
+	}
+}

@@ -224,10 +224,11 @@ type Report struct {
 type counters struct {
 	db                         serverStats
 	pgCPU, cofferCPU, benchCPU float64
-	walsenderCPU               float64
-	machine, steal             int64
-	pgPeriods, pgThrottled     int64
-	haveDB, haveProcess        bool
+	// walsenders is each walsender's CPU seconds, by pid.
+	walsenders             map[int]float64
+	machine, steal         int64
+	pgPeriods, pgThrottled int64
+	haveDB, haveProcess    bool
 }
 
 func (e *Env) read(ctx context.Context) (counters, error) {
@@ -243,7 +244,11 @@ func (e *Env) read(ctx context.Context) (counters, error) {
 	}
 	if e.PostgresPIDs != nil {
 		pids := e.PostgresPIDs()
-		c.pgCPU, c.walsenderCPU, c.haveProcess = cpuSeconds(pids), cpuSeconds(walsenders(pids)), true
+		c.pgCPU, c.haveProcess = cpuSeconds(pids), true
+		c.walsenders = map[int]float64{}
+		for _, pid := range walsenders(pids) {
+			c.walsenders[pid] = cpuSeconds([]int{pid})
+		}
 	}
 	if e.CofferPID != 0 {
 		c.cofferCPU = cpuSeconds([]int{e.CofferPID})
@@ -281,7 +286,11 @@ func (s *sideTotals) add(before, after counters, ops int64) {
 	s.trx += after.db.Trx - before.db.Trx
 	s.transactions += after.db.Transactions - before.db.Transactions
 	s.pgCPU += after.pgCPU - before.pgCPU
-	s.walsenderCPU += after.walsenderCPU - before.walsenderCPU
+	// A walsender that ended during the run is not counted (its CPU
+	// went to the postmaster's children's); one that began, wholly.
+	for pid, cpu := range after.walsenders {
+		s.walsenderCPU += cpu - before.walsenders[pid]
+	}
 	s.cofferCPU += after.cofferCPU - before.cofferCPU
 	s.benchCPU += after.benchCPU - before.benchCPU
 	s.machine += after.machine - before.machine
