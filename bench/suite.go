@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
 )
@@ -340,15 +341,9 @@ func (s *sideTotals) addStatements(run map[string]*statementStats) {
 func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, error) {
 	o.Keys = strconv.FormatUint(rand.Uint64()>>23, 36) // 41 bits, 8 characters
 	rep := newReport(o)
-	var cofferRunner Runner = targetRunner{"coffer", env.Coffer}
-	if env.CofferRunner != nil {
-		cofferRunner = env.CofferRunner
-	}
-	if len(o.Moves) > 0 {
-		if env.Mover == nil || env.Router == nil {
-			return nil, errors.New("shard moves need a Mover and a Router")
-		}
-		cofferRunner = moveRunner{Runner: cofferRunner, env: env, shards: o.Moves}
+	cofferRunner, err := env.cofferRunner(o)
+	if err != nil {
+		return nil, err
 	}
 	baseline := env.baseline()
 	if err := check(ctx, cofferRunner, baseline); err != nil {
@@ -357,12 +352,8 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 	if baseline != nil {
 		rep.BaselineName = baseline.Name()
 	}
-	var cofferSide, baseSide sideTotals
-	hist := newHistogram()
-	baseHist := newHistogram()
-	var ratios []float64
+	t := totals{hist: newHistogram(), baseHist: newHistogram()}
 	if o.Preload > 0 {
-		var err error
 		if rep.Preload, err = preload(ctx, o, env, out); err != nil {
 			return nil, err
 		}
@@ -377,11 +368,11 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 		baseRuns.Workload = Write
 	}
 	for i := 0; i < o.Rounds && !o.Stopped(); i++ {
-		res, err := runSide(ctx, cofferRuns, env, cofferRunner, i, &cofferSide, out)
+		res, err := runSide(ctx, cofferRuns, env, cofferRunner, i, &t.coffer, out)
 		if err != nil {
 			return nil, err
 		}
-		hist.Merge(res.hist)
+		t.hist.Merge(res.hist)
 		rep.Runs = append(rep.Runs, res)
 		rep.Writes += res.writes
 		rep.Moves = append(rep.Moves, res.moves...)
@@ -390,14 +381,14 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 		}
 		round := Round{CofferTPS: res.TPS}
 		if baseline != nil && !o.Stopped() {
-			b, err := runSide(ctx, baseRuns, env, baseline, i, &baseSide, out)
+			b, err := runSide(ctx, baseRuns, env, baseline, i, &t.baseline, out)
 			if err != nil {
 				return nil, err
 			}
-			baseHist.Merge(b.hist)
+			t.baseHist.Merge(b.hist)
 			rep.Runs = append(rep.Runs, b)
 			round.BaselineTPS, round.Ratio = b.TPS, ratio(res.TPS, b.TPS)
-			ratios = append(ratios, round.Ratio)
+			t.ratios = append(t.ratios, round.Ratio)
 		}
 		rep.Rounds = append(rep.Rounds, round)
 		rep.TPS += res.TPS
@@ -406,16 +397,47 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 	if len(rep.Rounds) == 0 {
 		return nil, errors.New("interrupted before the first run")
 	}
+	rep.conclude(o, env, &t)
+	return rep, nil
+}
+
+// totals are what a bench's rounds add up, per side.
+type totals struct {
+	coffer, baseline sideTotals
+	hist, baseHist   *hdrhistogram.Histogram
+	// ratios are each round's coffer/baseline throughput, when the
+	// baseline ran.
+	ratios []float64
+}
+
+// cofferRunner is what runs coffer's side: its target, or the env's own
+// runner, moving shards meanwhile with Options.Moves.
+func (e Env) cofferRunner(o Options) (Runner, error) {
+	var r Runner = targetRunner{"coffer", e.Coffer}
+	if e.CofferRunner != nil {
+		r = e.CofferRunner
+	}
+	if len(o.Moves) > 0 {
+		if e.Mover == nil || e.Router == nil {
+			return nil, errors.New("shard moves need a Mover and a Router")
+		}
+		r = moveRunner{Runner: r, env: e, shards: o.Moves}
+	}
+	return r, nil
+}
+
+// conclude fills the report's figures from the rounds' totals.
+func (rep *Report) conclude(o Options, env Env, t *totals) {
 	rep.TPS /= float64(len(rep.Rounds))
-	rep.Latency = summarize(hist)
-	rep.Coffer = cofferSide.side()
+	rep.Latency = summarize(t.hist)
+	rep.Coffer = t.coffer.side()
 	rep.WALBytesPerOp = rep.Coffer.WALBytesPerOp
-	rep.TrxWritten = cofferSide.trx
-	if len(ratios) > 0 { // the baseline ran
-		rep.RatioMedian = median(ratios)
-		side := baseSide.side()
+	rep.TrxWritten = t.coffer.trx
+	if len(t.ratios) > 0 { // the baseline ran
+		rep.RatioMedian = median(t.ratios)
+		side := t.baseline.side()
 		rep.Baseline = &side
-		bl := summarize(baseHist)
+		bl := summarize(t.baseHist)
 		rep.BaselineLat = &bl
 	}
 	if env.CofferPID != 0 {
@@ -424,7 +446,6 @@ func Bench(ctx context.Context, o Options, env Env, out io.Writer) (*Report, err
 	if o.Ops > 0 && len(rep.Runs) > 0 {
 		rep.Decay = decay(o.Ops, rep.Runs[0].Tenths, rep.Runs[0].TenthsCPU)
 	}
-	return rep, nil
 }
 
 // newReport is the report's header: what the runs are.

@@ -403,16 +403,11 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer, layout stackLay
 	key := newAPIKey()
 	cfg := f.stackConfig(key)
 	if f.trace {
-		// In the bench's process: the receiver's CPU is not coffer's.
-		spans, err := telemetry.Receive()
+		stop, err := receiveSpans(cfg, out)
 		if err != nil {
 			return nil, err
 		}
-		defer func() {
-			spans.Stop()
-			fmt.Fprintf(out, "coffer bench: %d spans received over OTLP\n", spans.Spans())
-		}()
-		cfg.Telemetry.OTLPEndpoint = "http://" + spans.Addr
+		defer stop()
 	}
 	settings := f.stackSettings()
 	fd := f.startFeed(settings, dir)
@@ -430,10 +425,6 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer, layout stackLay
 	if err := cpus.placeBench(); err != nil {
 		return nil, err
 	}
-	m, err := st.shardMap()
-	if err != nil {
-		return nil, err
-	}
 	svc, err := startServe(ctx, st.configPath)
 	if err != nil {
 		return nil, err
@@ -443,22 +434,12 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer, layout stackLay
 	if f.pgCPUQuota > 0 {
 		env.PostgresThrottling = cpus.throttling
 	}
-	if env.Router, err = f.openRouter(ctx, m, st.config); err != nil {
-		return nil, err
-	}
-	defer env.Router.Close()
-	if len(f.Moves) > 0 {
-		if env.Mover, err = newStackMover(env.Router, st.config, m, out); err != nil {
-			return nil, err
+	defer func() {
+		if env.Router != nil {
+			env.Router.Close()
 		}
-	}
-	if env.Coffer, err = f.cofferTarget("http://"+svc.httpAddr, svc.grpcAddr, key); err != nil {
-		return nil, err
-	}
-	if err := f.setBaseline(ctx, &env); err != nil {
-		return nil, err
-	}
-	if err := fd.attach(ctx, st, &env); err != nil {
+	}()
+	if err := f.equip(ctx, &env, st, svc, fd, key, out); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(out, "coffer bench: %s on a local stack of %d PostgreSQL server(s) (coffer serve pid %d), %d clients, %d round(s)\n", f.Workload, layout.servers, env.CofferPID, f.Clients, f.Rounds)
@@ -477,6 +458,46 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer, layout stackLay
 	rep.PostgresSettings, rep.Committers, rep.Readers = settings, cfg.Batches.Committers, cfg.Batches.Readers
 	rep.Confinement = &cpus.report
 	return rep, nil
+}
+
+// receiveSpans starts an OTLP receiver in the bench's process (its CPU
+// is not coffer's) and points cfg's coffer serve at it; stop says how
+// many spans it received.
+func receiveSpans(cfg *Config, out io.Writer) (stop func(), err error) {
+	spans, err := telemetry.Receive()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Telemetry.OTLPEndpoint = "http://" + spans.Addr
+	return func() {
+		spans.Stop()
+		fmt.Fprintf(out, "coffer bench: %d spans received over OTLP\n", spans.Spans())
+	}, nil
+}
+
+// equip gives env what the runs on the stack st, served by svc, use:
+// the router (the caller closes it), the mover for --move, coffer's
+// target, the baseline and the feed's hooks.
+func (f *benchFlags) equip(ctx context.Context, env *bench.Env, st *localStack, svc *serveProcess, fd *benchFeed, key string, out io.Writer) error {
+	m, err := st.shardMap()
+	if err != nil {
+		return err
+	}
+	if env.Router, err = f.openRouter(ctx, m, st.config); err != nil {
+		return err
+	}
+	if len(f.Moves) > 0 {
+		if env.Mover, err = newStackMover(env.Router, st.config, m, out); err != nil {
+			return err
+		}
+	}
+	if env.Coffer, err = f.cofferTarget("http://"+svc.httpAddr, svc.grpcAddr, key); err != nil {
+		return err
+	}
+	if err := f.setBaseline(ctx, env); err != nil {
+		return err
+	}
+	return fd.attach(ctx, st, env)
 }
 
 // stackConfig is the config of a --self stack's coffer serve.
