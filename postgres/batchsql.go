@@ -20,7 +20,9 @@ import (
 // costs (docs/adr/0012-group-commit.md).
 //
 // The rows come as one array per column, unnested side by side in a
-// select list (writeTable.from says why).
+// select list (writeTable.from says why); a statement whose rows are one
+// (a lone write's) takes its one-row form, the values themselves
+// (oneRow, Store.bind).
 
 // batchSession are the settings every connection of a store's batches
 // starts with (Store.batchPools): sent in the connection's startup

@@ -18,6 +18,9 @@ func BatchReads(id coffer.ShardID) map[string]string {
 	return map[string]string{"lock": q.lock, "lots": q.lots, "trx": q.trx, "orders": q.orders, "exchanges": q.exchanges, "balances": q.balances}
 }
 
+// OneRow is a batch statement's one-row form.
+func OneRow(sql string) string { return oneRow(sql) }
+
 // BatchStatementsPerShard bounds the statements a batch prepares per
 // shard.
 const BatchStatementsPerShard = batchStatementsPerShard

@@ -76,6 +76,43 @@ func TestBatchIsTwoRoundTrips(t *testing.T) {
 	}
 }
 
+// TestLoneWriteBindsItsRow: a batch of one write, every write's at low
+// load, sends each statement in its one-row form, the row's values as
+// its parameters (no arrays to decode and unnest, which cost PostgreSQL
+// more than the statements' work); so does a read of one player. A batch
+// of several rows of a table sends that table's rows as arrays.
+func TestLoneWriteBindsItsRow(t *testing.T) {
+	e := newEnv(t)
+	p := e.playersOn(0, 1, 1)[0]
+	write := func(reqs ...coffer.ChangeRequest) {
+		got, err := e.store.BatchChange(ctx, reqs)
+		must(t, err)
+		for _, r := range got {
+			must(t, r.Err)
+		}
+	}
+	if n := e.withArrays(func() { write(coffer.ChangeRequest{Scope: scope(p, "a"), Ops: []coffer.OpRequest{free("gold", 5)}}) }); n != 0 {
+		t.Errorf("a lone grant: %d statements bind arrays, want none", n)
+	}
+	if n := e.withArrays(func() { write(coffer.ChangeRequest{Scope: scope(p, "b"), Ops: []coffer.OpRequest{free("gold", -2)}}) }); n != 0 {
+		t.Errorf("a lone consume: %d statements bind arrays, want none", n)
+	}
+	if n := e.withArrays(func() { e.balance(p, "gold") }); n != 0 {
+		t.Errorf("a read of one player: %d statements bind arrays, want none", n)
+	}
+	// Two writes of one player: its lock and lots are one row each, its
+	// keys, trx and ops two.
+	if n := e.withArrays(func() {
+		write(coffer.ChangeRequest{Scope: scope(p, "c"), Ops: []coffer.OpRequest{free("gold", 1)}},
+			coffer.ChangeRequest{Scope: scope(p, "d"), Ops: []coffer.OpRequest{free("gold", 1)}})
+	}); n != 2 {
+		t.Errorf("two writes of a player: %d statements bind arrays, want 2 (the trx read, the write)", n)
+	}
+	if got := e.balance(p, "gold").Total; got != 5 {
+		t.Errorf("balance %d, want 5", got)
+	}
+}
+
 // workload is a mix of writes on a set of players whose every answer a
 // one-at-a-time run can give again: the successful writes' order is their
 // version order, and every refused write is refused in any order.

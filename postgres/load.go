@@ -41,16 +41,16 @@ func (t *batchTx) load(players []*batchPlayer, check *mark) (token int64, err er
 	// Shard after shard, so that the locks are taken in one order.
 	for _, id := range lock.shards() {
 		q := &t.s.q(id).batch
-		b.Queue(q.lock, lock[id].args()...).Query(l.locks)
+		t.s.queue(b, q.lock, lock[id]).Query(l.locks)
 		if lots[id] != nil {
-			b.Queue(q.lots, lots[id].args()...).Query(l.lots)
+			t.s.queue(b, q.lots, lots[id]).Query(l.lots)
 		}
 		if keys[id] != nil {
-			b.Queue(q.trx, keys[id].args()...).Query(l.trx)
+			t.s.queue(b, q.trx, keys[id]).Query(l.trx)
 		}
 		if orders[id] != nil {
-			b.Queue(q.orders, orders[id].args()...).Query(l.orders)
-			b.Queue(q.exchanges, orders[id].args()...).Query(l.exchanges)
+			t.s.queue(b, q.orders, orders[id]).Query(l.orders)
+			t.s.queue(b, q.exchanges, orders[id]).Query(l.exchanges)
 		}
 	}
 	// After the locks: the cut attempt held them until it ended, so the

@@ -311,18 +311,21 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan,
 	shards := written.shards()
 	for j, id := range shards {
 		var parts uint
-		var args []any
+		var cols []*columns
 		for i, table := range rows {
 			if table[id] != nil {
 				parts |= 1 << i
-				args = append(args, table[id].args()...)
+				cols = append(cols, table[id])
 			}
 		}
 		if j == len(shards)-1 {
 			parts |= markPart
+		}
+		sql, args := t.s.bind(t.s.writeSQL(id, parts), cols...)
+		if parts&markPart != 0 {
 			args = append(args, m.committer, m.token)
 		}
-		b.Queue(t.s.writeSQL(id, parts), args...)
+		b.Queue(sql, args...)
 	}
 	b.Queue("COMMIT")
 	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {

@@ -40,6 +40,11 @@ func TestBatchPlansProbeIndexes(t *testing.T) {
 	batches := e.store.BatchPool(e.router.DatabaseIndex(id))
 	statements := postgres.BatchReads(id)
 	statements["write"] = postgres.BatchWrite(id)
+	// A batch of one row sends each statement in its one-row form.
+	for name, sql := range postgres.BatchReads(id) {
+		statements[name+" (one row)"] = postgres.OneRow(sql)
+	}
+	statements["write (one row)"] = postgres.OneRow(statements["write"])
 	for name, sql := range statements {
 		text := genericPlan(t, batches, sql)
 		if strings.Contains(text, "Seq Scan") {

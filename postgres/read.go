@@ -359,7 +359,7 @@ func (s *Store) runReads(ctx context.Context, db int, reqs []*readRequest) {
 	defer cancel()
 	b := &pgx.Batch{}
 	for _, id := range byShard.shards() {
-		b.Queue(s.q(id).batch.balances, byShard[id].args()...).Query(func(rows pgx.Rows) error { return scanBalances(rows, reqs) })
+		s.queue(b, s.q(id).batch.balances, byShard[id]).Query(func(rows pgx.Rows) error { return scanBalances(rows, reqs) })
 	}
 	err := s.batchPools[db].SendBatch(ctx, b).Close()
 	if err == nil {

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"reflect"
 	"sync/atomic"
 	"testing"
 
@@ -12,8 +13,9 @@ import (
 // sentCounter counts the statements and batches sent: each is one round
 // trip to PostgreSQL.
 // statements counts the statements, alone or in a batch; begins the
-// transactions begun in a batch: the write batches.
-type sentCounter struct{ n, statements, begins atomic.Int64 }
+// transactions begun in a batch: the write batches; arrays the statements
+// of a batch that bind an array (bytea apart).
+type sentCounter struct{ n, statements, begins, arrays atomic.Int64 }
 
 func (c *sentCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	c.n.Add(1)
@@ -33,9 +35,22 @@ func (c *sentCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.Trac
 	if d.SQL == "BEGIN" {
 		c.begins.Add(1)
 	}
+	for _, a := range d.Args {
+		if v := reflect.ValueOf(a); v.Kind() == reflect.Slice && v.Type().Elem().Kind() != reflect.Uint8 {
+			c.arrays.Add(1)
+			return
+		}
+	}
 }
 
 func (c *sentCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// withArrays is how many statements of batches f sent bind an array.
+func (e *env) withArrays(f func()) int64 {
+	n := e.sent.arrays.Load()
+	f()
+	return e.sent.arrays.Load() - n
+}
 
 // roundTrips is how many statements and batches f sent (round trips),
 // and how many statements they held.

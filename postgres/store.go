@@ -17,6 +17,7 @@ import (
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
 	"github.com/cofferhq/coffer/shed"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -75,6 +76,9 @@ type Store struct {
 	// writes are the statements a batch writes with ([2]uint{shard,
 	// parts} → string, writeSQL), built once.
 	writes sync.Map
+	// oneRows are the batch statements' one-row forms (statement →
+	// oneRow), built once.
+	oneRows sync.Map
 	// writers and readers are the batches of each database (by index).
 	writers []*committer[*request]
 	readers []*committer[*readRequest]
@@ -188,6 +192,40 @@ func (s *Store) writeSQL(id coffer.ShardID, parts uint) string {
 	}
 	sql, _ := s.writes.LoadOrStore(k, writeSQL(id, parts))
 	return sql.(string)
+}
+
+// bind is batch statement sql with cols as its parameters, in turn: an
+// array per column; or, when each of cols holds one row (a lone write's,
+// a read of one player), sql's one-row form (oneRow) with the row's
+// values.
+func (s *Store) bind(sql string, cols ...*columns) (string, []any) {
+	one := true
+	for _, c := range cols {
+		one = one && c.rows() == 1
+	}
+	var args []any
+	for _, c := range cols {
+		if one {
+			args = append(args, c.row()...)
+		} else {
+			args = append(args, c.args()...)
+		}
+	}
+	if !one {
+		return sql, args
+	}
+	if o, ok := s.oneRows.Load(sql); ok {
+		return o.(string), args
+	}
+	o, _ := s.oneRows.LoadOrStore(sql, oneRow(sql))
+	return o.(string), args
+}
+
+// queue queues batch statement sql in b with cols as its parameters
+// (bind).
+func (s *Store) queue(b *pgx.Batch, sql string, cols ...*columns) *pgx.QueuedQuery {
+	sql, args := s.bind(sql, cols...)
+	return b.Queue(sql, args...)
 }
 
 // retryable tells whether a batch failed only because it lost a race with
