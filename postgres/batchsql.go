@@ -174,7 +174,7 @@ func markParts(committer, token string) string {
 // batchStatementsPerShard bounds the statements a batch may prepare per
 // shard: its reads (batchSQL), the ids it lacks, and its write statement
 // in each combination of tables with rows it meets (writeSQL; a workload
-// meets a few).
+// meets a few), each in its array and one-row forms (oneRow).
 const batchStatementsPerShard = 16
 
 // batchStatementsMax is the prepared statements a connection of the

@@ -79,9 +79,9 @@ var unnested = regexp.MustCompile(`unnest\((\$\d+::\w+)\[\]\)`)
 // in sql (unnest($n::type[]) AS name) a value instead ($n::type AS
 // name). The rows' subquery then has no set-returning function, so
 // PostgreSQL pulls it up into the statement: no ProjectSet and no
-// subquery scan to set up per part, and no arrays to decode. A lone
-// write, every write's batch at low load, costs PostgreSQL a third less
-// CPU so (docs/benchmarks.md).
+// subquery scan to set up per part, and no arrays to decode: a lone
+// write, every write's batch at low load, costs PostgreSQL clearly less
+// CPU so (docs/adr/0024-one-row-statements.md).
 func oneRow(sql string) string { return unnested.ReplaceAllString(sql, "$1") }
 
 // newColumn makes the column for values of v's type: the types the batch
