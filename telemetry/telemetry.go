@@ -59,11 +59,11 @@ func OTLP(ctx context.Context, endpoint string, sampleRatio float64, version str
 	if err := CheckEndpoint(endpoint); err != nil {
 		return nil, err
 	}
-	exporter, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(endpoint))
-	if err != nil {
+	client := otlptracegrpc.NewClient(otlptracegrpc.WithEndpointURL(endpoint))
+	if err := client.Start(ctx); err != nil {
 		return nil, err
 	}
-	return New(sdktrace.NewBatchSpanProcessor(exporter), sampleRatio, version), nil
+	return New(newProcessor(&exporter{client: client}), sampleRatio, version), nil
 }
 
 // CheckEndpoint tells whether endpoint is an OTLP endpoint OTLP takes.

@@ -35,7 +35,7 @@ func TestOffAllocatesNothing(t *testing.T) {
 //
 //	go test -run '^$' -bench Call -benchmem ./telemetry
 func BenchmarkCall(b *testing.B) {
-	on := New(sdktrace.NewBatchSpanProcessor(discard{}), 1, "bench")
+	on := New(newProcessor(discard{}), 1, "bench")
 	defer on.Shutdown(context.Background())
 	for name, tracing := range map[string]*Tracing{"off": nil, "on": on} {
 		b.Run(name, func(b *testing.B) {
