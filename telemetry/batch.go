@@ -58,15 +58,14 @@ func (b *Batch) Start(ctx context.Context, database, kind string, size int) cont
 	if b.tracer == nil {
 		return ctx
 	}
-	links := make([]trace.Link, len(b.calls))
-	for i, q := range b.calls {
-		links[i] = trace.Link{SpanContext: q.call.SpanContext()}
-	}
-	ctx, b.span = b.tracer.Start(ctx, "batch", trace.WithNewRoot(), trace.WithLinks(links...), trace.WithAttributes(
-		attribute.String("coffer.database", database), attribute.String("coffer.batch.kind", kind),
-		attribute.Int("coffer.batch.size", size), attribute.Int("coffer.batch.calls", len(b.calls))))
+	// Links and attributes go to the span itself: as start options they
+	// would be copied into the options, then into the span.
+	ctx, b.span = b.tracer.Start(ctx, "batch", newRoot)
+	b.span.SetAttributes(attribute.String("coffer.database", database), attribute.String("coffer.batch.kind", kind),
+		attribute.Int("coffer.batch.size", size), attribute.Int("coffer.batch.calls", len(b.calls)))
 	joined := trace.Link{SpanContext: b.span.SpanContext()}
 	for _, q := range b.calls {
+		b.span.AddLink(trace.Link{SpanContext: q.call.SpanContext()})
 		q.call.AddLink(joined)
 		if q.wait != nil {
 			q.wait.End()
@@ -75,6 +74,9 @@ func (b *Batch) Start(ctx context.Context, database, kind string, size int) cont
 	}
 	return ctx
 }
+
+// newRoot makes a batch's span the root of a trace, an option made once.
+var newRoot = trace.WithNewRoot()
 
 // End ends the batch's span.
 func (b *Batch) End() {
