@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -98,6 +99,30 @@ func TestBenchSelf(t *testing.T) {
 	md, err := os.ReadFile(filepath.Join(reportDir, "report.md"))
 	if err != nil || !strings.Contains(string(md), "![throughput](throughput.png)") {
 		t.Fatalf("report.md: %v", err)
+	}
+}
+
+// TestBenchSelfTrace runs a short `coffer bench --self --trace`: coffer
+// serve traces every call to the bench's own OTLP receiver, which gets a
+// call's span and its queue wait, at least, for every write.
+func TestBenchSelfTrace(t *testing.T) {
+	bin := cofferBinary(t)
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	out, err := exec.Command(bin, "bench", "--self", "--trace", "--workload", "write", "--clients", "2", "--duration", "1s",
+		"--rounds", "1", "--warmup", "1s", "--scale", "0.01", "--committers", "1", "--readers", "1", "--json", jsonPath).CombinedOutput()
+	if err != nil {
+		t.Fatalf("coffer bench: %v\n%s", err, out)
+	}
+	raw, err := os.ReadFile(jsonPath)
+	must(t, err)
+	var rep bench.Report
+	must(t, json.Unmarshal(raw, &rep))
+	m := regexp.MustCompile(`coffer bench: (\d+) spans received over OTLP`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no count of spans received:\n%s", out)
+	}
+	if spans, _ := strconv.ParseInt(string(m[1]), 10, 64); rep.Writes == 0 || spans < 2*rep.Writes {
+		t.Fatalf("%d spans received for %d writes, want two or more a write:\n%s", spans, rep.Writes, out)
 	}
 }
 
