@@ -52,15 +52,19 @@ func (b *Batch) Join(q *Queued) {
 }
 
 // Start starts the batch's span, of size writes or reads of kind on
-// database, if a call of it is traced, and returns ctx with it for the
-// batch's round trips. It ends the calls' waits.
-func (b *Batch) Start(ctx context.Context, database, kind string, size int) context.Context {
+// database, if a call of it is traced, and returns a context with it for
+// the batch's round trips (context.Background's, with none). It ends
+// the calls' waits.
+func (b *Batch) Start(database, kind string, size int) context.Context {
 	if b.tracer == nil {
-		return ctx
+		return context.Background()
 	}
-	// Links and attributes go to the span itself: as start options they
-	// would be copied into the options, then into the span.
-	ctx, b.span = b.tracer.Start(ctx, "batch", newRoot)
+	// A span with no parent in its context is a root: WithNewRoot would
+	// put an empty parent in it, two allocations. Links and attributes
+	// go to the span itself: as start options they would be copied into
+	// the options, then into the span.
+	ctx, span := b.tracer.Start(context.Background(), "batch")
+	b.span = span
 	b.span.SetAttributes(attribute.String("coffer.database", database), attribute.String("coffer.batch.kind", kind),
 		attribute.Int("coffer.batch.size", size), attribute.Int("coffer.batch.calls", len(b.calls)))
 	joined := trace.Link{SpanContext: b.span.SpanContext()}
@@ -74,9 +78,6 @@ func (b *Batch) Start(ctx context.Context, database, kind string, size int) cont
 	}
 	return ctx
 }
-
-// newRoot makes a batch's span the root of a trace, an option made once.
-var newRoot = trace.WithNewRoot()
 
 // End ends the batch's span.
 func (b *Batch) End() {

@@ -70,7 +70,7 @@ func (w *write) run() {
 	w.job.queued = Queue(ctx)
 	var batch Batch
 	batch.Join(&w.job.queued)
-	_ = batch.Start(context.Background(), "coffer_0", "writes", 1)
+	_ = batch.Start("coffer_0", "writes", 1)
 	batch.End()
 	call.EndHTTP(http.StatusCreated, nil)
 }
