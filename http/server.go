@@ -136,10 +136,11 @@ func allowed(mux *http.ServeMux, r *http.Request) []string {
 // one log line. The slot is held until the answer is sent, so a client
 // that reads slowly counts, for at most WriteTimeout.
 func (s *Server) call(rt api.Route, h handler) http.Handler {
+	traced := s.Tracing.HTTPRoute(rt.Method, rt.Path, rt.RPC)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		id := requestID(w, r)
-		ctx, span := s.Tracing.StartHTTP(r.Context(), r.Header, rt.Method, rt.Path, rt.RPC)
+		ctx, span := traced.Start(r.Context(), r.Header)
 		done := s.Metrics.Begin(rt.RPC)
 		var client *coffer.Client
 		status, body := 0, any(nil)

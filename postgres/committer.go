@@ -141,7 +141,7 @@ func (c *committer[R]) loop() {
 		for _, j := range jobs {
 			traced.Join(&j.queued)
 		}
-		ctx := traced.Start(context.Background(), c.database, c.kind, len(items))
+		ctx := traced.Start(c.database, c.kind, len(items))
 		began := time.Now()
 		c.runSafely(ctx, run, items)
 		c.s.opts.Observer.Batch(c.database, c.kind, len(items), time.Since(began))

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"time"
 
 	"github.com/cofferhq/coffer/telemetry"
 	"github.com/jackc/pgx/v5"
@@ -55,7 +54,7 @@ func (RoundTrips) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.Tra
 	if data.Err != nil {
 		commit.SetStatus(codes.Error, data.Err.Error())
 	}
-	commit.End(trace.WithTimestamp(time.Now()))
+	commit.End()
 }
 
 // TraceBatchEnd ends the span of a batch of statements.
@@ -63,15 +62,23 @@ func (RoundTrips) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.Trace
 	endRoundTrip(ctx, data.Err)
 }
 
+// clientKind and postgresql are a round trip's kind and system, made once.
+var (
+	clientKind = trace.WithSpanKind(trace.SpanKindClient)
+	postgresql = attribute.String("db.system.name", "postgresql")
+)
+
 func startRoundTrip(ctx context.Context, statements int) context.Context {
 	parent := trace.SpanFromContext(ctx)
 	if !parent.IsRecording() {
 		return ctx
 	}
 	// No db.namespace: conn.Config() copies the whole config, at every
-	// round trip; the batch's span names the database.
-	ctx, _ = telemetry.TracerOf(parent).Start(ctx, "round trip", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("db.system.name", "postgresql"), attribute.Int("coffer.statements", statements)))
+	// round trip; the batch's span names the database. The attributes
+	// go to the span itself: as a start option they would be copied
+	// into the options, then into the span.
+	ctx, trip := telemetry.TracerOf(parent).Start(ctx, "round trip", clientKind)
+	trip.SetAttributes(postgresql, attribute.Int("coffer.statements", statements))
 	return ctx
 }
 

@@ -52,21 +52,24 @@ func (b *Batch) Join(q *Queued) {
 }
 
 // Start starts the batch's span, of size writes or reads of kind on
-// database, if a call of it is traced, and returns ctx with it for the
-// batch's round trips. It ends the calls' waits.
-func (b *Batch) Start(ctx context.Context, database, kind string, size int) context.Context {
+// database, if a call of it is traced, and returns a context with it for
+// the batch's round trips (context.Background's, with none). It ends
+// the calls' waits.
+func (b *Batch) Start(database, kind string, size int) context.Context {
 	if b.tracer == nil {
-		return ctx
+		return context.Background()
 	}
-	links := make([]trace.Link, len(b.calls))
-	for i, q := range b.calls {
-		links[i] = trace.Link{SpanContext: q.call.SpanContext()}
-	}
-	ctx, b.span = b.tracer.Start(ctx, "batch", trace.WithNewRoot(), trace.WithLinks(links...), trace.WithAttributes(
-		attribute.String("coffer.database", database), attribute.String("coffer.batch.kind", kind),
-		attribute.Int("coffer.batch.size", size), attribute.Int("coffer.batch.calls", len(b.calls))))
+	// A span with no parent in its context is a root: WithNewRoot would
+	// put an empty parent in it, two allocations. Links and attributes
+	// go to the span itself: as start options they would be copied into
+	// the options, then into the span.
+	ctx, span := b.tracer.Start(context.Background(), "batch")
+	b.span = span
+	b.span.SetAttributes(attribute.String("coffer.database", database), attribute.String("coffer.batch.kind", kind),
+		attribute.Int("coffer.batch.size", size), attribute.Int("coffer.batch.calls", len(b.calls)))
 	joined := trace.Link{SpanContext: b.span.SpanContext()}
 	for _, q := range b.calls {
+		b.span.AddLink(trace.Link{SpanContext: q.call.SpanContext()})
 		q.call.AddLink(joined)
 		if q.wait != nil {
 			q.wait.End()

@@ -59,11 +59,11 @@ func OTLP(ctx context.Context, endpoint string, sampleRatio float64, version str
 	if err := CheckEndpoint(endpoint); err != nil {
 		return nil, err
 	}
-	exporter, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(endpoint))
-	if err != nil {
+	client := otlptracegrpc.NewClient(otlptracegrpc.WithEndpointURL(endpoint))
+	if err := client.Start(ctx); err != nil {
 		return nil, err
 	}
-	return New(sdktrace.NewBatchSpanProcessor(exporter), sampleRatio, version), nil
+	return New(newProcessor(&exporter{client: client}), sampleRatio, version), nil
 }
 
 // CheckEndpoint tells whether endpoint is an OTLP endpoint OTLP takes.
@@ -92,16 +92,34 @@ type Call struct {
 	attrs [3]attribute.KeyValue
 }
 
-// StartHTTP starts the span of an HTTP call of rpc on route (its pattern:
-// /v1/namespaces/{ns}/…), its parent the traceparent header, if any.
-func (t *Tracing) StartHTTP(ctx context.Context, h http.Header, method, route, rpc string) (context.Context, Call) {
+// Route is what the spans of an HTTP route's calls share, made once.
+type Route struct {
+	tracing *Tracing
+	name    string
+	attrs   [3]attribute.KeyValue
+}
+
+// HTTPRoute returns the Route of the calls of rpc on route (its pattern:
+// /v1/namespaces/{ns}/…) with method, or nil with tracing off.
+func (t *Tracing) HTTPRoute(method, route, rpc string) *Route {
 	if t == nil {
+		return nil
+	}
+	return &Route{t, method + " " + route, [3]attribute.KeyValue{
+		attribute.String("http.request.method", method), attribute.String("http.route", route), attribute.String("coffer.call", rpc)}}
+}
+
+// Start starts the span of a call of r, its parent the traceparent
+// header, if any. A nil Route starts nothing.
+func (r *Route) Start(ctx context.Context, h http.Header) (context.Context, Call) {
+	if r == nil {
 		return ctx, Call{}
 	}
-	ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(h))
-	ctx, span := t.tracer.Start(ctx, method+" "+route, trace.WithSpanKind(trace.SpanKindServer))
-	return ctx, Call{span, [3]attribute.KeyValue{
-		attribute.String("http.request.method", method), attribute.String("http.route", route), attribute.String("coffer.call", rpc)}}
+	if _, ok := h["Traceparent"]; ok { // Extract would canonicalize the key at each call
+		ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(h))
+	}
+	ctx, span := r.tracing.tracer.Start(ctx, r.name, serverKind)
+	return ctx, Call{span, r.attrs}
 }
 
 // StartGRPC starts the span of a gRPC call of rpc (fullMethod:
@@ -110,11 +128,16 @@ func (t *Tracing) StartGRPC(ctx context.Context, md map[string][]string, fullMet
 	if t == nil {
 		return ctx, Call{}
 	}
-	ctx = propagation.TraceContext{}.Extract(ctx, metadataCarrier(md))
-	ctx, span := t.tracer.Start(ctx, strings.TrimPrefix(fullMethod, "/"), trace.WithSpanKind(trace.SpanKindServer))
+	if _, ok := md["traceparent"]; ok {
+		ctx = propagation.TraceContext{}.Extract(ctx, metadataCarrier(md))
+	}
+	ctx, span := t.tracer.Start(ctx, strings.TrimPrefix(fullMethod, "/"), serverKind)
 	return ctx, Call{span, [3]attribute.KeyValue{
 		attribute.String("rpc.system", "grpc"), attribute.String("rpc.method", rpc), attribute.String("coffer.call", rpc)}}
 }
+
+// serverKind is the kind of a call's span, an option made once.
+var serverKind = trace.WithSpanKind(trace.SpanKindServer)
 
 // EndHTTP ends an HTTP call's span with the status it answered.
 func (c Call) EndHTTP(status int, err error) {

@@ -17,9 +17,9 @@ func TestOffAllocatesNothing(t *testing.T) {
 	var off *Tracing
 	md := map[string][]string{"traceparent": {traceparent}}
 	failure := &coffer.Error{Code: coffer.CodeUnavailable, Err: errors.New("down")}
-	w := &write{header: http.Header{"Traceparent": {traceparent}}}
+	w := newWrite(off)
 	allocs := testing.AllocsPerRun(1000, func() {
-		w.run(off)
+		w.run()
 		_, call := off.StartGRPC(context.Background(), md, "/coffer.v1.Wallet/Change", "Change")
 		call.End(failure)
 	})
@@ -35,13 +35,13 @@ func TestOffAllocatesNothing(t *testing.T) {
 //
 //	go test -run '^$' -bench Call -benchmem ./telemetry
 func BenchmarkCall(b *testing.B) {
-	on := New(sdktrace.NewBatchSpanProcessor(discard{}), 1, "bench")
+	on := New(newProcessor(discard{}), 1, "bench")
 	defer on.Shutdown(context.Background())
 	for name, tracing := range map[string]*Tracing{"off": nil, "on": on} {
 		b.Run(name, func(b *testing.B) {
-			w := &write{header: http.Header{"Traceparent": {traceparent}}}
+			w := newWrite(tracing)
 			for b.Loop() {
-				w.run(tracing)
+				w.run()
 			}
 		})
 	}
@@ -53,18 +53,24 @@ const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 // batch. Its wait is a field of its job in the queue, which the queue
 // allocates anyway.
 type write struct {
+	route  *Route
 	header http.Header
 	job    struct{ queued Queued }
 }
 
+func newWrite(tracing *Tracing) *write {
+	return &write{route: tracing.HTTPRoute("POST", "/v1/namespaces/{ns}/players/{player}/transactions", "Change"),
+		header: http.Header{"Traceparent": {traceparent}}}
+}
+
 // run passes the write through the seams tracing has: its call's span,
 // its wait in the queue, its batch.
-func (w *write) run(tracing *Tracing) {
-	ctx, call := tracing.StartHTTP(context.Background(), w.header, "POST", "/v1/namespaces/{ns}/players/{player}/transactions", "Change")
+func (w *write) run() {
+	ctx, call := w.route.Start(context.Background(), w.header)
 	w.job.queued = Queue(ctx)
 	var batch Batch
 	batch.Join(&w.job.queued)
-	_ = batch.Start(context.Background(), "coffer_0", "writes", 1)
+	_ = batch.Start("coffer_0", "writes", 1)
 	batch.End()
 	call.EndHTTP(http.StatusCreated, nil)
 }

@@ -39,7 +39,7 @@ var StandbyFaultKinds = append(slices.Clone(FaultKinds), PGFailover, PGSwitchove
 // PatroniFaultKinds lists the kinds of a run under Patroni (--patroni):
 // pg-kill kills the leader's PostgreSQL (Patroni restarts it, or fails
 // over), pg-switchover is `patronictl switchover`.
-var PatroniFaultKinds = []string{PGKill, NetCut, NetReset, CofferKill, PatroniKill, PGSwitchover}
+var PatroniFaultKinds = []string{PGKill, NetCut, NetReset, CofferKill, PatroniKill, PGSwitchover, ShardMove}
 
 // FeedFaultKinds are added to a run's kinds when it runs the change feed.
 var FeedFaultKinds = []string{FeedKill, NATSKill}

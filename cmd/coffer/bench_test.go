@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -101,22 +102,42 @@ func TestBenchSelf(t *testing.T) {
 	}
 }
 
+// benchSelf runs `coffer bench --self` with args and returns its output
+// and its report, as JSON and read.
+func benchSelf(t *testing.T, args ...string) (out, raw []byte, rep bench.Report) {
+	t.Helper()
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	out, err := exec.Command(cofferBinary(t), append([]string{"bench", "--self", "--json", jsonPath}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("coffer bench: %v\n%s", err, out)
+	}
+	raw, err = os.ReadFile(jsonPath)
+	must(t, err)
+	must(t, json.Unmarshal(raw, &rep))
+	return out, raw, rep
+}
+
+// TestBenchSelfTrace runs a short `coffer bench --self --trace`: coffer
+// serve traces every call to the bench's own OTLP receiver, which gets a
+// call's span and its queue wait, at least, for every write.
+func TestBenchSelfTrace(t *testing.T) {
+	out, _, rep := benchSelf(t, "--trace", "--workload", "write", "--clients", "2", "--duration", "1s",
+		"--rounds", "1", "--warmup", "1s", "--scale", "0.01", "--committers", "1", "--readers", "1")
+	m := regexp.MustCompile(`coffer bench: (\d+) spans received over OTLP`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no count of spans received:\n%s", out)
+	}
+	if spans, _ := strconv.ParseInt(string(m[1]), 10, 64); rep.Writes == 0 || spans < 2*rep.Writes {
+		t.Fatalf("%d spans received for %d writes, want two or more a write:\n%s", spans, rep.Writes, out)
+	}
+}
+
 // TestBenchSelfFeed runs a short `coffer bench --self --feed`: the coffer
 // side's writes, and only those, come out of the feed (the baseline's run
 // with it off), and the report has both sides' costs and the lag.
 func TestBenchSelfFeed(t *testing.T) {
-	bin := cofferBinary(t)
-	jsonPath := filepath.Join(t.TempDir(), "bench.json")
-	cmd := exec.Command(bin, "bench", "--self", "--feed", "--workload", "write", "--clients", "4", "--duration", "2s",
-		"--rounds", "2", "--progress", "1s", "--warmup", "1s", "--scale", "0.01", "--json", jsonPath)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("coffer bench: %v\n%s", err, out)
-	}
-	raw, err := os.ReadFile(jsonPath)
-	must(t, err)
-	var rep bench.Report
-	must(t, json.Unmarshal(raw, &rep))
+	out, raw, rep := benchSelf(t, "--feed", "--workload", "write", "--clients", "4", "--duration", "2s",
+		"--rounds", "2", "--progress", "1s", "--warmup", "1s", "--scale", "0.01")
 	switch f := rep.Feed; {
 	case !strings.Contains(string(out), "median ratio coffer/feed-off") || !strings.Contains(string(out), "change feed: "):
 		t.Fatalf("terminal report:\n%s", out)

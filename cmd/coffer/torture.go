@@ -245,7 +245,7 @@ func (t *tortureRun) check(ctx context.Context, w *torture.Workload, injected *t
 		// The instances stop: no sweeper writes while the relay catches up.
 		t.stopInstances()
 		var fv []string
-		if feedLine, fv, err = t.feedRun.check(ctx); err != nil {
+		if feedLine, fv, err = t.feedRun.check(ctx, router); err != nil {
 			return nil, fmt.Errorf("feed: %w", err)
 		}
 		violations = append(violations, fv...)

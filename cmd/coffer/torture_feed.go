@@ -177,8 +177,11 @@ func (f *tortureFeed) relaying(ctx context.Context) bool {
 // check waits until the relay has confirmed every database's WAL as it
 // is now (the writes have stopped) and the consumer has read the whole
 // stream, then compares the stream with the ledger. It returns the
-// feed's line of the report and the violations.
-func (f *tortureFeed) check(ctx context.Context) (string, []string, error) {
+// feed's line of the report and the violations. The ledger is read
+// through placed, a router that found each shard where the moves put it:
+// the moves name their databases as the instances' config does, through
+// the proxies, and f.router's names are the servers' own.
+func (f *tortureFeed) check(ctx context.Context, placed *shard.Router) (string, []string, error) {
 	var violations []string
 	lsns, ok, err := waitConfirmed(ctx, f.router, f.cfg.Feed.Slot, tortureFeedWait)
 	if err != nil {
@@ -209,7 +212,7 @@ func (f *tortureFeed) check(ctx context.Context) (string, []string, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	ledger, err := (&audit.Checker{Router: f.router}).FeedLedger(ctx, catalog)
+	ledger, err := (&audit.Checker{Router: placed}).FeedLedger(ctx, catalog)
 	if err != nil {
 		return "", nil, err
 	}
