@@ -13,12 +13,13 @@ import (
 	"github.com/cofferhq/coffer/internal/pgserver"
 )
 
-// TestClients runs the tests of the Python and TypeScript clients
+// TestClients runs the tests of the Python, TypeScript and C# clients
 // (clients/, docs/clients.md) against one real `coffer dev`: the README's
 // story through each client, its errors and its retries. Then the ledger
 // they wrote must pass the audit. scripts/ensure-clients.sh installs what
 // they need (a virtual environment with pytest and the Python client as a
-// user installs it; TypeScript), and the TypeScript client's committed
+// user installs it; TypeScript; Mono's mcs and mono, which build and run
+// the C# client's tests), and the TypeScript client's committed
 // build (clients/typescript/dist, what `npm install` of the directory
 // gives) must be what tsc makes of its source.
 func TestClients(t *testing.T) {
@@ -55,6 +56,10 @@ func TestClients(t *testing.T) {
 				}
 			}
 		}
+	})
+
+	t.Run("csharp", func(t *testing.T) {
+		runIn(t, filepath.Join(root, "clients/csharp"), env, "sh", "test.sh", t.TempDir())
 	})
 
 	if code, out, errOut := run(t, "audit", "-c", filepath.Join(data, "coffer.yaml")); code != 0 {
