@@ -96,7 +96,7 @@ internal static partial class Story
             {
                 var grant = new Change(Key("retried"), new Op("gold", 40));
                 var trx = await c.ChangeAsync(NS, p, grant);
-                Equal(new[] { TimeSpan.FromSeconds(1) }, waits, "one refusal, waited for its Retry-After");
+                EqualSeq(new[] { TimeSpan.FromSeconds(1) }, waits, "one refusal, waited for its Retry-After");
                 Equal("committed False", trx.Status + " " + trx.Replay, "the retried write");
                 Equal(trx.Id, (await c.ChangeAsync(NS, p, grant)).Id, "the same key again");
                 Equal(40L, (await c.GetBalancesAsync(NS, p)).Total("gold"), "written once");
@@ -120,7 +120,7 @@ internal static partial class Story
             {
                 var err = await Refused(() => c.ChangeAsync(NS, Player(), new Change(Key("refused"), new Op("gold", 1))));
                 Equal("overloaded 503 00:00:01 True", err.Code + " " + err.Status + " " + err.RetryAfter + " " + err.Retryable, "the last refusal");
-                Equal(new[] { TimeSpan.FromSeconds(1), TimeSpan.FromSeconds(1) }, waits, "waits");
+                EqualSeq(new[] { TimeSpan.FromSeconds(1), TimeSpan.FromSeconds(1) }, waits, "waits");
             }
         }
         finally

@@ -1,6 +1,6 @@
 // The README's story, through the client: grant, spend, hold, exchange,
-// refund, the batch API, errors with their codes; and the retries
-// (Retry.cs). It runs against a real coffer: TestClients in cmd/coffer
+// refund, the batch API, errors with their codes; the retries (Retry.cs)
+// and the models' fields (Contract.cs). It runs against a real coffer: TestClients in cmd/coffer
 // starts `coffer dev` and passes its address and key in COFFER_URL and
 // COFFER_API_KEY. It exits 1 if any test fails.
 
@@ -35,6 +35,7 @@ internal static partial class Story
             { "errors carry their code", Errors },
             { "batch", Batch },
             { "revenue", Revenue },
+            { "the models hold the document's fields", ModelsHoldTheDocumentsFields },
             { "a retry after overloaded, with the same key", RetryOverloaded },
             { "retries are bounded", RetriesBounded },
         };
@@ -75,7 +76,9 @@ internal static partial class Story
         if (!EqualityComparer<T>.Default.Equals(want, got)) throw new Exception(what + ": got " + got + ", want " + want);
     }
 
-    private static void Equal<T>(IEnumerable<T> want, IEnumerable<T> got, string what)
+    // EqualSeq is not an overload of Equal: with two sequences of one type,
+    // Equal<T> would win and compare the sequences' references.
+    private static void EqualSeq<T>(IEnumerable<T> want, IEnumerable<T> got, string what)
     {
         Equal(string.Join(", ", want), string.Join(", ", got), what);
     }
@@ -109,7 +112,7 @@ internal static partial class Story
         };
         var trx = await client.ChangeAsync(NS, p, grant);
         Equal("change committed False", trx.Kind + " " + trx.Status + " " + trx.Replay, "kind, status, replay");
-        Equal(new[] { "grant 500 True", "grant 100 False" }, trx.Ops.Select(op => op.Kind + " " + op.Amount + " " + op.Paid), "ops");
+        EqualSeq(new[] { "grant 500 True", "grant 100 False" }, trx.Ops.Select(op => op.Kind + " " + op.Amount + " " + op.Paid), "ops");
         Equal(order.OrderId + " 499 USD", trx.Ops[0].Purchase.OrderId + " " + trx.Ops[0].Purchase.Price + " " + trx.Ops[0].Purchase.Fiat, "purchase");
         Equal(12L, trx.Meta["offer"], "meta");
 
@@ -134,7 +137,7 @@ internal static partial class Story
         var held = await client.ChangeAsync(NS, p, begin);
         Equal("pending", held.Status, "status");
         True(held.HoldExpiresAt.HasValue, "a pending hold expires");
-        Equal(new[] { false, true }, held.Ops.Select(op => op.Pending), "pending ops");
+        EqualSeq(new[] { false, true }, held.Ops.Select(op => op.Pending), "pending ops");
         var done = await client.CommitAsync(NS, p, begin.IdempotencyKey);
         Equal("committed False", done.Status + " " + done.Replay, "commit");
         True((await client.CommitAsync(NS, p, begin.IdempotencyKey)).Replay, "a second commit is a replay");
@@ -147,9 +150,9 @@ internal static partial class Story
         Equal("hold_not_pending 409", err.Code + " " + err.Status, "commit after rollback");
         Equal("rolled_back", (await client.GetTrxAsync(NS, p, other)).Status, "trx");
         var holds = await client.GetFinlogAsync(NS, p, new FinlogQuery { Kind = "hold", Status = "rolled_back" });
-        Equal(new[] { other }, holds.Items.Select(t => t.IdempotencyKey), "rolled back holds");
+        EqualSeq(new[] { other }, holds.Items.Select(t => t.IdempotencyKey), "rolled back holds");
         var byKey = await client.GetFinlogAsync(NS, p, new FinlogQuery { IdempotencyKey = begin.IdempotencyKey });
-        Equal(new[] { "hold" }, byKey.Items.Select(t => t.Kind), "by key");
+        EqualSeq(new[] { "hold" }, byKey.Items.Select(t => t.Kind), "by key");
         var balances = await client.GetBalancesAsync(NS, p);
         Equal("70 5", balances.Total("gold") + " " + balances.Total("silver"), "gold and silver");
     }
@@ -171,10 +174,10 @@ internal static partial class Story
         var err = await Refused(() => client.RefundAsync(NS, p, new Refund(Key("refund"), "steam", order.OrderId, "refund")));
         Equal("already_refunded", err.Code, "a second refund");
         var page = await client.GetFinlogAsync(NS, p, new FinlogQuery { Limit = 2 });
-        Equal(new[] { "change", "exchange" }, page.Items.Select(t => t.Kind), "first page");
+        EqualSeq(new[] { "change", "exchange" }, page.Items.Select(t => t.Kind), "first page");
         True(page.NextCursor != "", "a cursor to the next page");
         var rest = await client.GetFinlogAsync(NS, p, new FinlogQuery { Cursor = page.NextCursor });
-        Equal(new[] { "refund" }, rest.Items.Select(t => t.Kind), "last page");
+        EqualSeq(new[] { "refund" }, rest.Items.Select(t => t.Kind), "last page");
         Equal("", rest.NextCursor, "no cursor on the last page");
     }
 
@@ -211,11 +214,11 @@ internal static partial class Story
             new BatchChange(p + 1, Key("spend"), new Op("gold", -1000)),
         };
         var results = await client.BatchAsync(NS, changes);
-        Equal(new[] { 201, 201, 409 }, results.Select(r => r.Status), "statuses");
+        EqualSeq(new[] { 201, 201, 409 }, results.Select(r => r.Status), "statuses");
         Equal(300L, results[0].Trx.Ops[0].BalanceAfter, "balance after");
         Equal("insufficient_funds", results[2].Error.Code, "the failed change's code");
         var again = await client.BatchAsync(NS, changes.Take(2));
-        Equal(results.Take(2).Select(r => "200 True " + r.Trx.Id), again.Select(r => r.Status + " " + r.Trx.Replay + " " + r.Trx.Id), "replays");
+        EqualSeq(results.Take(2).Select(r => "200 True " + r.Trx.Id), again.Select(r => r.Status + " " + r.Trx.Replay + " " + r.Trx.Id), "replays");
     }
 
     private static async Task Revenue()
