@@ -10,6 +10,7 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/cofferhq/coffer/shard"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -188,6 +189,12 @@ func (m *Metrics) WatchQueues(queues func(yield func(database, kind string, jobs
 	m.registry.MustRegister(queueCollector(queues))
 }
 
+// WatchBatchPools reads, at each scrape, the connections of each
+// database's pool of batches: pools calls its argument once per database.
+func (m *Metrics) WatchBatchPools(pools func(yield func(database string, pool *pgxpool.Stat))) {
+	m.registry.MustRegister(batchPoolCollector(pools))
+}
+
 // WatchRequestBytes reads, at each scrape, the bytes of request bodies
 // the calls in flight hold (shed.Budget).
 func (m *Metrics) WatchRequestBytes(held func() int64) {
@@ -247,6 +254,23 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(poolWaits, prometheus.CounterValue, float64(st.EmptyAcquireCount()), name)
 	}
+}
+
+// batchPoolCollector reads the batches' pools at scrape time.
+type batchPoolCollector func(yield func(database string, pool *pgxpool.Stat))
+
+var batchPoolConns = prometheus.NewDesc("coffer_batch_pool_connections",
+	"Connections of a database's pool of group-commit batches (batches.committers + batches.readers) by state (acquired, idle, max).",
+	[]string{"database", "state"}, nil)
+
+func (c batchPoolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- batchPoolConns }
+
+func (c batchPoolCollector) Collect(ch chan<- prometheus.Metric) {
+	c(func(database string, st *pgxpool.Stat) {
+		for state, v := range map[string]int32{"acquired": st.AcquiredConns(), "idle": st.IdleConns(), "max": st.MaxConns()} {
+			ch <- prometheus.MustNewConstMetric(batchPoolConns, prometheus.GaugeValue, float64(v), database, state)
+		}
+	})
 }
 
 // queueCollector reads the committers' queues at scrape time.

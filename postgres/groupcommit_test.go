@@ -637,8 +637,9 @@ func (o *observed) want(t *testing.T, database string, outcomes ...string) {
 
 // TestObserverSeesBatches: a store tells its observer each batch (its
 // database, kind and size) and how each attempt ended, and shows the
-// jobs waiting in each queue. A batch whose database is found unusable
-// while it waits is not attempted.
+// jobs waiting in each queue and the batches' connections in use. A
+// batch whose database is found unusable while it waits is not
+// attempted.
 func TestObserverSeesBatches(t *testing.T) {
 	e := newEnv(t)
 	o := &observed{}
@@ -660,6 +661,13 @@ func TestObserverSeesBatches(t *testing.T) {
 	want := map[string]int{dbs[0].Name() + " writes": 2, dbs[0].Name() + " reads": 0, dbs[1].Name() + " writes": 0, dbs[1].Name() + " reads": 0}
 	if !reflect.DeepEqual(queues, want) {
 		t.Fatalf("queues %v, want %v", queues, want)
+	}
+	// The blocker's batch holds one of database 0's two batch
+	// connections (a committer's and a reader's).
+	conns := map[string][2]int32{}
+	store.BatchPools(func(database string, st *pgxpool.Stat) { conns[database] = [2]int32{st.AcquiredConns(), st.MaxConns()} })
+	if w := map[string][2]int32{dbs[0].Name(): {1, 2}, dbs[1].Name(): {0, 2}}; !reflect.DeepEqual(conns, w) {
+		t.Fatalf("batch pools (acquired, max) %v, want %v", conns, w)
 	}
 	e.router.SetVerified(0, false)
 	must(t, tx.Rollback(ctx))

@@ -1,6 +1,10 @@
 package postgres
 
-import "time"
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
 
 // Observer is told what the committers do, for an operator's metrics:
 // how many writes or reads each batch carries, how long it takes, and how
@@ -64,6 +68,15 @@ func (s *Store) Queues(yield func(database, kind string, jobs int)) {
 	}
 	for _, c := range s.readers {
 		yield(c.database, c.kind, len(c.queue))
+	}
+}
+
+// BatchPools calls yield with each database's pool of the batches'
+// connections (the committers' and readers', apart from the router's
+// pool), as metrics name the database.
+func (s *Store) BatchPools(yield func(database string, pool *pgxpool.Stat)) {
+	for i, p := range s.batchPools {
+		yield(s.writers[i].database, p.Stat())
 	}
 }
 

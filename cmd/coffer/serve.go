@@ -120,6 +120,7 @@ func (m *Main) Start(ctx context.Context) error {
 		ReportsMax: m.Config.Limits.ReportsInFlightMax, BatchSizeMax: b.SizeMax, Committers: b.Committers, Readers: b.Readers, QueueMax: b.QueueMax,
 		Observer: m.metrics})
 	m.metrics.WatchQueues(store.Queues)
+	m.metrics.WatchBatchPools(store.BatchPools)
 	m.store = store
 	if err := m.listen(store, clients); err != nil {
 		m.router.Close()
