@@ -91,9 +91,11 @@ func (w *Workload) Verify(ctx context.Context) []string {
 		}
 		switch {
 		case r.Outcome == Acked && !found:
-			violations = append(violations, fmt.Sprintf("%s: acknowledged %s is missing", r.Key, r.Kind))
+			violations = append(violations, fmt.Sprintf("%s: acknowledged %s is missing (namespace %d, player %d, answered at %s)",
+				r.Key, r.Kind, r.NS, r.Player, r.Answered.UTC().Format("15:04:05.000")))
 		case r.Outcome == Rejected && found:
-			violations = append(violations, fmt.Sprintf("%s: rejected %s was written", r.Key, r.Kind))
+			violations = append(violations, fmt.Sprintf("%s: rejected %s was written (namespace %d, player %d, answered at %s)",
+				r.Key, r.Kind, r.NS, r.Player, r.Answered.UTC().Format("15:04:05.000")))
 		}
 		if r.Order != "" {
 			orders.add(r, found)

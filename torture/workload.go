@@ -96,6 +96,9 @@ type Record struct {
 	Outlives time.Time
 	// Order is the store order of a purchase or a refund.
 	Order string
+	// Answered is when the definitive answer came: what to look for in
+	// the servers' logs when a write is found wrong.
+	Answered time.Time
 }
 
 // Workload runs clients that write and keeps their books.
@@ -248,7 +251,7 @@ func (w *Workload) write(ctx context.Context, rng *rand.Rand, r *Record, send fu
 	w.records = append(w.records, r)
 	w.mu.Unlock()
 	_, err := w.retry(ctx, rng, r, send)
-	r.Outcome, r.Code = outcomeOf(err), coffer.ErrorCode(err)
+	r.Outcome, r.Code, r.Answered = outcomeOf(err), coffer.ErrorCode(err), time.Now()
 	if r.Kind != Hold || r.Outcome != Acked {
 		return
 	}
@@ -368,7 +371,7 @@ func (w *Workload) batch(ctx context.Context, rng *rand.Rand, key string) {
 		var resend []wallet.BatchChange
 		for i, r := range recs {
 			if err == nil && definitive(res[i].Err) {
-				r.Outcome, r.Code = outcomeOf(res[i].Err), coffer.ErrorCode(res[i].Err)
+				r.Outcome, r.Code, r.Answered = outcomeOf(res[i].Err), coffer.ErrorCode(res[i].Err), time.Now()
 				if coffer.ErrorCode(res[i].Err) == coffer.CodeIdempotencyConflict {
 					w.violation("%s: a retry with the same payload got idempotency_conflict", r.Key)
 				}

@@ -199,7 +199,8 @@ func (t *tortureRun) run(ctx context.Context) ([]string, error) {
 	}
 	w.Collectors = tortureCollectors
 	plan := torture.Plan(t.seed, t.kinds, t.duration, len(t.probes), t.Instances())
-	fmt.Fprintf(t.out, "coffer torture: %d clients for %s, seed %d, %d faults planned\n", t.clients, t.duration, t.seed, len(plan))
+	fmt.Fprintf(t.out, "coffer torture: %d clients for %s, seed %d, %d faults planned, from %s\n", t.clients, t.duration, t.seed, len(plan),
+		time.Now().UTC().Format("15:04:05.000"))
 	var injected *torture.Injected
 	go func() {
 		injected = torture.Run(ctx, t, plan, start, last)
