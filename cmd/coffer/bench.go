@@ -577,7 +577,7 @@ type serveProcess struct {
 // startServe starts this binary's `serve` on config and waits for its
 // "serving" log line, which names the addresses it bound.
 func startServe(ctx context.Context, config string) (*serveProcess, error) {
-	exe, err := os.Executable()
+	exe, err := ownImage()
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,13 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && (os.Args[1] == "serve" || os.Args[1] == "shard" || os.Args[1] == "feed") {
 		os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) == 2 && os.Args[1] == ownImageReplace {
+		os.Exit(replaceOwnFile())
+	}
+	if len(os.Args) == 2 && os.Args[1] == ownImageChild {
+		fmt.Println("the parent's build")
+		os.Exit(0)
+	}
 	code := pgtest.Run(m, 2)
 	if binary.path != "" {
 		os.RemoveAll(filepath.Dir(binary.path))

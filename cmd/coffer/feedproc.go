@@ -23,7 +23,7 @@ type relayProcess struct {
 // startRelayProcess starts this binary's `feed -c config`, its output
 // appended to logPath. The relay dies with the process that started it.
 func startRelayProcess(config, logPath string) (*relayProcess, error) {
-	exe, err := os.Executable()
+	exe, err := ownImage()
 	if err != nil {
 		return nil, err
 	}

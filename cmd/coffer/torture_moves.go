@@ -57,7 +57,7 @@ func (t *tortureRun) ShardPlace(ctx context.Context, s int) (torture.ShardPlace,
 // MoverCommand is part of torture.Target: the mover runs on the
 // instances' config, so that the moves name the databases as they do.
 func (t *tortureRun) MoverCommand(args ...string) *exec.Cmd {
-	exe, err := os.Executable()
+	exe, err := ownImage()
 	if err != nil {
 		exe = os.Args[0]
 	}
