@@ -184,6 +184,11 @@ const touchMark = `UPDATE batch_mark SET marked_at = now() WHERE committer = $1`
 func (t *batchTx) commitWith(sql string, args ...any) error {
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
+	return t.commit(b)
+}
+
+// commit sends b's statements and COMMIT in one round trip.
+func (t *batchTx) commit(b *pgx.Batch) error {
 	b.Queue("COMMIT")
 	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
 		return err

@@ -327,12 +327,7 @@ func (t *batchTx) persist(players []*batchPlayer, of []int, plans []coffer.Plan,
 		}
 		b.Queue(sql, args...)
 	}
-	b.Queue("COMMIT")
-	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
-		return err
-	}
-	t.open = false
-	return nil
+	return t.commit(b)
 }
 
 // trxOf is a trx of a batch, by player: ids come from each shard's
