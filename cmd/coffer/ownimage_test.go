@@ -35,25 +35,23 @@ func TestChildrenRunTheirParentsBuild(t *testing.T) {
 // replaces the file at its own path with another program, then starts a
 // child from ownImage and prints what the child said.
 func replaceOwnFile() int {
-	path, err := os.Executable()
-	if err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	if err := os.WriteFile(path+".new", []byte("#!/bin/sh\necho another build\n"), 0o755); err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	if err := os.Rename(path+".new", path); err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	exe, err := ownImage()
-	if err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	out, err := exec.Command(exe, ownImageChild).Output()
+	out, err := func() ([]byte, error) {
+		path, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path+".new", []byte("#!/bin/sh\necho another build\n"), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(path+".new", path); err != nil {
+			return nil, err
+		}
+		exe, err := ownImage()
+		if err != nil {
+			return nil, err
+		}
+		return exec.Command(exe, ownImageChild).Output()
+	}()
 	if err != nil {
 		fmt.Println(err)
 		return 1
