@@ -121,6 +121,9 @@ func (s *session) open(ctx context.Context) error {
 		if err := s.publishHere(ctx, tx); err != nil {
 			return err
 		}
+		if err := s.arrive(ctx, tx); err != nil {
+			return err
+		}
 		s.mv.Pause = time.Since(s.cutAt)
 		return s.record(ctx, tx)
 	})
@@ -129,6 +132,18 @@ func (s *session) open(ctx context.Context) error {
 		return err
 	}
 	return s.record(ctx, s.src)
+}
+
+// arrive records on the target, in the transaction that opens it, where
+// the shard came from and the WAL positions of the cut-over on the source
+// and of the opening here (shard_arrival): the change feed's relay of the
+// target holds the shard's events until the source's relay has passed
+// the cut-over, so that a player's events keep their order
+// (docs/events.md#shard-moves).
+func (s *session) arrive(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `INSERT INTO shard_arrival (shard_id, epoch, source, cut_lsn, open_lsn)
+		VALUES ($1, $2, $3, $4::pg_lsn, pg_current_wal_lsn())`, s.mv.Shard, s.mv.Epoch, s.mv.Source, s.cutLSN)
+	return err
 }
 
 // publishHere adds the shard's tables to the target's publications that

@@ -211,7 +211,8 @@ type session struct {
 	tables, sequences []string
 	// cutAt is when the cut-over began taking the tables, and cutLSN the
 	// source's WAL position after it: what the target must have applied
-	// before it takes writes.
+	// before it takes writes, and what the change feed's relay of the
+	// target waits for the source's to pass (shard_arrival).
 	cutAt  time.Time
 	cutLSN string
 	// snapshot is a transaction on the target that sees the copy as the
