@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -29,21 +30,22 @@ func newDecoder() *decoder {
 	return &decoder{relations: map[uint32]*relation{}, types: pgtype.NewMap()}
 }
 
-// relation is a table pgoutput described: which shard table it is and
-// where its columns are.
+// relation is a table pgoutput described: which shard table it is, of
+// which shard, and where its columns are.
 type relation struct {
 	table   string // "trx" or "op"; "" for a table the feed ignores
+	shard   coffer.ShardID
 	columns map[string]int
 }
 
-var shardTable = regexp.MustCompile(`^(trx|op)_[0-9]+$`)
+var shardTable = regexp.MustCompile(`^(trx|op)_([0-9]+)$`)
 
 // decoded is what a message completed: a committed transaction (nil
-// otherwise), with the end of its WAL, the position the slot may confirm
-// once its events are delivered.
+// otherwise), with the WAL position of its commit and the end of its
+// WAL, the position the slot may confirm once its events are delivered.
 type decoded struct {
-	txn *txn
-	end pglogrepl.LSN
+	txn         *txn
+	commit, end pglogrepl.LSN
 }
 
 // message takes one pgoutput message. It returns the transaction a commit
@@ -54,7 +56,11 @@ func (d *decoder) message(m pglogrepl.Message) (decoded, error) {
 	case *pglogrepl.RelationMessage:
 		r := &relation{columns: map[string]int{}}
 		if match := shardTable.FindStringSubmatch(m.RelationName); match != nil {
-			r.table = match[1]
+			id, err := strconv.ParseInt(match[2], 10, 32)
+			if err != nil {
+				return decoded{}, fmt.Errorf("table %s: %w", m.RelationName, err)
+			}
+			r.table, r.shard = match[1], coffer.ShardID(id)
 		}
 		for i, c := range m.Columns {
 			r.columns[c.Name] = i
@@ -77,7 +83,7 @@ func (d *decoder) message(m pglogrepl.Message) (decoded, error) {
 			t = &txn{commitTime: t.commitTime}
 		}
 		d.cur = nil
-		return decoded{txn: t, end: m.TransactionEndLSN}, nil
+		return decoded{txn: t, commit: m.CommitLSN, end: m.TransactionEndLSN}, nil
 	}
 	return decoded{}, nil
 }
@@ -102,6 +108,9 @@ func (d *decoder) row(id uint32, tuple *pglogrepl.TupleData, update bool) error 
 			return fmt.Errorf("trx row: %w", t.err)
 		}
 		d.cur.trx = append(d.cur.trx, row)
+		if !slices.Contains(d.cur.tables, id) {
+			d.cur.tables = append(d.cur.tables, id)
+		}
 		return nil
 	}
 	if update {

@@ -57,26 +57,53 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// logical are the settings logical decoding needs.
-var logical = map[string]string{"wal_level": "logical", "max_wal_senders": "20", "max_replication_slots": "20"}
+// logical are the settings logical decoding needs; the logical
+// replication workers of a shard move's subscription start within half a
+// second, not 5 s, of one another.
+var logical = map[string]string{"wal_level": "logical", "max_wal_senders": "20", "max_replication_slots": "20",
+	"wal_retrieve_retry_interval": "500ms"}
 
 // env is a ledger on one database of pg, its relay's stream on broker,
 // and the relay, started by startRelay.
 type env struct {
-	t       *testing.T
+	*jsStream
 	db      pgtest.DB
 	m       *shard.Map
 	router  *shard.Router
 	catalog *coffer.Catalog
 	store   *postgres.Store
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	stream  string
-	prefix  string
-	obs     *observer
 
-	relayStop context.CancelFunc
-	relayDone chan error
+	// running is the relay startRelay started, until stopRelay.
+	running *running
+}
+
+// jsStream is a JetStream stream of a test's own on broker, which its
+// relays deliver to, and what they tell.
+type jsStream struct {
+	t      *testing.T
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream string
+	prefix string
+	obs    *observer
+}
+
+// newJSStream names a stream of the test's own (the first relay's
+// session creates it) and connects to broker; the stream is deleted at
+// the end.
+func newJSStream(t *testing.T) *jsStream {
+	t.Helper()
+	nc, err := nats.Connect(broker.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	must(t, err)
+	js, err := jetstream.New(nc)
+	must(t, err)
+	n := seq.Add(1)
+	s := &jsStream{t: t, nc: nc, js: js, stream: fmt.Sprintf("T%d_%d", os.Getpid(), n), prefix: fmt.Sprintf("t%d.events", n), obs: &observer{}}
+	t.Cleanup(func() {
+		_ = js.DeleteStream(ctx, s.stream)
+		nc.Close()
+	})
+	return s
 }
 
 func newEnv(t *testing.T) *env {
@@ -102,19 +129,11 @@ func newEnvOn(t *testing.T, server *pgserver.Server) *env {
 	}, 10*time.Minute, time.Hour)
 	must(t, err)
 	must(t, cat.AddRate(1, "gold", "silver", coffer.Rate{Num: 100, Den: 1}))
-	nc, err := nats.Connect(broker.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	must(t, err)
-	js, err := jetstream.New(nc)
-	must(t, err)
-	n := seq.Add(1)
-	e := &env{t: t, db: db, m: m, router: router, catalog: cat, store: postgres.New(router, cat, postgres.Options{}),
-		nc: nc, js: js, stream: fmt.Sprintf("T%d_%d", os.Getpid(), n), prefix: fmt.Sprintf("t%d.events", n), obs: &observer{}}
+	e := &env{jsStream: newJSStream(t), db: db, m: m, router: router, catalog: cat, store: postgres.New(router, cat, postgres.Options{})}
 	t.Cleanup(func() {
 		e.stopRelay()
 		e.store.Close()
 		router.Close()
-		_ = js.DeleteStream(ctx, e.stream)
-		nc.Close()
 		dropSlot(t, db, e.slot())
 	})
 	return e
@@ -127,7 +146,10 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func (e *env) slot() string { return feed.SlotName("coffer_feed", e.db.Name) }
+func (e *env) slot() string { return slotOf(e.db) }
+
+// slotOf is the slot of the relay of db.
+func slotOf(db pgtest.DB) string { return feed.SlotName("coffer_feed", db.Name) }
 
 // dropSlot drops a test's slot: slots are the server's, and one left
 // behind would keep its WAL for ever.
@@ -149,14 +171,18 @@ func dropSlot(t *testing.T, db pgtest.DB, slot string) {
 
 // relay is the env's relay to JetStream.
 func (e *env) relay(sinks ...feed.Sink) *feed.Relay {
-	d := e.m.Databases()[0]
-	return &feed.Relay{Database: d.Name(), ConnString: e.db.DSN(), Catalog: e.catalog,
-		Slot: e.slot(), Publication: "coffer_feed", Sinks: sinks, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Observer: e.obs, StatusInterval: 50 * time.Millisecond, PauseMin: 20 * time.Millisecond, PauseMax: 500 * time.Millisecond,
+	return e.relayOf(e.m.Databases()[0].Name(), e.db, e.catalog, sinks...)
+}
+
+// relayOf is a relay of db, named name, to sinks, that tells s's observer.
+func (s *jsStream) relayOf(name string, db pgtest.DB, cat *coffer.Catalog, sinks ...feed.Sink) *feed.Relay {
+	return &feed.Relay{Database: name, ConnString: db.DSN(), Catalog: cat,
+		Slot: slotOf(db), Publication: "coffer_feed", Sinks: sinks, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Observer: s.obs, StatusInterval: 50 * time.Millisecond, PauseMin: 20 * time.Millisecond, PauseMax: 500 * time.Millisecond,
 		SlotCheckInterval: 100 * time.Millisecond}
 }
 
-func (e *env) jetStream() *feed.JetStream {
+func (e *jsStream) jetStream() *feed.JetStream {
 	return &feed.JetStream{Conn: e.nc, Stream: feed.StreamFor(e.stream, e.prefix, 10*time.Minute), SubjectPrefix: e.prefix,
 		InFlightMax: 64, PublishTimeout: 2 * time.Second, Observer: e.obs}
 }
@@ -169,27 +195,44 @@ func (e *env) startRelay() {
 
 func (e *env) startRelayOf(r *feed.Relay) {
 	e.t.Helper()
-	must(e.t, r.Prepare(ctx))
-	rctx, cancel := context.WithCancel(ctx)
-	e.relayStop, e.relayDone = cancel, make(chan error, 1)
-	go func() { e.relayDone <- r.Run(rctx) }()
+	e.running = runRelay(e.t, r)
 }
 
-// stopRelay stops the relay as a kill would for its deliveries: what is
-// in flight is dropped; the slot keeps what was not confirmed.
+// stopRelay stops the relay startRelay started (running.stop).
 func (e *env) stopRelay() {
-	if e.relayStop == nil {
-		return
+	if e.running != nil {
+		e.running.stop(e.t)
+		e.running = nil
 	}
-	e.relayStop()
-	if err := <-e.relayDone; err != nil {
-		e.t.Errorf("relay: %v", err)
+}
+
+// running is a relay that runs until stop.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// runRelay prepares r's database and runs r.
+func runRelay(t *testing.T, r *feed.Relay) *running {
+	t.Helper()
+	must(t, r.Prepare(ctx))
+	rctx, cancel := context.WithCancel(ctx)
+	rr := &running{cancel: cancel, done: make(chan error, 1)}
+	go func() { rr.done <- r.Run(rctx) }()
+	return rr
+}
+
+// stop stops the relay as a kill would for its deliveries: what is in
+// flight is dropped; the slot keeps what was not confirmed.
+func (rr *running) stop(t *testing.T) {
+	rr.cancel()
+	if err := <-rr.done; err != nil {
+		t.Errorf("relay: %v", err)
 	}
-	e.relayStop = nil
 }
 
 // storedCount is how many messages the stream stores now.
-func (e *env) storedCount() uint64 {
+func (e *jsStream) storedCount() uint64 {
 	e.t.Helper()
 	s, err := e.js.Stream(ctx, e.stream)
 	must(e.t, err)
@@ -200,7 +243,7 @@ func (e *env) storedCount() uint64 {
 
 // waitStored waits until the stream stores n messages (generous bound),
 // and fails the test if it stores more.
-func (e *env) waitStored(n uint64) []feed.Event {
+func (e *jsStream) waitStored(n uint64) []feed.Event {
 	e.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	var have uint64
@@ -224,7 +267,7 @@ func (e *env) waitStored(n uint64) []feed.Event {
 }
 
 // stored reads every message of the stream, in order.
-func (e *env) stored() []feed.Event {
+func (e *jsStream) stored() []feed.Event {
 	e.t.Helper()
 	s, err := e.js.Stream(ctx, e.stream)
 	must(e.t, err)
@@ -263,10 +306,16 @@ func (e *env) committedTrx() uint64 {
 
 func (e *env) auditClean() {
 	e.t.Helper()
-	r, err := (&audit.Checker{Router: e.router, HoldGrace: time.Minute}).Check(ctx)
-	must(e.t, err)
+	auditClean(e.t, e.router)
+}
+
+// auditClean runs the audit on the databases of router.
+func auditClean(t *testing.T, router *shard.Router) {
+	t.Helper()
+	r, err := (&audit.Checker{Router: router, HoldGrace: time.Minute}).Check(ctx)
+	must(t, err)
 	if !r.Clean() {
-		e.t.Fatalf("audit: %+v", r.Violations)
+		t.Fatalf("audit: %+v", r.Violations)
 	}
 }
 
@@ -287,8 +336,14 @@ func free(cur string, amount coffer.Amount) coffer.OpRequest {
 
 func (e *env) change(player coffer.PlayerID, key string, ops ...coffer.OpRequest) coffer.Trx {
 	e.t.Helper()
-	trx, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(player, key), Ops: ops, Reason: "test"})
-	must(e.t, err)
+	return change(e.t, e.store, player, key, ops...)
+}
+
+// change writes a one-phase change through store.
+func change(t *testing.T, store *postgres.Store, player coffer.PlayerID, key string, ops ...coffer.OpRequest) coffer.Trx {
+	t.Helper()
+	trx, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(player, key), Ops: ops, Reason: "test"})
+	must(t, err)
 	return trx
 }
 
@@ -299,6 +354,8 @@ type observer struct {
 	duplicates int
 	sessions   []error
 	slot       feed.SlotState
+	// held is what each database's relay reported last of its hold.
+	held map[string]time.Duration
 }
 
 func (o *observer) Delivered(database, sink string, duplicate bool, lag time.Duration) {
@@ -323,4 +380,20 @@ func (o *observer) SessionEnded(database string, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.sessions = append(o.sessions, err)
+}
+
+func (o *observer) Held(database string, held time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.held == nil {
+		o.held = map[string]time.Duration{}
+	}
+	o.held[database] = held
+}
+
+// heldNow tells whether the relay of database holds its stream now.
+func (o *observer) heldNow(database string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.held[database] > 0
 }

@@ -149,8 +149,11 @@ type opRow struct {
 // txn is what one committed PostgreSQL transaction wrote to the shard
 // tables of a database, in WAL order.
 type txn struct {
-	trx        []trxRow
-	ops        []opRow
+	trx []trxRow
+	ops []opRow
+	// tables are the relations (pgoutput's ids) of the trx rows: which
+	// shards the events are of, and which stay of each shard here.
+	tables     []uint32
 	commitTime time.Time
 }
 

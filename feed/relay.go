@@ -24,6 +24,10 @@ type Observer interface {
 	Slot(database string, st SlotState)
 	// SessionEnded counts the end of a relay's session; err is its cause.
 	SessionEnded(database string, err error)
+	// Held reports how long a relay's stream has been held so far for
+	// the old home of a shard that moved to its database; 0 once it goes
+	// on.
+	Held(database string, held time.Duration)
 }
 
 // Relay reads one database's slot and delivers the events of what it
@@ -55,6 +59,16 @@ type Relay struct {
 	// standby gone, a Patroni agent demoting it): set it where coffer
 	// serve's require_synchronous_standby is.
 	RequireStandby bool
+	// Sources are the config's databases by name (shard.Database.Name):
+	// where a shard that moved here may have come from. The events of a
+	// shard that moved here wait for its old home's relay to pass the
+	// cut-over (holdMoved); a source not listed has nothing to wait for.
+	Sources map[string]Source
+
+	// arrivals are, by relation (a trx_N table), the move that brought
+	// the shard of its stay here, nil for a stay no move began. They
+	// outlive sessions: Run's goroutine alone uses them.
+	arrivals map[uint32]*arrival
 }
 
 // Run runs sessions until ctx ends; it returns nil then. It returns an
@@ -176,7 +190,7 @@ func (r *Relay) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return r.stream(ctx, conn, &durable{conn: plain, standby: r.RequireStandby}, deliveries)
+	return r.stream(ctx, conn, plain, deliveries)
 }
 
 // Prepare makes the database's publication and slot, if missing: the
@@ -235,10 +249,13 @@ func (r *Relay) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 const statusGapMin = 100 * time.Millisecond
 
 // stream receives the slot's messages, hands each committed transaction's
-// events to every delivery once it is durable and confirms what all
-// delivered, never past what is durable.
-func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, dur *durable, deliveries []delivery) error {
+// events to every delivery once it is durable and after those of the old
+// homes of the shards that moved here (holdMoved), and confirms what all
+// delivered, never past what is durable. plain is an ordinary connection
+// to the server the slot is on.
+func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, plain *pgx.Conn, deliveries []delivery) error {
 	dec := newDecoder()
+	dur := &durable{conn: plain, standby: r.RequireStandby}
 	var sent, confirmed, handed pglogrepl.LSN
 	lastStatus := time.Now()
 	// confirm tells the server what the slot may confirm: when asked,
@@ -256,13 +273,43 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, dur *durable, d
 		// What was delivered is confirmed now, not by the next session.
 		_ = pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed})
 	}()
-	for {
+	// delivered is how far every delivery delivered what was handed to
+	// it; an error is a delivery's failure.
+	delivered := func() (pglogrepl.LSN, error) {
 		done := handed
 		for _, d := range deliveries {
 			if err := d.err(); err != nil {
-				return err
+				return 0, err
 			}
 			done = min(done, d.delivered())
+		}
+		return done, nil
+	}
+	// ready returns once a transaction's events may be handed on.
+	ready := func(t decoded) error {
+		idle := func() error { return confirm(true) }
+		if err := dur.wait(ctx, t.end, r.StatusInterval, idle); err != nil {
+			return err
+		}
+		return r.holdMoved(ctx, plain, dec, t, func() error {
+			// Once what came before is delivered, the slot may confirm
+			// up to the held transaction's commit (a new session decodes
+			// it again): the relay this one may hold in turn, where a
+			// shard moved back, sees it pass its own cut-over.
+			done, err := delivered()
+			if err != nil {
+				return err
+			}
+			if done == handed {
+				confirmed = max(confirmed, t.commit)
+			}
+			return idle()
+		})
+	}
+	for {
+		done, err := delivered()
+		if err != nil {
+			return err
 		}
 		if done > confirmed {
 			confirmed = done
@@ -307,9 +354,7 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, dur *durable, d
 					}
 				}
 			case pglogrepl.XLogDataByteID:
-				end, err := r.xlog(ctx, dec, msg.Data[1:], deliveries, func(end pglogrepl.LSN) error {
-					return dur.wait(ctx, end, r.StatusInterval, func() error { return confirm(true) })
-				})
+				end, err := r.xlog(ctx, dec, msg.Data[1:], deliveries, ready)
 				if err != nil {
 					return err
 				}
@@ -320,9 +365,9 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, dur *durable, d
 }
 
 // xlog decodes one message of WAL data; on a commit it hands the
-// transaction's events to every delivery, once durable says its WAL is,
-// and returns its end.
-func (r *Relay) xlog(ctx context.Context, dec *decoder, data []byte, deliveries []delivery, durable func(pglogrepl.LSN) error) (pglogrepl.LSN, error) {
+// transaction's events to every delivery, once ready returns, and
+// returns its end.
+func (r *Relay) xlog(ctx context.Context, dec *decoder, data []byte, deliveries []delivery, ready func(decoded) error) (pglogrepl.LSN, error) {
 	xld, err := pglogrepl.ParseXLogData(data)
 	if err != nil {
 		return 0, err
@@ -340,7 +385,7 @@ func (r *Relay) xlog(ctx context.Context, dec *decoder, data []byte, deliveries 
 		return 0, &fatalError{fmt.Errorf("transaction ending at %s: %w", got.end, err)}
 	}
 	if len(evs) > 0 {
-		if err := durable(got.end); err != nil {
+		if err := ready(got); err != nil {
 			return 0, err
 		}
 	}

@@ -21,6 +21,8 @@ const (
 	// objectNotInPrerequisiteState: a slot invalidated past
 	// max_slot_wal_keep_size, which can no longer give its changes.
 	objectNotInPrerequisiteState = "55000"
+	// undefinedTable: shard_arrival on a database migrated before it.
+	undefinedTable = "42P01"
 )
 
 // sqlState is err's SQLSTATE, "" for an error that is not PostgreSQL's.

@@ -21,6 +21,7 @@ type Feed struct {
 	sessions  *prometheus.CounterVec
 	backlog   *prometheus.GaugeVec
 	receivers *prometheus.GaugeVec
+	held      *prometheus.GaugeVec
 }
 
 // NewFeed registers the feed's collectors, the Go runtime's and the
@@ -57,8 +58,12 @@ func NewFeed() *Feed {
 			Name: "coffer_feed_webhook_failing",
 			Help: "1 while a webhook receiver fails its deliveries; 2 once it was dropped, its backlog past its bound (it misses events until the relay restarts).",
 		}, []string{"database", "receiver"}),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "coffer_feed_held_seconds",
+			Help: "How long the relay's stream has been held so far, 0 when it is not: a shard moved to the database, and the relay of its old home has not yet delivered the shard's events there (docs/events.md#shard-moves).",
+		}, []string{"database"}),
 	}
-	f.registry.MustRegister(f.events, f.lag, f.retained, f.lost, f.sessions, f.backlog, f.receivers,
+	f.registry.MustRegister(f.events, f.lag, f.retained, f.lost, f.sessions, f.backlog, f.receivers, f.held,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return f
 }
@@ -88,6 +93,11 @@ func (f *Feed) Slot(database string, st feed.SlotState) {
 
 // SessionEnded implements feed.Observer.
 func (f *Feed) SessionEnded(database string, err error) { f.sessions.WithLabelValues(database).Inc() }
+
+// Held implements feed.Observer.
+func (f *Feed) Held(database string, held time.Duration) {
+	f.held.WithLabelValues(database).Set(held.Seconds())
+}
 
 // Receiver implements feed.ReceiverObserver.
 func (f *Feed) Receiver(database, name string, backlog int, state feed.ReceiverState) {

@@ -288,9 +288,14 @@ func relayAll(ctx context.Context, cfg *Config, m *shard.Map, catalog *coffer.Ca
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(m.Databases()))
+	sources := map[string]feed.Source{}
 	for _, d := range m.Databases() {
-		r := &feed.Relay{Database: d.Name(), ConnString: d.Config.ConnString(int(cfg.Pool.ConnectTimeout.Seconds())),
-			Catalog: catalog, Slot: feed.SlotName(f.Slot, d.Config.Name), Publication: f.Publication, Logger: logger, Observer: obs,
+		sources[d.Name()] = feed.Source{ConnString: d.Config.ConnString(int(cfg.Pool.ConnectTimeout.Seconds())), Slot: feed.SlotName(f.Slot, d.Config.Name)}
+	}
+	for _, d := range m.Databases() {
+		src := sources[d.Name()]
+		r := &feed.Relay{Database: d.Name(), ConnString: src.ConnString, Sources: sources,
+			Catalog: catalog, Slot: src.Slot, Publication: f.Publication, Logger: logger, Observer: obs,
 			StatusInterval: time.Second, PauseMin: f.Retry.Min, PauseMax: f.Retry.Max, SlotCheckInterval: 10 * time.Second,
 			RequireStandby: cfg.RequireSynchronousStandby}
 		if nc != nil {
