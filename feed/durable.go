@@ -89,16 +89,26 @@ func (d *durable) wait(ctx context.Context, end pglogrepl.LSN, interval time.Dur
 		if d.upTo >= end {
 			return nil
 		}
-		if time.Since(last) >= interval {
-			if err := idle(); err != nil {
-				return err
-			}
-			last = time.Now()
+		if err := waitIdle(ctx, time.Until(d.read.Add(durableReadGap)), interval, &last, idle); err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Until(d.read.Add(durableReadGap))):
+	}
+}
+
+// waitIdle waits for wait, after a call of idle if interval has passed
+// since last (then set): a session that waits keeps its replication
+// connection's status going. Errors: idle's, ctx ended.
+func waitIdle(ctx context.Context, wait, interval time.Duration, last *time.Time, idle func() error) error {
+	if time.Since(*last) >= interval {
+		if err := idle(); err != nil {
+			return err
 		}
+		*last = time.Now()
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(wait):
+		return nil
 	}
 }

@@ -151,16 +151,8 @@ func (r *Relay) awaitSource(ctx context.Context, a *arrival, idle func() error) 
 		if r.Observer != nil {
 			r.Observer.Held(r.Database, time.Since(a.heldSince))
 		}
-		if time.Since(last) >= r.StatusInterval {
-			if err := idle(); err != nil {
-				return err
-			}
-			last = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(holdPoll):
+		if err := waitIdle(ctx, holdPoll, r.StatusInterval, &last, idle); err != nil {
+			return err
 		}
 	}
 }
