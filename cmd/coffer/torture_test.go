@@ -64,13 +64,18 @@ func TestTorturePatroni(t *testing.T) {
 }
 
 // TestTortureFeed is the short fault run of the change feed: the relay
-// and the broker killed under load, then the stream must hold every
-// committed trx change once, in each player's order, with the ledger's
-// balances. (TestTorturePatroni runs the feed across failovers.)
+// and the broker killed under load, and a shard moved, its relays killed
+// right after its new home opened (seed 2), then the stream must hold
+// every committed trx change once, in each player's order, the moved
+// players' too, with the ledger's balances. (TestTorturePatroni runs the
+// feed across failovers.)
 func TestTortureFeed(t *testing.T) {
-	report := passes(t, &tortureRun{duration: 20 * time.Second, seed: 1, clients: 4, feed: true,
-		kinds: []string{torture.FeedKill, torture.NATSKill}, finlogPage: 25})
+	report := passes(t, &tortureRun{duration: 25 * time.Second, seed: 2, clients: 4, feed: true,
+		kinds: []string{torture.FeedKill, torture.NATSKill, torture.ShardMove}, finlogPage: 25})
 	feedStoredAll(t, report)
+	if !regexp.MustCompile(`met feed-kill on the (source|target) after done\n`).MatchString(report) {
+		t.Errorf("the report does not tell of the move that met feed-kill after its cut-over:\n%s", report)
+	}
 }
 
 // feedStoredAll checks the report's feed line: events stored, as many as
