@@ -209,7 +209,7 @@ func (t *batchTx) commit(b *pgx.Batch) error {
 	}
 	err := t.conn.SendBatch(t.ctx, b).Close()
 	if err == nil && unsure {
-		err = t.waitStandby(upTo)
+		err = awaitStandby(t.ctx, t.conn.Conn(), shard.OnStandby, upTo)
 	}
 	if err != nil && !t.open {
 		return &commitUnproven{err}
@@ -217,17 +217,18 @@ func (t *batchTx) commit(b *pgx.Batch) error {
 	return err
 }
 
-// waitStandby waits until the WAL up to upTo is on a physical
-// synchronous standby (shard.OnStandby), or the batch's time is up.
-func (t *batchTx) waitStandby(upTo string) error {
+// awaitStandby asks query (shard.OnStandby, shard.Flushed) on conn until
+// it tells that the WAL up to upTo is on a physical synchronous standby,
+// or ctx ends.
+func awaitStandby(ctx context.Context, conn *pgx.Conn, query, upTo string) error {
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		var on bool
-		if err := t.conn.QueryRow(t.ctx, shard.OnStandby, upTo).Scan(&on); err != nil || on {
+		if err := conn.QueryRow(ctx, query, upTo).Scan(&on); err != nil || on {
 			return err
 		}
 		select {
-		case <-t.ctx.Done():
-			return fmt.Errorf("no physical synchronous standby has the commit (WAL %s) yet: %w", upTo, t.ctx.Err())
+		case <-ctx.Done():
+			return fmt.Errorf("no physical synchronous standby has the WAL up to %s yet: %w", upTo, ctx.Err())
 		case <-time.After(wait):
 		}
 	}

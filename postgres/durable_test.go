@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -122,6 +123,12 @@ func TestCommitConfirmedByALogicalWalsenderIsNotAcknowledged(t *testing.T) {
 	wantCode(t, err, coffer.CodeUnavailable) // not applied, whatever the consumer confirmed
 	if b := e.balance(p, "gold"); b.Total != 6 {
 		t.Fatalf("the player holds %d gold on the primary, want 6 (the write committed there)", b.Total)
+	}
+	// A purchase's claim, committed before its change, waits the same.
+	_, _, err = store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "bought"), Ops: []coffer.OpRequest{paid("gold", 1, "order-1")}})
+	wantCode(t, err, coffer.CodeUnavailable)
+	if !strings.Contains(err.Error(), "claim") {
+		t.Fatalf("the purchase: %v; want its claim refused", err)
 	}
 
 	stopConsumer()

@@ -63,6 +63,10 @@ const OnStandby = `SELECT NOT EXISTS (SELECT FROM pg_stat_get_wal_senders() w JO
 		WHERE s.slot_type = 'logical' AND w.sync_state IN ('sync', 'quorum'))
 	OR COALESCE($1::pg_lsn <= (` + physicalFlush + `), false)`
 
+// Flushed reads whether a physical synchronous standby has flushed the
+// WAL up to $1.
+const Flushed = `SELECT COALESCE($1::pg_lsn <= (` + physicalFlush + `), false)`
+
 // physicalFlush is how far the physical synchronous standbys flushed.
 const physicalFlush = `SELECT max(flush_lsn) FROM ` + StandbyReplication + ` standbys WHERE sync_state IN ('sync', 'quorum')`
 
