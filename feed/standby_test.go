@@ -1,7 +1,6 @@
 package feed_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,9 +8,6 @@ import (
 	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/internal/pgtest"
 	"github.com/cofferhq/coffer/shard"
-	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // TestLogicalWalsendersAreNoStandby: under synchronous_standby_names
@@ -26,7 +22,7 @@ func TestLogicalWalsendersAreNoStandby(t *testing.T) {
 	e := newEnvOn(t, primary)
 	// The consumer connects before the relay: its walsender's slot in
 	// the server's array comes first, and PostgreSQL picks the first.
-	stopConsumer := confirmingConsumer(t, e.db.DSN())
+	stopConsumer := pgtest.ConfirmingConsumer(t, e.db.DSN())
 	r := e.relay(e.jetStream())
 	r.RequireStandby = true
 	e.startRelayOf(r)
@@ -57,60 +53,6 @@ func TestLogicalWalsendersAreNoStandby(t *testing.T) {
 			wantSynchronous(t, router, true)
 		}
 	}
-}
-
-// confirmingConsumer reads a temporary logical slot of the database at
-// dsn and confirms every position the server sends it, as a subscription
-// that applies what it receives elsewhere does. The function stops it.
-func confirmingConsumer(t *testing.T, dsn string) (stop func()) {
-	t.Helper()
-	cfg, err := pgconn.ParseConfig(dsn)
-	must(t, err)
-	cfg.RuntimeParams["replication"] = "database"
-	cfg.RuntimeParams["application_name"] = "other-consumer"
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
-	must(t, err)
-	must(t, conn.Exec(ctx, "CREATE PUBLICATION other_consumer").Close())
-	_, err = pglogrepl.CreateReplicationSlot(ctx, conn, "other_consumer", "pgoutput", pglogrepl.CreateReplicationSlotOptions{Temporary: true})
-	must(t, err)
-	must(t, pglogrepl.StartReplication(ctx, conn, "other_consumer", 0, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names 'other_consumer'"}}))
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var pos pglogrepl.LSN
-		for cctx.Err() == nil {
-			rctx, rcancel := context.WithTimeout(cctx, time.Second)
-			msg, err := conn.ReceiveMessage(rctx)
-			rcancel()
-			if err != nil && !pgconn.Timeout(err) {
-				return
-			}
-			if cd, ok := msg.(*pgproto3.CopyData); ok {
-				switch cd.Data[0] {
-				case pglogrepl.PrimaryKeepaliveMessageByteID:
-					if ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(cd.Data[1:]); err == nil {
-						pos = max(pos, ka.ServerWALEnd)
-					}
-				case pglogrepl.XLogDataByteID:
-					if x, err := pglogrepl.ParseXLogData(cd.Data[1:]); err == nil {
-						pos = max(pos, x.ServerWALEnd)
-					}
-				}
-			}
-			if pos > 0 && pglogrepl.SendStandbyStatusUpdate(cctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos}) != nil {
-				return
-			}
-		}
-	}()
-	stop = func() {
-		cancel()
-		<-done
-		_ = conn.Close(ctx)
-	}
-	t.Cleanup(stop)
-	return stop
 }
 
 // waitSyncStandby waits until the walsender of application is the

@@ -2,11 +2,14 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/shard"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -45,6 +48,7 @@ type attempt struct {
 // batchTx is a batch's transaction on one connection of its database.
 type batchTx struct {
 	s    *Store
+	db   int
 	conn *pgxpool.Conn
 	ctx  context.Context
 	open bool
@@ -66,7 +70,7 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 	if err != nil {
 		return &attempt{err: err}
 	}
-	t := &batchTx{s: s, conn: conn, ctx: ctx}
+	t := &batchTx{s: s, db: db, conn: conn, ctx: ctx}
 	defer t.end()
 	var check *mark
 	if unknown != nil {
@@ -187,15 +191,55 @@ func (t *batchTx) commitWith(sql string, args ...any) error {
 	return t.commit(b)
 }
 
-// commit sends b's statements and COMMIT in one round trip.
+// commit sends b's statements and COMMIT in one round trip. Where an
+// acknowledged write must be on a physical standby (RequiresStandby), the
+// round trip also reads whether a logical walsender may have confirmed
+// the COMMIT (shard.CommitOnStandby), and commit then waits until the
+// commit is on a physical standby: an error once the COMMIT succeeded
+// leaves the batch uncertain.
 func (t *batchTx) commit(b *pgx.Batch) error {
-	b.Queue("COMMIT")
-	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
-		return err
+	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error {
+		t.open = false
+		return nil
+	})
+	var upTo string
+	var unsure bool
+	if t.s.router.RequiresStandby(t.db) {
+		b.Queue(shard.CommitOnStandby).QueryRow(func(row pgx.Row) error { return row.Scan(&upTo, &unsure) })
 	}
-	t.open = false
-	return nil
+	err := t.conn.SendBatch(t.ctx, b).Close()
+	if err == nil && unsure {
+		err = awaitStandby(t.ctx, t.conn.Conn(), shard.OnStandby, upTo)
+	}
+	if err != nil && !t.open {
+		return &commitUnproven{err}
+	}
+	return err
 }
+
+// awaitStandby asks query (shard.OnStandby, shard.Flushed) on conn until
+// it tells that the WAL up to upTo is on a physical synchronous standby,
+// or ctx ends.
+func awaitStandby(ctx context.Context, conn *pgx.Conn, query, upTo string) error {
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		var on bool
+		if err := conn.QueryRow(ctx, query, upTo).Scan(&on); err != nil || on {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no physical synchronous standby has the WAL up to %s yet: %w", upTo, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+// commitUnproven is an error met after a batch's COMMIT succeeded: the
+// batch was applied, on the primary at least, and is answered as a COMMIT
+// cut off (uncertain).
+type commitUnproven struct{ err error }
+
+func (e *commitUnproven) Error() string { return "after the COMMIT: " + e.err.Error() }
 
 // replayed tells whether a plan answers a write applied before.
 func replayed(p coffer.Plan) bool { return p.Replay && p.Err == nil }

@@ -50,7 +50,8 @@ type claim struct {
 //
 // Cost: nothing for a change without a purchase; otherwise one round trip
 // (an implicit transaction) per database holding its claims, one more on
-// a database where a claim raced with another request's.
+// a database where a claim raced with another request's, and two more
+// where a synchronous standby is required (claimsOnStandby).
 func (s *Store) claimPurchases(ctx context.Context, v coffer.ValidChange) error {
 	keys := v.Purchases()
 	if len(keys) == 0 {
@@ -73,6 +74,11 @@ func (s *Store) claimPurchases(ctx context.Context, v coffer.ValidChange) error 
 		claims := byDB[db]
 		if err := s.claimOn(ctx, s.router.Database(db), v.Scope, claims); err != nil {
 			return s.fail(claims[0].shard, err)
+		}
+		if s.router.RequiresStandby(db) {
+			if err := s.claimsOnStandby(ctx, db); err != nil {
+				return s.fail(claims[0].shard, err)
+			}
 		}
 		for _, c := range claims {
 			if err := c.key.Credit(v.Scope, *c.owner); err != nil {
@@ -112,6 +118,32 @@ func (s *Store) claimOn(ctx context.Context, pool *pgxpool.Pool, sc coffer.Scope
 			// Claims are never deleted: one the insert found is there.
 			return fmt.Errorf("claim of store %q order %q not found after a conflict", c.key.Store, c.key.OrderID)
 		}
+	}
+	return nil
+}
+
+// claimsOnStandby waits, within Timeout, until a physical synchronous
+// standby of database db has the claims just taken or found there: a
+// COMMIT may have been released by a logical walsender (ADR 0009), and
+// one cut off while it waited for the standby is completed on the
+// primary alone; a retry finds such a claim and commits nothing that
+// would wait. Claims are one per purchase, so this reads the standbys
+// every time rather than only under synchronous_standby_names '*', as
+// batches do.
+func (s *Store) claimsOnStandby(ctx context.Context, db int) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	conn, err := s.router.Database(db).Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	var upTo string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&upTo); err != nil {
+		return err
+	}
+	if err := awaitStandby(ctx, conn.Conn(), shard.Flushed, upTo); err != nil {
+		return &coffer.Error{Code: coffer.CodeUnavailable, Message: "the purchase's claim is on no synchronous standby yet", Err: err}
 	}
 	return nil
 }

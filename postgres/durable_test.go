@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -91,4 +92,62 @@ func (e *env) waitForSyncRep(answered <-chan coffer.ChangeResult, not ...int32) 
 	}
 	e.t.Fatal("no COMMIT waits for the synchronous standby")
 	return 0
+}
+
+// TestCommitConfirmedByALogicalWalsenderIsNotAcknowledged: under
+// synchronous_standby_names '*' (Patroni's strict synchronous mode with
+// no replica to name, and this test's pair) a logical walsender that
+// confirms what it receives, as a shard move's subscription does, is
+// picked as the synchronous standby once the physical one stops, and its
+// confirmation releases COMMITs no physical standby has. Until a probe
+// notices, writes are still sent: such a write must not be answered
+// applied (a failover would lose it) but as a COMMIT cut off. Once the
+// physical standby has it, a retry is answered as a replay.
+func TestCommitConfirmedByALogicalWalsenderIsNotAcknowledged(t *testing.T) {
+	primary, standby := pgtest.SynchronousPair(t, nil)
+	e := newGuardedEnv(t, primary, standby)
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 2 * time.Second})
+	defer store.Close()
+	p := e.playersOn(0, 1, 1)[0]
+	e.mustChange(p, "before", free("gold", 1))
+
+	var dsn string
+	must(t, e.router.Database(0).QueryRow(ctx, "SELECT current_database()").Scan(&dsn))
+	stopConsumer := pgtest.ConfirmingConsumer(t, primary.DSN(dsn))
+	must(t, standby.Stop())
+	t.Cleanup(func() { _ = standby.Start(ctx) }) // the database's drop waits for it
+	e.waitTrue("the consumer was not picked as the synchronous standby", `SELECT count(*) > 0 FROM pg_stat_replication
+		WHERE application_name = 'other-consumer' AND state = 'streaming' AND sync_state = 'sync'`)
+	alone := coffer.ChangeRequest{Scope: scope(p, "alone"), Ops: []coffer.OpRequest{free("gold", 5)}}
+	_, _, err := store.Change(ctx, alone)
+	wantCode(t, err, coffer.CodeUnavailable) // not applied, whatever the consumer confirmed
+	if b := e.balance(p, "gold"); b.Total != 6 {
+		t.Fatalf("the player holds %d gold on the primary, want 6 (the write committed there)", b.Total)
+	}
+	// A purchase's claim, committed before its change, waits the same.
+	_, _, err = store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "bought"), Ops: []coffer.OpRequest{paid("gold", 1, "order-1")}})
+	wantCode(t, err, coffer.CodeUnavailable)
+	if !strings.Contains(err.Error(), "claim") {
+		t.Fatalf("the purchase: %v; want its claim refused", err)
+	}
+
+	stopConsumer()
+	must(t, standby.Start(ctx))
+	must(t, primary.WaitSynchronousStandby(ctx, time.Minute))
+	if _, replay, err := store.Change(ctx, alone); err != nil || !replay {
+		t.Fatalf("the retry: replay %v, %v; want a replay", replay, err)
+	}
+}
+
+// waitTrue waits until database 0 answers query (a boolean) with true,
+// and fails the test with failure after a generous bound.
+func (e *env) waitTrue(failure, query string) {
+	e.t.Helper()
+	var ok bool
+	for deadline := time.Now().Add(60 * time.Second); !ok; time.Sleep(10 * time.Millisecond) {
+		must(e.t, e.router.Database(0).QueryRow(ctx, query).Scan(&ok))
+		if time.Now().After(deadline) {
+			e.t.Fatal(failure)
+		}
+	}
 }

@@ -46,12 +46,32 @@ func newEnv(t *testing.T) *env {
 // newEnvOn is newEnv with its two databases on the given servers.
 func newEnvOn(t *testing.T, servers ...*pgserver.Server) *env {
 	t.Helper()
-	cfg := shard.Config{ShardCount: 8, DistributionMode: "auto", ShardOnDB: 4}
+	var dbs []shard.DatabaseConfig
 	for _, s := range servers {
 		d := pgtest.NewDBOn(t, s)
-		cfg.Databases = append(cfg.Databases, shard.DatabaseConfig{Name: d.Name, Host: "127.0.0.1", Port: d.Server.Port(),
+		dbs = append(dbs, shard.DatabaseConfig{Name: d.Name, Host: "127.0.0.1", Port: d.Server.Port(),
 			User: pgserver.Superuser, Password: pgserver.Password})
 	}
+	return newEnvFor(t, dbs)
+}
+
+// newGuardedEnv is newEnv with one database, on primary, that has
+// standby as its second host (coffer then follows a failover) and
+// requires a synchronous standby, as coffer serve does under
+// require_synchronous_standby.
+func newGuardedEnv(t *testing.T, primary, standby *pgserver.Server) *env {
+	t.Helper()
+	d := pgtest.NewDBOn(t, primary)
+	e := newEnvFor(t, []shard.DatabaseConfig{{Name: d.Name, User: pgserver.Superuser, Password: pgserver.Password,
+		Hosts: []string{fmt.Sprintf("127.0.0.1:%d", primary.Port()), fmt.Sprintf("127.0.0.1:%d", standby.Port())}}})
+	e.router.RequireSynchronousStandby()
+	return e
+}
+
+// newEnvFor is newEnv with the given databases, four shards on each.
+func newEnvFor(t *testing.T, dbs []shard.DatabaseConfig) *env {
+	t.Helper()
+	cfg := shard.Config{ShardCount: 4 * len(dbs), DistributionMode: "auto", ShardOnDB: 4, Databases: dbs}
 	m, err := shard.NewMap(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -194,6 +194,9 @@ func (f *writesFailure) Unwrap() error { return f.err }
 // the error coming before anything was sent (a time that ran out before
 // the round trip began: the COMMIT was never sent).
 func uncertain(err error) bool {
+	if errors.As(err, new(*commitUnproven)) {
+		return true
+	}
 	if pgconn.SafeToRetry(err) {
 		return false
 	}

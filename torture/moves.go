@@ -64,10 +64,11 @@ var moverSteps = append(slices.Clone(copySteps), move.StepSynced, move.StepCut, 
 
 // planMove draws a shard-move fault's plan. It meets a kind of kinds
 // (in the report's order, for a plan that depends on the seed alone),
-// the mover's kill, or nothing. A failover meets the copy only: the
-// replication slot does not fail over, and a move that lost it after
-// its cut-over can be finished by hand only (ADR 0022). A coffer
-// instance dies as the cut-over begins.
+// the mover's kill, or nothing. A failover meets the copy, or the pause
+// after the cut-over: the replication slot does not fail over, so a move
+// of a source that failed over during the copy is aborted, and one
+// whose source failed over after the cut-over copies the fenced old
+// copy anew (ADR 0022). A coffer instance dies as the cut-over begins.
 func planMove(rng *rand.Rand, kinds []string, instances int) *MovePlan {
 	meets := []string{"", MoverKill}
 	for _, k := range reportKinds {
@@ -80,7 +81,7 @@ func planMove(rng *rand.Rand, kinds []string, instances int) *MovePlan {
 	steps := moverSteps
 	switch {
 	case failover(p.Meet):
-		steps = copySteps
+		steps = append(slices.Clone(copySteps), move.StepCut)
 	case p.Meet == CofferKill:
 		steps = []string{move.StepSynced}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,7 +93,12 @@ func (s *session) open(ctx context.Context) error {
 		}
 		s.cutAt = time.Now().Add(-time.Duration(sinceS * float64(time.Second)))
 	}
-	if err := s.caughtUp(ctx, s.cutLSN); err != nil {
+	if err := s.caughtUp(ctx, s.cutLSN); errors.As(err, new(*slotGone)) {
+		err = s.recopy(ctx, err)
+		if err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
 	}
 	values := make([]int64, len(s.sequences))
@@ -144,6 +150,56 @@ func (s *session) arrive(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, `INSERT INTO shard_arrival (shard_id, epoch, source, cut_lsn, open_lsn)
 		VALUES ($1, $2, $3, $4::pg_lsn, pg_current_wal_lsn())`, s.mv.Shard, s.mv.Epoch, s.mv.Source, s.cutLSN)
 	return err
+}
+
+// recopy copies the source's old copy of the shard to the target anew,
+// after the source lost the move's slot past the cut-over (gone, a
+// failover: slots do not follow it), and with it what the subscription
+// had not applied yet. Fenced, the old copy changes no more, and the
+// synchronous standby that took over has it as the cut left it: the
+// whole of it, copied in one transaction on the target, is what the
+// subscription would have brought. The rows pass the target's fences as
+// the subscription's do (session_replication_role replica); the change
+// feed does not publish the target's tables of the shard before it
+// opens. A mover stopped midway does it again from the start.
+func (s *session) recopy(ctx context.Context, gone error) error {
+	s.m.progress("shard %d: %v after the cut-over (a failover?): copying the old copy, fenced, anew", s.mv.Shard, gone)
+	if _, err := s.dropSubscription(ctx); err != nil {
+		return err
+	}
+	var list []string
+	for _, t := range s.tables {
+		list = append(list, ident(t))
+	}
+	return pgx.BeginFunc(ctx, s.dst, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "TRUNCATE "+strings.Join(list, ", ")); err != nil {
+			return err
+		}
+		for _, t := range s.tables {
+			if err := copyTable(ctx, s.src, tx.Conn(), ident(moved(t)), ident(t)); err != nil {
+				return fmt.Errorf("copy %s: %w", t, err)
+			}
+		}
+		return nil
+	})
+}
+
+// copyTable copies the rows of table from on src into table to on dst,
+// streamed through the mover.
+func copyTable(ctx context.Context, src, dst *pgx.Conn, from, to string) error {
+	r, w := io.Pipe()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := src.PgConn().CopyTo(ctx, w, "COPY "+from+" TO STDOUT (FORMAT binary)")
+		w.CloseWithError(err)
+		sent <- err
+	}()
+	_, err := dst.PgConn().CopyFrom(ctx, r, "COPY "+to+" FROM STDIN (FORMAT binary)")
+	r.CloseWithError(errors.New("the copy into the target stopped"))
+	return errors.Join(<-sent, err)
 }
 
 // publishHere adds the shard's tables to the target's publications that

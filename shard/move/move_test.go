@@ -351,6 +351,80 @@ func TestMoveWhoseSlotIsLost(t *testing.T) {
 	e.auditClean()
 }
 
+// TestMoveWhoseSlotIsLostAfterTheCut: the source loses the move's
+// replication slot after the cut-over, before the target applied all it
+// wrote (a failover of the source's server then: slots do not follow
+// it). The mover copies the fenced old copy anew and opens the target
+// with every write the source took, verified; nothing is left behind.
+func TestMoveWhoseSlotIsLostAfterTheCut(t *testing.T) {
+	e := newEnv(t)
+	p := e.playerOn(3, 1)
+	must(t, e.grant(p, "before"))
+	e.mover.After = func(step string) error {
+		switch step {
+		case move.StepSynced: // the target applies nothing more: it lacks the next write
+			e.dbs[2].Exec(t, "ALTER SUBSCRIPTION coffer_move_3 DISABLE")
+			return e.grant(p, "unapplied")
+		case move.StepCut:
+			waitFor(t, "the slot to be let go", func() bool {
+				_, err := e.dbs[1].Conn(t).Exec(ctx, "SELECT pg_drop_replication_slot('coffer_move_3')")
+				return err == nil
+			})
+		}
+		return nil
+	}
+	report, err := e.mover.Move(ctx, 3, e.name(2))
+	must(t, err)
+	if report.Unverified || len(report.Tables) == 0 {
+		t.Fatalf("the move was not verified: %+v", report)
+	}
+	e.mover.After = nil
+	must(t, e.grant(p, "after"))
+	if got := e.router.DatabaseIndex(3); got != 2 {
+		t.Fatalf("shard 3 on database %d, want 2", got)
+	}
+	if got := e.gold(p); got != 3 {
+		t.Fatalf("gold = %d, want 3", got)
+	}
+	must(t, e.mover.Cleanup(ctx, 3, false))
+	for i := range e.dbs {
+		if got := e.leftovers(i); got != "publications 0, subscriptions 0, slots 0" {
+			t.Errorf("database %d: %s", i, got)
+		}
+	}
+	e.auditClean()
+}
+
+// TestMoveCopyWaitsForTheTargetsStandby: the subscription's commits on
+// the target wait for the target's synchronous standby. The source's slot
+// confirms what the target flushed, and the cut-over trusts it: were the
+// commits on the target's primary alone, a failover of the target would
+// lose rows the slot no longer holds, and the shard would open without
+// them.
+func TestMoveCopyWaitsForTheTargetsStandby(t *testing.T) {
+	primary, standby := pgtest.SynchronousPair(t, nil)
+	e := newEnvTo(t, primary)
+	p := e.playerOn(3, 1)
+	must(t, e.grant(p, "before"))
+	e.mover.After = func(step string) error {
+		if step != move.StepSynced {
+			return nil
+		}
+		must(t, standby.Pause())
+		defer func() { must(t, standby.Resume()) }()
+		must(t, e.grant(p, "copied"))
+		waitFor(t, "the subscription's commit to wait for the target's standby", func() bool {
+			return e.count(2, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'logical replication worker' AND wait_event = 'SyncRep'") > 0
+		})
+		return nil
+	}
+	_, err := e.mover.Move(ctx, 3, e.name(2))
+	must(t, err)
+	if got := e.gold(p); got != 2 {
+		t.Fatalf("gold = %d, want 2", got)
+	}
+}
+
 // TestMoveRefusals: each refusal changes nothing.
 func TestMoveRefusals(t *testing.T) {
 	e := newEnv(t)

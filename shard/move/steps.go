@@ -292,7 +292,11 @@ func (s *session) dropCopy(ctx context.Context, conn *pgx.Conn, as func(string) 
 }
 
 // subscribe subscribes the target to the source's publication, from the
-// slot, copying what the tables hold first.
+// slot, copying what the tables hold first. Its commits wait for the
+// target's synchronous standby, if it has one (synchronous_commit on;
+// a subscription's default is off): the slot's confirmed position, which
+// the cut-over trusts, is what the target flushed, and must not pass
+// what a failover of the target keeps.
 func (s *session) subscribe(ctx context.Context) error {
 	if ok, err := s.exists(ctx, s.dst, subscriptionSQL); err != nil || ok {
 		return err
@@ -300,7 +304,7 @@ func (s *session) subscribe(ctx context.Context) error {
 	mp := s.m.Router.Map()
 	conninfo := mp.Databases()[mp.Index(s.mv.Source)].Config.ConnString(10)
 	_, err := s.dst.Exec(ctx, "CREATE SUBSCRIPTION "+ident(s.name())+" CONNECTION '"+strings.ReplaceAll(conninfo, "'", "''")+
-		"' PUBLICATION "+ident(s.name())+" WITH (create_slot = false, slot_name = '"+s.name()+"', copy_data = true)")
+		"' PUBLICATION "+ident(s.name())+" WITH (create_slot = false, slot_name = '"+s.name()+"', copy_data = true, synchronous_commit = on)")
 	return err
 }
 
@@ -356,7 +360,7 @@ func (s *session) caughtUp(ctx context.Context, lsn string) error {
 		if err := s.src.QueryRow(ctx, "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1",
 			s.name(), lsn).Scan(&done); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("the replication slot %s is gone from %s", s.name(), s.mv.Source)
+				return &slotGone{slot: s.name(), source: s.mv.Source}
 			}
 			return err
 		}
@@ -371,6 +375,14 @@ func (s *session) caughtUp(ctx context.Context, lsn string) error {
 			return err
 		}
 	}
+}
+
+// slotGone tells that the source no longer has the move's replication
+// slot: a failover lost it (slots do not follow one), or it was dropped.
+type slotGone struct{ slot, source string }
+
+func (e *slotGone) Error() string {
+	return fmt.Sprintf("the replication slot %s is gone from %s", e.slot, e.source)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
