@@ -2,10 +2,9 @@ package telemetry
 
 import (
 	"context"
-	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -13,42 +12,37 @@ import (
 // takes it (Batch.Join). Its zero value, for a call not traced, does
 // nothing.
 type Queued struct {
-	call, wait trace.Span
+	call, wait *span
 }
 
 // Queue starts the wait of the call of ctx in a database's queue, if the
-// call's span records. The wait has no attributes: the batch it ends in,
-// which the call links, names the database and the kind, and a wait is
-// one per call (attributes are a good part of a span's cost).
+// call is traced. The wait has no attributes: the batch it ends in,
+// which the call links, names the database and the kind.
 func Queue(ctx context.Context) Queued {
-	call := trace.SpanFromContext(ctx)
-	if !call.IsRecording() {
+	call := spanOf(ctx)
+	if call == nil {
 		return Queued{}
 	}
-	_, wait := TracerOf(call).Start(ctx, "queue wait")
-	return Queued{call: call, wait: wait}
+	return Queued{call: call, wait: call.child("queue wait", trace.SpanKindInternal)}
 }
 
 // Batch is the span of one group-commit batch. One batch serves many
 // calls, of many traces: its span is the root of a trace of its own,
 // linked with each call it carries, and each call's span with it. Its
-// zero value is a batch with no call traced, which makes no span.
+// zero value is a batch with no call traced, which makes no span. A
+// batch with a call traced is traced, whatever the sample ratio: its
+// call's trace would link a span never sent.
 type Batch struct {
-	tracer trace.Tracer
-	calls  []*Queued
-	span   trace.Span
+	calls []*Queued
+	span  *span
 }
 
 // Join adds a call to the batch; the call's wait ends when the batch
 // starts.
 func (b *Batch) Join(q *Queued) {
-	if q.call == nil {
-		return
+	if q.call != nil {
+		b.calls = append(b.calls, q)
 	}
-	if b.tracer == nil {
-		b.tracer = TracerOf(q.call)
-	}
-	b.calls = append(b.calls, q)
 }
 
 // Start starts the batch's span, of size writes or reads of kind on
@@ -56,57 +50,71 @@ func (b *Batch) Join(q *Queued) {
 // the batch's round trips (context.Background's, with none). It ends
 // the calls' waits.
 func (b *Batch) Start(database, kind string, size int) context.Context {
-	if b.tracer == nil {
+	if len(b.calls) == 0 {
 		return context.Background()
 	}
-	// A span with no parent in its context is a root: WithNewRoot would
-	// put an empty parent in it, two allocations. Links and attributes
-	// go to the span itself: as start options they would be copied into
-	// the options, then into the span.
-	ctx, span := b.tracer.Start(context.Background(), "batch")
-	b.span = span
-	b.span.SetAttributes(attribute.String("coffer.database", database), attribute.String("coffer.batch.kind", kind),
+	b.span = b.calls[0].call.tracing.root("batch")
+	b.span.setAttributes(attribute.String("coffer.database", database), attribute.String("coffer.batch.kind", kind),
 		attribute.Int("coffer.batch.size", size), attribute.Int("coffer.batch.calls", len(b.calls)))
-	joined := trace.Link{SpanContext: b.span.SpanContext()}
 	for _, q := range b.calls {
-		b.span.AddLink(trace.Link{SpanContext: q.call.SpanContext()})
-		q.call.AddLink(joined)
+		b.span.addLink(q.call.sc)
+		q.call.addLink(b.span.sc)
 		if q.wait != nil {
-			q.wait.End()
+			q.wait.finish()
 			q.wait = nil
 		}
 	}
-	return ctx
+	return withSpan(context.Background(), b.span)
 }
 
 // End ends the batch's span.
 func (b *Batch) End() {
 	if b.span != nil {
-		b.span.End()
+		b.span.finish()
 	}
 }
 
-// TracerOf is the tracer of the provider that made span: the store and
-// its pgx tracer (postgres.RoundTrips) trace under the calls' spans, and
-// so need no Tracing of their own.
-func TracerOf(span trace.Span) trace.Tracer {
-	p := span.TracerProvider()
-	if last := lastTracer.Load(); last != nil && last.provider == p {
-		return last.tracer
+// postgresql is a round trip's system, made once.
+var postgresql = attribute.String("db.system.name", "postgresql")
+
+// StartRoundTrip starts the span of a round trip to PostgreSQL of
+// statements, the child of the span of ctx (a call's or a batch's), and
+// returns a context with it; under no span (a sweeper's, a probe's), it
+// starts none and returns ctx.
+func StartRoundTrip(ctx context.Context, statements int) context.Context {
+	parent := spanOf(ctx)
+	if parent == nil {
+		return ctx
 	}
-	t := p.Tracer(scope)
-	if sdk, ok := p.(*sdktrace.TracerProvider); ok {
-		lastTracer.Store(&providerTracer{sdk, t})
-	}
-	return t
+	trip := parent.child("round trip", trace.SpanKindClient)
+	trip.setAttributes(postgresql, attribute.Int("coffer.statements", statements))
+	return withSpan(ctx, trip)
 }
 
-// lastTracer is the provider TracerOf was last asked about, with its
-// tracer: TracerProvider.Tracer takes a lock, which every span of every
-// batch would wait on, and an instance has one provider.
-var lastTracer atomic.Pointer[providerTracer]
+// EndRoundTrip ends the span StartRoundTrip put in ctx, with its error:
+// it put one exactly when ctx, before it, had a span.
+func EndRoundTrip(ctx context.Context, err error) {
+	trip := spanOf(ctx)
+	if trip == nil {
+		return
+	}
+	if err != nil {
+		trip.fail(err.Error())
+	}
+	trip.finish()
+}
 
-type providerTracer struct {
-	provider *sdktrace.TracerProvider
-	tracer   trace.Tracer
+// Commit makes the span of a COMMIT sent in the round trip of ctx, from
+// began to now, with its error, if the round trip is traced.
+func Commit(ctx context.Context, began time.Time, err error) {
+	trip := spanOf(ctx)
+	if trip == nil {
+		return
+	}
+	commit := trip.child("commit", trace.SpanKindInternal)
+	commit.start = began
+	if err != nil {
+		commit.fail(err.Error())
+	}
+	commit.finish()
 }

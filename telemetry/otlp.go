@@ -7,154 +7,109 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
-	"go.opentelemetry.io/otel/sdk/instrumentation"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // exporter sends spans with an OTLP client (otlptracegrpc's: its
-// connection, TLS, retries and the OTEL_EXPORTER_OTLP_* variables), but
+// connection, TLS, retries and the OTEL_EXPORTER_OTLP_* variables), and
 // writes their protobuf itself, into one buffer it reuses: the SDK's
 // exporter builds a tree of protobuf structs per span, a few dozen
-// allocations, and then marshals it, and both were a third of tracing's
-// cost (docs/benchmarks.md). The bytes go as the unknown fields of an
-// empty ResourceSpans, which protobuf marshals as they are. Only one
-// goroutine at a time calls ExportSpans (the span processor's).
+// allocations, and then marshals it (docs/benchmarks.md). The bytes go
+// as the unknown fields of an empty ResourceSpans, which protobuf
+// marshals as they are. Only one goroutine at a time calls exportSpans
+// (the span processor's).
 type exporter struct {
 	client otlptrace.Client
-	buf    []byte
+	// resource is the Resource field of every request, written once.
+	resource []byte
+	buf      []byte
 }
 
-// ExportSpans sends spans, of one resource, in one request.
-func (e *exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+func newExporter(client otlptrace.Client, version string) *exporter {
+	b, at := beginMessage(nil, 1)
+	b = appendKeyValue(b, 1, attribute.String("service.name", "coffer"))
+	b = appendKeyValue(b, 1, attribute.String("service.version", version))
+	return &exporter{client: client, resource: endMessage(b, at)}
+}
+
+// exportSpans sends spans in one request.
+func (e *exporter) exportSpans(ctx context.Context, spans []*span) error {
 	if len(spans) == 0 {
 		return nil
 	}
-	e.buf = appendResourceSpans(e.buf[:0], spans)
+	e.buf = appendScopeSpans(append(e.buf[:0], e.resource...), spans)
 	rs := &tracepb.ResourceSpans{}
 	rs.ProtoReflect().SetUnknown(e.buf)
 	return e.client.UploadTraces(ctx, []*tracepb.ResourceSpans{rs})
 }
 
-// Shutdown closes the client's connection.
-func (e *exporter) Shutdown(ctx context.Context) error { return e.client.Stop(ctx) }
+// shutdown closes the client's connection.
+func (e *exporter) shutdown(ctx context.Context) error { return e.client.Stop(ctx) }
 
-// appendResourceSpans appends the fields of an OTLP ResourceSpans holding
-// spans, which share the resource of the first: a ScopeSpans for each run
-// of spans of one instrumentation scope.
-func appendResourceSpans(b []byte, spans []sdktrace.ReadOnlySpan) []byte {
-	res := spans[0].Resource()
-	b = appendResource(b, res)
-	for i := 0; i < len(spans); {
-		scope := spans[i].InstrumentationScope()
-		var at int
-		b, at = beginMessage(b, 2) // scope_spans
-		b = appendScope(b, scope)
-		for ; i < len(spans) && spans[i].InstrumentationScope() == scope; i++ {
-			b = appendSpan(b, spans[i])
-		}
-		b = appendString(b, 3, scope.SchemaURL)
-		b = endMessage(b, at)
-	}
-	return appendString(b, 3, res.SchemaURL())
-}
-
-func appendResource(b []byte, res *resource.Resource) []byte {
-	b, at := beginMessage(b, 1)
-	for iter := res.Iter(); iter.Next(); {
-		b = appendKeyValue(b, 1, iter.Attribute())
-	}
-	return endMessage(b, at)
-}
-
-func appendScope(b []byte, scope instrumentation.Scope) []byte {
-	if scope == (instrumentation.Scope{}) {
-		return b
-	}
-	b, at := beginMessage(b, 1)
-	b = appendString(b, 1, scope.Name)
-	b = appendString(b, 2, scope.Version)
-	for iter := scope.Attributes.Iter(); iter.Next(); {
-		b = appendKeyValue(b, 3, iter.Attribute())
+// appendScopeSpans appends the ScopeSpans of spans, field 2 of
+// ResourceSpans: coffer's scope, and the spans.
+func appendScopeSpans(b []byte, spans []*span) []byte {
+	b, at := beginMessage(b, 2)
+	b, scopeAt := beginMessage(b, 1)
+	b = endMessage(appendString(b, 1, scope), scopeAt)
+	for _, s := range spans {
+		b = appendSpan(b, s)
 	}
 	return endMessage(b, at)
 }
 
 // appendSpan appends a Span, field 2 of ScopeSpans, as the SDK's
-// exporter converts it.
-func appendSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
+// exporter converts one.
+func appendSpan(b []byte, s *span) []byte {
 	b, at := beginMessage(b, 2)
-	sc, parent := s.SpanContext(), s.Parent()
+	tid, sid := s.sc.TraceID(), s.sc.SpanID()
+	b = appendBytes(b, 1, tid[:])
+	b = appendBytes(b, 2, sid[:])
+	b = appendString(b, 3, s.sc.TraceState().String())
+	if psid := s.parent.SpanID(); psid.IsValid() {
+		b = appendBytes(b, 4, psid[:])
+	}
+	b = appendString(b, 5, s.name)
+	b = appendVarint(b, 6, uint64(s.kind)) // OTLP numbers the kinds as the API does
+	b = appendTime(b, 7, s.start.UnixNano())
+	b = appendTime(b, 8, s.end.UnixNano())
+	for _, kv := range s.attrs[:s.nattrs] {
+		b = appendKeyValue(b, 9, kv)
+	}
+	for _, l := range s.links {
+		b = appendLink(b, l)
+	}
+	b = appendVarint(b, 14, clamp(s.droppedLinks))
+	b = appendStatus(b, s.status, s.description)
+	b = appendFlags(b, 16, s.sc.TraceFlags(), s.parent)
+	return endMessage(b, at)
+}
+
+// appendLink appends a Link, without the tracestate of the span it
+// links, as the SDK's exporter does.
+func appendLink(b []byte, sc trace.SpanContext) []byte {
+	b, at := beginMessage(b, 13)
 	tid, sid := sc.TraceID(), sc.SpanID()
 	b = appendBytes(b, 1, tid[:])
 	b = appendBytes(b, 2, sid[:])
-	b = appendString(b, 3, sc.TraceState().String())
-	if psid := parent.SpanID(); psid.IsValid() {
-		b = appendBytes(b, 4, psid[:])
-	}
-	b = appendString(b, 5, s.Name())
-	if kind := s.SpanKind(); kind >= trace.SpanKindInternal && kind <= trace.SpanKindConsumer {
-		b = appendVarint(b, 6, uint64(kind)) // OTLP numbers the kinds as the API does
-	}
-	b = appendTime(b, 7, s.StartTime().UnixNano())
-	b = appendTime(b, 8, s.EndTime().UnixNano())
-	for _, kv := range s.Attributes() {
-		b = appendKeyValue(b, 9, kv)
-	}
-	b = appendVarint(b, 10, clamp(s.DroppedAttributes()))
-	for _, e := range s.Events() {
-		b = appendEvent(b, e)
-	}
-	b = appendVarint(b, 12, clamp(s.DroppedEvents()))
-	for _, l := range s.Links() {
-		b = appendLink(b, l)
-	}
-	b = appendVarint(b, 14, clamp(s.DroppedLinks()))
-	b = appendStatus(b, s.Status())
-	b = appendFlags(b, 16, sc.TraceFlags(), parent)
-	return endMessage(b, at)
-}
-
-func appendEvent(b []byte, e sdktrace.Event) []byte {
-	b, at := beginMessage(b, 11)
-	b = appendTime(b, 1, e.Time.UnixNano())
-	b = appendString(b, 2, e.Name)
-	for _, kv := range e.Attributes {
-		b = appendKeyValue(b, 3, kv)
-	}
-	b = appendVarint(b, 4, clamp(e.DroppedAttributeCount))
-	return endMessage(b, at)
-}
-
-func appendLink(b []byte, l sdktrace.Link) []byte {
-	b, at := beginMessage(b, 13)
-	tid, sid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
-	b = appendBytes(b, 1, tid[:])
-	b = appendBytes(b, 2, sid[:])
-	b = appendString(b, 3, l.SpanContext.TraceState().String())
-	for _, kv := range l.Attributes {
-		b = appendKeyValue(b, 4, kv)
-	}
-	b = appendVarint(b, 5, clamp(l.DroppedAttributeCount))
-	b = appendFlags(b, 6, l.SpanContext.TraceFlags(), l.SpanContext)
+	b = appendFlags(b, 6, sc.TraceFlags(), sc)
 	return endMessage(b, at)
 }
 
 // appendStatus appends a Status, an empty one when unset.
-func appendStatus(b []byte, st sdktrace.Status) []byte {
-	var code uint64
-	switch st.Code {
+func appendStatus(b []byte, code codes.Code, description string) []byte {
+	var c uint64
+	switch code {
 	case codes.Ok:
-		code = uint64(tracepb.Status_STATUS_CODE_OK)
+		c = uint64(tracepb.Status_STATUS_CODE_OK)
 	case codes.Error:
-		code = uint64(tracepb.Status_STATUS_CODE_ERROR)
+		c = uint64(tracepb.Status_STATUS_CODE_ERROR)
 	}
 	b, at := beginMessage(b, 15)
-	b = appendString(b, 2, st.Description)
-	b = appendVarint(b, 3, code)
+	b = appendString(b, 2, description)
+	b = appendVarint(b, 3, c)
 	return endMessage(b, at)
 }
 

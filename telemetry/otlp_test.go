@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -19,18 +20,30 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// TestExporterWritesWhatTheSDKWould: the protobuf the exporter writes
-// itself is, field for field, what the SDK's OTLP exporter converts the
-// same spans to: every kind of attribute value, events, links, a status,
-// a remote parent, two instrumentation scopes.
+// TestExporterWritesWhatTheSDKWould: the protobuf the exporter writes is,
+// field for field, what the SDK's OTLP exporter makes of the same spans:
+// every kind of attribute value, links (some dropped), a status, a remote
+// parent with a tracestate, each kind of span.
 func TestExporterWritesWhatTheSDKWould(t *testing.T) {
-	spans := sampleSpans(t)
+	spans := sampleSpans()
+	res := resource.NewSchemaless(attribute.String("service.name", "coffer"), attribute.String("service.version", "1.2.3"))
+	var stubs []sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		links := make([]sdktrace.Link, len(s.links))
+		for i, sc := range s.links {
+			links[i] = sdktrace.Link{SpanContext: sc}
+		}
+		stubs = append(stubs, tracetest.SpanStub{Name: s.name, SpanContext: s.sc, Parent: s.parent, SpanKind: s.kind,
+			StartTime: s.start, EndTime: s.end, Attributes: s.attrs[:s.nattrs], Links: links, DroppedLinks: s.droppedLinks,
+			Status: sdktrace.Status{Code: s.status, Description: s.description}, Resource: res,
+			InstrumentationScope: instrumentation.Scope{Name: scope}}.Snapshot())
+	}
 	sdk := &uploads{}
-	if err := otlptrace.NewUnstarted(sdk).ExportSpans(context.Background(), spans); err != nil {
+	if err := otlptrace.NewUnstarted(sdk).ExportSpans(context.Background(), stubs); err != nil {
 		t.Fatal(err)
 	}
 	ours := &uploads{}
-	if err := (&exporter{client: ours}).ExportSpans(context.Background(), spans); err != nil {
+	if err := newExporter(ours, "1.2.3").exportSpans(context.Background(), spans); err != nil {
 		t.Fatal(err)
 	}
 	if len(sdk.requests) != 1 || len(ours.requests) != 1 {
@@ -61,32 +74,35 @@ func (u *uploads) UploadTraces(_ context.Context, rs []*tracepb.ResourceSpans) e
 	return err
 }
 
-// sampleSpans are spans with something in every field the exporter writes.
-func sampleSpans(t *testing.T) []sdktrace.ReadOnlySpan {
-	t.Helper()
-	spans := tracetest.NewSpanRecorder()
-	p := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans), sdktrace.WithResource(resource.NewSchemaless(
-		attribute.String("service.name", "coffer"), attribute.Int("n", 3))))
-	remote := trace.NewSpanContext(trace.SpanContextConfig{TraceID: [16]byte{1, 2}, SpanID: [8]byte{3}, TraceFlags: trace.FlagsSampled, Remote: true})
-	ctx := trace.ContextWithRemoteSpanContext(context.Background(), remote)
-	a := p.Tracer("a", trace.WithInstrumentationVersion("1.0"), trace.WithInstrumentationAttributes(attribute.Bool("x", true)))
-	ctx, call := a.Start(ctx, "call", trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(time.Unix(1, 2)))
-	call.SetAttributes(attribute.Bool("b", true), attribute.Int64("i", -7), attribute.Float64("f", 1.5), attribute.String("s", "é"),
-		attribute.BoolSlice("bs", []bool{true, false}), attribute.Int64Slice("is", []int64{1, -2}), attribute.Float64Slice("fs", []float64{0.5}),
-		attribute.StringSlice("ss", []string{"x", ""}), attribute.String("", "empty key"))
-	call.AddEvent("event", trace.WithAttributes(attribute.Int("e", 1)))
-	call.RecordError(errors.New("failed"))
-	call.SetStatus(codes.Error, "down")
-	_, wait := a.Start(ctx, "queue wait")
-	wait.End()
-	_, batch := p.Tracer("b").Start(context.Background(), "batch", trace.WithNewRoot(), trace.WithLinks(
-		trace.Link{SpanContext: call.SpanContext(), Attributes: []attribute.KeyValue{attribute.String("l", "v")}}, trace.Link{SpanContext: remote}))
-	call.End(trace.WithTimestamp(time.Unix(2, 3)))
-	batch.SetStatus(codes.Ok, "")
-	batch.End()
-	ended := spans.Ended()
-	if len(ended) != 3 {
-		t.Fatalf("%d spans", len(ended))
+// sampleSpans are spans with something in every field the exporter
+// writes, ended.
+func sampleSpans() []*span {
+	tracing := newTracing(discard{}, 1)
+	state, _ := trace.ParseTraceState("vendor=x")
+	remote := trace.NewSpanContext(trace.SpanContextConfig{TraceID: [16]byte{1, 2}, SpanID: [8]byte{3}, TraceFlags: trace.FlagsSampled, TraceState: state, Remote: true})
+	_, c := tracing.startCall(context.Background(), remote, "call", [3]attribute.KeyValue{attribute.Bool("b", true), attribute.Int64("i", -7),
+		attribute.Float64("f", 1.5)})
+	call := c.span
+	call.setAttributes(attribute.String("s", "é"), attribute.StringSlice("ss", []string{"x", ""}))
+	call.fail("down")
+	wait := call.child("queue wait", trace.SpanKindInternal)
+	batch := tracing.root("batch")
+	batch.setAttributes(attribute.BoolSlice("bs", []bool{true, false}), attribute.Int64Slice("is", []int64{1, -2}),
+		attribute.Float64Slice("fs", []float64{0.5}), attribute.String("", "empty key"))
+	for range linksMax + 2 {
+		batch.addLink(call.sc)
 	}
-	return ended
+	batch.addLink(remote)
+	call.addLink(batch.sc)
+	trip := batch.child("round trip", trace.SpanKindClient)
+	trip.setAttributes(postgresql, attribute.Int("coffer.statements", 3))
+	trip.fail(errors.New("broken").Error())
+	commit := trip.child("commit", trace.SpanKindInternal)
+	spans := []*span{call, wait, batch, trip, commit}
+	for i, s := range spans {
+		s.start = time.Unix(int64(i), 2)
+		s.finishAt(time.Unix(int64(i)+1, 3))
+	}
+	batch.status = codes.Ok
+	return spans
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // The processor's bounds: those of the SDK's batch span processor.
@@ -20,6 +19,12 @@ const (
 	spanExportTimeout = 30 * time.Second
 )
 
+// spanExporter sends spans that ended; one goroutine at a time calls it.
+type spanExporter interface {
+	exportSpans(ctx context.Context, spans []*span) error
+	shutdown(ctx context.Context) error
+}
+
 // processor is a batch span processor that costs a span's end an append
 // under a lock: the SDK's sends every span on a channel to its goroutine,
 // which wakes for each (docs/benchmarks.md). Its goroutine wakes when a
@@ -28,13 +33,13 @@ const (
 // the next export: a collector that is down or slow loses spans, and
 // never delays a call.
 type processor struct {
-	exporter sdktrace.SpanExporter
+	exporter spanExporter
 	full     chan struct{} // a batch is queued; holds one wake-up
 	stop     chan struct{}
 	done     chan struct{}
 
 	mu      sync.Mutex
-	queue   []sdktrace.ReadOnlySpan
+	queue   []*span
 	dropped int
 	closed  bool
 
@@ -42,24 +47,18 @@ type processor struct {
 	// one goroutine at a time. spare is the queue exported last, kept
 	// for the next swap.
 	exporting sync.Mutex
-	spare     []sdktrace.ReadOnlySpan
+	spare     []*span
 }
 
-func newProcessor(e sdktrace.SpanExporter) *processor {
+func newProcessor(e spanExporter) *processor {
 	p := &processor{exporter: e, full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		queue: make([]sdktrace.ReadOnlySpan, 0, spanQueueMax), spare: make([]sdktrace.ReadOnlySpan, 0, spanQueueMax)}
+		queue: make([]*span, 0, spanQueueMax), spare: make([]*span, 0, spanQueueMax)}
 	go p.run()
 	return p
 }
 
-// OnStart does nothing: spans are exported once ended.
-func (p *processor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-
-// OnEnd queues s, and wakes the goroutine when it completes a batch.
-func (p *processor) OnEnd(s sdktrace.ReadOnlySpan) {
-	if !s.SpanContext().IsSampled() {
-		return
-	}
+// onEnd queues s, and wakes the goroutine when it completes a batch.
+func (p *processor) onEnd(s *span) {
 	p.mu.Lock()
 	if p.closed || len(p.queue) == spanQueueMax {
 		p.dropped++
@@ -89,15 +88,15 @@ func (p *processor) run() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), spanExportTimeout)
-		if err := p.ForceFlush(ctx); err != nil {
+		if err := p.flush(ctx); err != nil {
 			otel.Handle(err)
 		}
 		cancel()
 	}
 }
 
-// ForceFlush exports the spans queued, until ctx ends.
-func (p *processor) ForceFlush(ctx context.Context) error {
+// flush exports the spans queued, until ctx ends.
+func (p *processor) flush(ctx context.Context) error {
 	p.exporting.Lock()
 	defer p.exporting.Unlock()
 	p.mu.Lock()
@@ -115,16 +114,16 @@ func (p *processor) ForceFlush(ctx context.Context) error {
 			err = errors.Join(err, ctx.Err())
 			break
 		}
-		err = errors.Join(err, p.exporter.ExportSpans(ctx, batch))
+		err = errors.Join(err, p.exporter.exportSpans(ctx, batch))
 	}
 	clear(spans)
 	p.spare = spans[:0]
 	return err
 }
 
-// Shutdown stops the goroutine, exports the spans queued, until ctx
+// shutdown stops the goroutine, exports the spans queued, until ctx
 // ends, and shuts the exporter down.
-func (p *processor) Shutdown(ctx context.Context) error {
+func (p *processor) shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -134,5 +133,5 @@ func (p *processor) Shutdown(ctx context.Context) error {
 	p.mu.Unlock()
 	close(p.stop)
 	<-p.done
-	return errors.Join(p.ForceFlush(ctx), p.exporter.Shutdown(ctx))
+	return errors.Join(p.flush(ctx), p.exporter.shutdown(ctx))
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // TestProcessorBatchesAndBounds: the processor exports in batches of at
@@ -21,19 +20,17 @@ func TestProcessorBatchesAndBounds(t *testing.T) {
 	var mu sync.Mutex
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() }))
 	e := &blocking{entered: make(chan struct{}), release: make(chan struct{})}
-	p := newProcessor(e)
-	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(p)).Tracer("test")
+	tracing := newTracing(e, 1)
 	end := func(n int) {
 		for range n {
-			_, s := tracer.Start(context.Background(), "span")
-			s.End()
+			tracing.root("span").finish()
 		}
 	}
 	end(spanBatchMax) // a full batch wakes the goroutine, whose export blocks
 	<-e.entered
 	end(spanQueueMax + 5) // the queue fills while it does
 	close(e.release)
-	err := p.Shutdown(context.Background())
+	err := tracing.Shutdown(context.Background())
 	mu.Lock()
 	reported = append(reported, err)
 	mu.Unlock()
@@ -56,11 +53,11 @@ type blocking struct {
 	shut             bool
 }
 
-func (b *blocking) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+func (b *blocking) exportSpans(_ context.Context, spans []*span) error {
 	b.once.Do(func() { close(b.entered); <-b.release })
 	b.spans += len(spans)
 	b.largest = max(b.largest, len(spans))
 	return nil
 }
 
-func (b *blocking) Shutdown(context.Context) error { b.shut = true; return nil }
+func (b *blocking) shutdown(context.Context) error { b.shut = true; return nil }

@@ -35,7 +35,7 @@ func TestOffAllocatesNothing(t *testing.T) {
 //
 //	go test -run '^$' -bench Call -benchmem ./telemetry
 func BenchmarkCall(b *testing.B) {
-	on := New(newProcessor(discard{}), 1, "bench")
+	on := newTracing(discard{}, 1)
 	defer on.Shutdown(context.Background())
 	for name, tracing := range map[string]*Tracing{"off": nil, "on": on} {
 		b.Run(name, func(b *testing.B) {
@@ -78,5 +78,55 @@ func (w *write) run() {
 // discard is an exporter that drops what it is given.
 type discard struct{}
 
-func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
-func (discard) Shutdown(context.Context) error                             { return nil }
+func (discard) exportSpans(context.Context, []*span) error { return nil }
+func (discard) shutdown(context.Context) error             { return nil }
+
+// TestSampling: a call with a traceparent is traced as its caller chose,
+// in the caller's trace, under its tracestate; one without, at the
+// sample ratio, on the same traces as the SDK's ratio sampler picks (the
+// other services of a deployment); a batch with a traced call is traced.
+func TestSampling(t *testing.T) {
+	kept := &keeping{}
+	tracing := newTracing(kept, 0)
+	w := newWrite(tracing)
+	w.header.Set("Tracestate", "vendor=x")
+	w.run()
+	tracing.Flush(context.Background())
+	if len(kept.spans) != 3 {
+		t.Fatalf("a sampled traceparent, ratio 0: %d spans, want 3 (call, wait, batch)", len(kept.spans))
+	}
+	call := kept.spans[2]
+	if call.sc.TraceID().String() != traceparent[3:35] || call.parent.SpanID().String() != traceparent[36:52] ||
+		!call.parent.IsRemote() || call.sc.TraceState().String() != "vendor=x" {
+		t.Errorf("the call's span: trace %s, parent %s (remote %v), tracestate %q", call.sc.TraceID(), call.parent.SpanID(),
+			call.parent.IsRemote(), call.sc.TraceState())
+	}
+	w.header.Set("Traceparent", traceparent[:53]+"00")
+	w.run()
+	delete(w.header, "Traceparent")
+	w.run()
+	tracing.Flush(context.Background())
+	if len(kept.spans) != 3 {
+		t.Errorf("a traceparent not sampled, and none at ratio 0: %d spans, want none", len(kept.spans)-3)
+	}
+	for _, ratio := range []float64{0, 0.3, 1} {
+		tracing, sdk := newTracing(discard{}, ratio), sdktrace.TraceIDRatioBased(ratio)
+		defer tracing.Shutdown(context.Background())
+		for range 1000 {
+			id := newTraceID()
+			want := sdk.ShouldSample(sdktrace.SamplingParameters{TraceID: id}).Decision == sdktrace.RecordAndSample
+			if tracing.samples(id) != want {
+				t.Fatalf("ratio %v, trace %s: sampled %v, the SDK's %v", ratio, id, !want, want)
+			}
+		}
+	}
+}
+
+// keeping is an exporter that keeps what it is given.
+type keeping struct{ spans []*span }
+
+func (k *keeping) exportSpans(_ context.Context, spans []*span) error {
+	k.spans = append(k.spans, spans...)
+	return nil
+}
+func (k *keeping) shutdown(context.Context) error { return nil }

@@ -464,7 +464,7 @@ func (f *benchFlags) runSelf(ctx context.Context, out io.Writer, layout stackLay
 // is not coffer's) and points cfg's coffer serve at it; stop says how
 // many spans it received.
 func receiveSpans(cfg *Config, out io.Writer) (stop func(), err error) {
-	spans, err := telemetry.Receive()
+	spans, err := telemetry.Receive(0)
 	if err != nil {
 		return nil, err
 	}

@@ -304,7 +304,7 @@ func TestDatabaseDownAtStartIsLogged(t *testing.T) {
 	cfg.Listen = ListenConfig{HTTP: "127.0.0.1:0", GRPC: "127.0.0.1:0"}
 	m, err := shard.NewMap(cfg.Config)
 	must(t, err)
-	main, logs := startMain(t, &cfg, m, nil)
+	main, logs := startMain(t, &cfg, m)
 	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	defer func() { must(t, main.Shutdown(sctx)) }()

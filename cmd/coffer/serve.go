@@ -49,8 +49,8 @@ type Main struct {
 	Config *Config
 	Map    *shard.Map
 	Logger *slog.Logger
-	// Tracing traces the calls: if nil, Start makes the one the config
-	// asks for (telemetry.otlp_endpoint), or none. Shutdown shuts it down.
+	// Tracing traces the calls as the config asks (telemetry.otlp_endpoint),
+	// set by Start; nil is tracing off. Shutdown shuts it down.
 	Tracing *telemetry.Tracing
 	// HTTPAddr, GRPCAddr, OpsAddr and ConsoleAddr are the bound
 	// addresses, set by Start.
@@ -83,7 +83,7 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	m.started = time.Now().UTC()
 	pool := m.Config.Pool
-	if m.Tracing == nil && m.Config.Telemetry.OTLPEndpoint != "" {
+	if m.Config.Telemetry.OTLPEndpoint != "" {
 		if m.Tracing, err = telemetry.OTLP(ctx, m.Config.Telemetry.OTLPEndpoint, m.Config.Telemetry.SampleRatio, version()); err != nil {
 			return fmt.Errorf("config: telemetry.otlp_endpoint: %w", err)
 		}

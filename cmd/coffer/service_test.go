@@ -20,7 +20,6 @@ import (
 	"github.com/cofferhq/coffer/internal/pgtest"
 	"github.com/cofferhq/coffer/migrate"
 	"github.com/cofferhq/coffer/shard"
-	"github.com/cofferhq/coffer/telemetry"
 	"github.com/cofferhq/coffer/wallet"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -86,13 +85,12 @@ func keyHash(key string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// startMain starts coffer serve's Main on cfg and m, traced by tracing
-// (nil: as cfg says), its JSON log in the buffer it returns; the caller
-// shuts it down.
-func startMain(t *testing.T, cfg *Config, m *shard.Map, tracing *telemetry.Tracing) (*Main, *lockedBuffer) {
+// startMain starts coffer serve's Main on cfg and m, its JSON log in the
+// buffer it returns; the caller shuts it down.
+func startMain(t *testing.T, cfg *Config, m *shard.Map) (*Main, *lockedBuffer) {
 	t.Helper()
 	logs := &lockedBuffer{}
-	main := &Main{Config: cfg, Map: m, Logger: slog.New(slog.NewJSONHandler(logs, nil)), Tracing: tracing}
+	main := &Main{Config: cfg, Map: m, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
 	if err := main.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -102,12 +100,6 @@ func startMain(t *testing.T, cfg *Config, m *shard.Map, tracing *telemetry.Traci
 // startService migrates one database on each server and starts coffer on
 // them; tweak may change the config first.
 func startService(t *testing.T, servers []*pgserver.Server, tweak func(*Config)) *service {
-	t.Helper()
-	return startTracedService(t, servers, tweak, nil)
-}
-
-// startTracedService is startService, its calls traced by tracing.
-func startTracedService(t *testing.T, servers []*pgserver.Server, tweak func(*Config), tracing *telemetry.Tracing) *service {
 	t.Helper()
 	cfg := devConfig("127.0.0.1:0", "127.0.0.1:0", devKey)
 	cfg.ShardCount, cfg.DistributionMode, cfg.ShardOnDB = 8, "auto", 8/len(servers)
@@ -138,7 +130,7 @@ func startTracedService(t *testing.T, servers []*pgserver.Server, tweak func(*Co
 	if err := schema.Apply(ctx, migrate.Options{TargetVersion: -1}); err != nil {
 		t.Fatal(err)
 	}
-	main, logs := startMain(t, cfg, m, tracing)
+	main, logs := startMain(t, cfg, m)
 	conn, err := grpc.NewClient(main.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
