@@ -34,17 +34,16 @@ const scope = "github.com/cofferhq/coffer"
 // tracing off. It is safe for concurrent use.
 type Tracing struct {
 	processor *processor
-	// sampleAll, or a trace id whose last 8 bytes, shifted right once,
-	// are below sampleBound, samples a call without a traceparent: the
-	// SDK's TraceIDRatioBased, so that instances of coffer and of other
-	// services sample the same traces.
+	// A call without a traceparent is traced when sampleAll, or when
+	// the last 8 bytes of its trace id, shifted right once, are below
+	// sampleBound: the SDK's TraceIDRatioBased, so that coffer and the
+	// services beside it keep the same traces.
 	sampleAll   bool
 	sampleBound uint64
 }
 
-// newTracing returns a Tracing that exports its spans with e. A call
-// whose caller sent a traceparent is traced as the caller chose (its
-// sampled flag); one without, with the probability sampleRatio (0 … 1).
+// newTracing returns a Tracing that exports its spans with e and
+// samples as OTLP says.
 func newTracing(e spanExporter, sampleRatio float64) *Tracing {
 	return &Tracing{processor: newProcessor(e), sampleAll: sampleRatio >= 1, sampleBound: uint64(max(sampleRatio, 0) * (1 << 63))}
 }
