@@ -130,3 +130,24 @@ func (k *keeping) exportSpans(_ context.Context, spans []*span) error {
 	return nil
 }
 func (k *keeping) shutdown(context.Context) error { return nil }
+
+// TestBatchOfAnEndedCall: a call that gave up waiting ends before its
+// batch starts; the batch still links it, and ends its wait, but the
+// call's span, already the exporter's, is left as it ended.
+func TestBatchOfAnEndedCall(t *testing.T) {
+	kept := &keeping{}
+	tracing := newTracing(kept, 1)
+	w := newWrite(tracing)
+	ctx, call := w.route.Start(context.Background(), w.header)
+	queued := Queue(ctx)
+	call.End(context.DeadlineExceeded)
+	tracing.Flush(context.Background()) // the call's span is being exported
+	var batch Batch
+	batch.Join(&queued)
+	batch.Start("coffer_0", "writes", 1)
+	batch.End()
+	tracing.Flush(context.Background())
+	if len(kept.spans) != 3 || len(kept.spans[0].links) != 0 || len(kept.spans[2].links) != 1 {
+		t.Fatalf("spans %d (want the call, its wait and the batch); the call's links %v, want none", len(kept.spans), kept.spans[0].links)
+	}
+}
