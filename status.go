@@ -47,6 +47,11 @@ type DatabaseStatus struct {
 	ConnsTotal     int32        `json:"conns_total"`
 	ConnsAcquired  int32        `json:"conns_acquired"`
 	ConnsMax       int32        `json:"conns_max"`
+	// BatchConns* are the group-commit batches' connections (writes and
+	// reads), a pool of their own beside Conns*.
+	BatchConnsTotal    int32 `json:"batch_conns_total"`
+	BatchConnsAcquired int32 `json:"batch_conns_acquired"`
+	BatchConnsMax      int32 `json:"batch_conns_max"`
 	// Primary and SynchronousStandbys are set for a database with several
 	// hosts: the host that accepts writes, and how many standbys stream
 	// from it in sync (with none, an acknowledged write could be lost at

@@ -184,6 +184,7 @@ func toStatusMessage(st coffer.Status) *cofferv1.Status {
 	for _, db := range st.Databases {
 		d := &cofferv1.DatabaseStatus{Name: db.Name, Up: db.Up, SchemaVerified: db.SchemaVerified, Error: db.Error,
 			CheckedAt: optTimestamp(db.CheckedAt), ConnsTotal: db.ConnsTotal, ConnsAcquired: db.ConnsAcquired, ConnsMax: db.ConnsMax,
+			BatchConnsTotal: db.BatchConnsTotal, BatchConnsAcquired: db.BatchConnsAcquired, BatchConnsMax: db.BatchConnsMax,
 			Primary: db.Primary, WritesRefused: db.WritesRefused}
 		if db.SynchronousStandbys != nil {
 			d.SynchronousStandbys = *db.SynchronousStandbys

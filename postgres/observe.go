@@ -75,10 +75,13 @@ func (s *Store) Queues(yield func(database, kind string, jobs int)) {
 // connections (the committers' and readers', apart from the router's
 // pool), as metrics name the database.
 func (s *Store) BatchPools(yield func(database string, pool *pgxpool.Stat)) {
-	for i, p := range s.batchPools {
-		yield(s.writers[i].database, p.Stat())
+	for i := range s.batchPools {
+		yield(s.writers[i].database, s.BatchPoolStat(i))
 	}
 }
+
+// BatchPoolStat is the state of database db's pool of the batches' connections.
+func (s *Store) BatchPoolStat(db int) *pgxpool.Stat { return s.batchPools[db].Stat() }
 
 // unobserved is the Observer of a store given none.
 type unobserved struct{}

@@ -152,6 +152,17 @@ func TestGRPCEveryCall(t *testing.T) {
 	if st.ShardCount != 8 || st.ShardsAvailable != 8 {
 		t.Fatalf("status %v", st)
 	}
+	// The batches' own pools, which wrote the above, beside the router's.
+	batchConns := int32(0)
+	for _, db := range st.Databases {
+		if db.BatchConnsMax < 1 || db.BatchConnsTotal > db.BatchConnsMax {
+			t.Fatalf("database %s: batch connections %d of %d", db.Name, db.BatchConnsTotal, db.BatchConnsMax)
+		}
+		batchConns += db.BatchConnsTotal
+	}
+	if batchConns == 0 {
+		t.Fatalf("no batch connection in the status after writes: %v", st)
+	}
 }
 
 // TestGRPCErrors: auth and bad input map to their gRPC codes with the

@@ -414,9 +414,10 @@ func (m *Main) status(context.Context) coffer.Status {
 		Moves: shardMoves(placed)}
 	for i, db := range placed.Databases() {
 		h := m.router.Health(i)
-		ps := m.router.Database(i).Stat()
+		ps, bs := m.router.Database(i).Stat(), m.store.BatchPoolStat(i)
 		ds := coffer.DatabaseStatus{Name: db.Name(), Shards: shardRanges(db.Shards), Up: h.Up, SchemaVerified: h.Verified, Error: h.Err,
-			ConnsTotal: ps.TotalConns(), ConnsAcquired: ps.AcquiredConns(), ConnsMax: ps.MaxConns()}
+			ConnsTotal: ps.TotalConns(), ConnsAcquired: ps.AcquiredConns(), ConnsMax: ps.MaxConns(),
+			BatchConnsTotal: bs.TotalConns(), BatchConnsAcquired: bs.AcquiredConns(), BatchConnsMax: bs.MaxConns()}
 		if !h.CheckedAt.IsZero() {
 			t := h.CheckedAt
 			ds.CheckedAt = &t

@@ -2840,8 +2840,13 @@ type DatabaseStatus struct {
 	// Whether writes are refused because no synchronous standby is in sync
 	// and require_synchronous_standby is set.
 	WritesRefused bool `protobuf:"varint,12,opt,name=writes_refused,json=writesRefused,proto3" json:"writes_refused,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The connections of the group-commit batches (writes and reads), a
+	// pool of their own beside conns_*.
+	BatchConnsTotal    int32 `protobuf:"varint,13,opt,name=batch_conns_total,json=batchConnsTotal,proto3" json:"batch_conns_total,omitempty"`
+	BatchConnsAcquired int32 `protobuf:"varint,14,opt,name=batch_conns_acquired,json=batchConnsAcquired,proto3" json:"batch_conns_acquired,omitempty"`
+	BatchConnsMax      int32 `protobuf:"varint,15,opt,name=batch_conns_max,json=batchConnsMax,proto3" json:"batch_conns_max,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *DatabaseStatus) Reset() {
@@ -2956,6 +2961,27 @@ func (x *DatabaseStatus) GetWritesRefused() bool {
 		return x.WritesRefused
 	}
 	return false
+}
+
+func (x *DatabaseStatus) GetBatchConnsTotal() int32 {
+	if x != nil {
+		return x.BatchConnsTotal
+	}
+	return 0
+}
+
+func (x *DatabaseStatus) GetBatchConnsAcquired() int32 {
+	if x != nil {
+		return x.BatchConnsAcquired
+	}
+	return 0
+}
+
+func (x *DatabaseStatus) GetBatchConnsMax() int32 {
+	if x != nil {
+		return x.BatchConnsMax
+	}
+	return 0
 }
 
 var File_coffer_v1_wallet_proto protoreflect.FileDescriptor
@@ -3198,7 +3224,7 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\n" +
 	"ShardRange\x12\x10\n" +
 	"\x03min\x18\x01 \x01(\x05R\x03min\x12\x10\n" +
-	"\x03max\x18\x02 \x01(\x05R\x03max\"\xb6\x03\n" +
+	"\x03max\x18\x02 \x01(\x05R\x03max\"\xbc\x04\n" +
 	"\x0eDatabaseStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x06shards\x18\x02 \x03(\v2\x15.coffer.v1.ShardRangeR\x06shards\x12\x0e\n" +
@@ -3214,7 +3240,10 @@ const file_coffer_v1_wallet_proto_rawDesc = "" +
 	"\aprimary\x18\n" +
 	" \x01(\tR\aprimary\x121\n" +
 	"\x14synchronous_standbys\x18\v \x01(\x05R\x13synchronousStandbys\x12%\n" +
-	"\x0ewrites_refused\x18\f \x01(\bR\rwritesRefused2\xbb\f\n" +
+	"\x0ewrites_refused\x18\f \x01(\bR\rwritesRefused\x12*\n" +
+	"\x11batch_conns_total\x18\r \x01(\x05R\x0fbatchConnsTotal\x120\n" +
+	"\x14batch_conns_acquired\x18\x0e \x01(\x05R\x12batchConnsAcquired\x12&\n" +
+	"\x0fbatch_conns_max\x18\x0f \x01(\x05R\rbatchConnsMax2\xbb\f\n" +
 	"\x06Wallet\x12\x82\x01\n" +
 	"\vGetBalances\x12\x1d.coffer.v1.GetBalancesRequest\x1a\x13.coffer.v1.Balances\"?\x82\xd3\xe4\x93\x029\x127/v1/namespaces/{namespace}/players/{player_id}/balances\x12z\n" +
 	"\x06Change\x12\x18.coffer.v1.ChangeRequest\x1a\x0e.coffer.v1.Trx\"F\x82\xd3\xe4\x93\x02@:\x01*\";/v1/namespaces/{namespace}/players/{player_id}/transactions\x12\x86\x01\n" +
