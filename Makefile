@@ -38,7 +38,7 @@ test: deps lint
 	@command -v chromium >/dev/null 2>&1 || scripts/apt-install.sh chromium
 	@scripts/ensure-patroni.sh
 	@scripts/ensure-schemathesis.sh >/dev/null
-	promtool=$$(scripts/ensure-promtool.sh) && PROMTOOL="$$promtool" $(GO) test -count=1 -timeout 30m ./...
+	promtool=$$(scripts/ensure-promtool.sh) && PROMTOOL="$$promtool" $(GO) test -count=1 -timeout 60m ./...
 	@command -v patroni >/dev/null 2>&1 || echo "make test: TestTorturePatroni was skipped: Patroni is not installed (apt-get install -y patroni etcd-server)"
 	@[ "$$(id -u)" = 0 ] && [ -e /sys/fs/cgroup/cpuset/cgroup.procs ] && [ -e /sys/fs/cgroup/cpu/cgroup.procs ] || echo "make test: TestSetConfines, TestRemoveNamesAProcessLeft and TestBenchSelfConfined were skipped: confining to CPUs needs root and the cgroup v1 cpuset and cpu hierarchies"
 	@$(MAKE) --no-print-directory fuzz

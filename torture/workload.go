@@ -149,7 +149,11 @@ func (w *Workload) Run(ctx context.Context, n int) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(w.Seed, uint64(i)))
-			for seq := 0; ctx.Err() == nil && w.writing(); seq++ {
+			seq := 0
+			if i < len(w.Collectors) {
+				seq = w.fill(ctx, rng, i)
+			}
+			for ; ctx.Err() == nil && w.writing(); seq++ {
 				if rng.IntN(10) == 0 {
 					w.batch(ctx, rng, fmt.Sprintf("t%d-%d", i, seq))
 					continue
@@ -168,8 +172,7 @@ func (w *Workload) one(ctx context.Context, rng *rand.Rand, key string) {
 	change := wallet.Change{IdempotencyKey: key}
 	if len(w.Collectors) > 0 && rng.IntN(6) == 0 {
 		// Paid gold for two writes in three, free credits for the third,
-		// in one namespace: they reach coffer.LotsMax early in a run, at
-		// any throughput.
+		// in one namespace, at coffer.LotsMax since fill.
 		r.NS, r.Player = 1, w.Collectors[rng.IntN(len(w.Collectors))]
 		w.write(ctx, rng, r, w.collect(ctx, rng, r, []string{"gold", "gold", "credits"}[rng.IntN(3)]))
 		return
@@ -321,18 +324,7 @@ func (w *Workload) collect(ctx context.Context, rng *rand.Rand, r *Record, cur s
 	change := wallet.Change{IdempotencyKey: r.Key}
 	switch p := rng.IntN(10); {
 	case p < 8:
-		r.Kind, r.Deltas = Grant, map[string]coffer.Amount{}
-		for i := range coffer.OpsMax/2 + rng.IntN(coffer.OpsMax/2+1) {
-			op := coffer.OpRequest{Currency: cur, Amount: coffer.Amount(1 + rng.IntN(20)), ExpiresAt: w.expiry(rng)}
-			r.Expiring = r.Expiring || op.ExpiresAt != nil
-			if cur == "credits" {
-				op.Priority = int32(rng.IntN(1000))
-			} else {
-				op.Kind, op.Purchase = "paid", &coffer.Purchase{Store: "torture", OrderID: fmt.Sprint(r.Key, "-", i), Price: 99, Fiat: "EUR"}
-			}
-			change.Ops = append(change.Ops, op)
-			r.Deltas[cur] += op.Amount
-		}
+		change.Ops = w.lots(rng, r, cur, coffer.OpsMax/2+rng.IntN(coffer.OpsMax/2+1), true)
 	default:
 		amount := coffer.Amount(20 + rng.IntN(200))
 		r.Kind, r.Deltas = Consume, map[string]coffer.Amount{cur: -amount}
@@ -342,6 +334,51 @@ func (w *Workload) collect(ctx context.Context, rng *rand.Rand, r *Record, cur s
 		}
 	}
 	return w.changer(ctx, r, change)
+}
+
+// lots makes r a grant of n lots of cur to a collector: paid gold, each
+// its own purchase, or free credits of as many priorities; some expire
+// when expiring.
+func (w *Workload) lots(rng *rand.Rand, r *Record, cur string, n int, expiring bool) []coffer.OpRequest {
+	r.Kind, r.Deltas = Grant, map[string]coffer.Amount{}
+	ops := make([]coffer.OpRequest, 0, n)
+	for i := range n {
+		op := coffer.OpRequest{Currency: cur, Amount: coffer.Amount(1 + rng.IntN(20))}
+		if expiring {
+			op.ExpiresAt = w.expiry(rng)
+			r.Expiring = r.Expiring || op.ExpiresAt != nil
+		}
+		if cur == "credits" {
+			op.Priority = int32(rng.IntN(1000))
+		} else {
+			op.Kind, op.Purchase = "paid", &coffer.Purchase{Store: "torture", OrderID: fmt.Sprint(r.Key, "-", i), Price: 99, Fiat: "EUR"}
+		}
+		ops = append(ops, op)
+		r.Deltas[cur] += op.Amount
+	}
+	return ops
+}
+
+// fillWritesMax bounds fill: three times the grants that reach
+// coffer.LotsMax when nothing else spends or expires the lots.
+const fillWritesMax = 3 * coffer.LotsMax / coffer.OpsMax
+
+// fill brings collector i to coffer.LotsMax before client i writes
+// anything else: grants of coffer.OpsMax paid gold lots that do not
+// expire, until one is refused with too_many_lots (or fillWritesMax).
+// So the run grants at the bound and spends over many lots at any
+// throughput, a short run on a busy host too. It returns the writes it
+// sent.
+func (w *Workload) fill(ctx context.Context, rng *rand.Rand, i int) (seq int) {
+	for ; seq < fillWritesMax && ctx.Err() == nil && w.writing(); seq++ {
+		r := &Record{Key: fmt.Sprintf("t%d-%d", i, seq), NS: 1, Player: w.Collectors[i]}
+		change := wallet.Change{IdempotencyKey: r.Key, Ops: w.lots(rng, r, "gold", coffer.OpsMax, false)}
+		w.write(ctx, rng, r, w.changer(ctx, r, change))
+		if r.Code == coffer.CodeTooManyLots {
+			return seq + 1
+		}
+	}
+	return seq
 }
 
 // batch sends grants and consumes for a few players in one batch call,
