@@ -198,18 +198,22 @@ func (t *batchTx) commitWith(sql string, args ...any) error {
 // commit is on a physical standby: an error once the COMMIT succeeded
 // leaves the batch uncertain.
 func (t *batchTx) commit(b *pgx.Batch) error {
+	var upTo string
+	var starBefore, starAfter bool
+	guarded := t.s.router.RequiresStandby(t.db)
+	if guarded {
+		b.Queue(shard.StarBefore).QueryRow(func(row pgx.Row) error { return row.Scan(&starBefore) })
+	}
 	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error {
 		t.open = false
 		return nil
 	})
-	var upTo string
-	var unsure bool
-	if t.s.router.RequiresStandby(t.db) {
-		b.Queue(shard.CommitOnStandby).QueryRow(func(row pgx.Row) error { return row.Scan(&upTo, &unsure) })
+	if guarded {
+		b.Queue(shard.CommitOnStandby).QueryRow(func(row pgx.Row) error { return row.Scan(&upTo, &starAfter) })
 	}
 	err := t.conn.SendBatch(t.ctx, b).Close()
-	if err == nil && unsure {
-		err = awaitStandby(t.ctx, t.conn.Conn(), shard.OnStandby, upTo)
+	if err == nil && (starBefore || starAfter) {
+		err = awaitStandby(t.ctx, t.conn.Conn(), upTo)
 	}
 	if err != nil && !t.open {
 		return &commitUnproven{err}
@@ -217,13 +221,12 @@ func (t *batchTx) commit(b *pgx.Batch) error {
 	return err
 }
 
-// awaitStandby asks query (shard.OnStandby, shard.Flushed) on conn until
-// it tells that the WAL up to upTo is on a physical synchronous standby,
-// or ctx ends.
-func awaitStandby(ctx context.Context, conn *pgx.Conn, query, upTo string) error {
+// awaitStandby asks on conn until a physical standby has flushed the
+// WAL up to upTo (shard.Flushed), or ctx ends.
+func awaitStandby(ctx context.Context, conn *pgx.Conn, upTo string) error {
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		var on bool
-		if err := conn.QueryRow(ctx, query, upTo).Scan(&on); err != nil || on {
+		if err := conn.QueryRow(ctx, shard.Flushed, upTo).Scan(&on); err != nil || on {
 			return err
 		}
 		select {

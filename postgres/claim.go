@@ -139,10 +139,10 @@ func (s *Store) claimsOnStandby(ctx context.Context, db int) error {
 	}
 	defer conn.Release()
 	var upTo string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&upTo); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text").Scan(&upTo); err != nil {
 		return err
 	}
-	if err := awaitStandby(ctx, conn.Conn(), shard.Flushed, upTo); err != nil {
+	if err := awaitStandby(ctx, conn.Conn(), upTo); err != nil {
 		return &coffer.Error{Code: coffer.CodeUnavailable, Message: "the purchase's claim is on no synchronous standby yet", Err: err}
 	}
 	return nil

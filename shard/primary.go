@@ -39,36 +39,37 @@ func (p Primary) Synchronous() bool {
 const StandbyReplication = `(SELECT * FROM pg_stat_replication r WHERE NOT EXISTS
 	(SELECT FROM pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical'))`
 
-// CommitOnStandby, sent after a COMMIT in the same round trip, reads
-// whether the commit may have been confirmed by a logical walsender
-// alone, and the WAL position to wait for (OnStandby) when it may. A
-// logical walsender confirms what it received or what its subscriber
-// applied (a shard move's subscription does; other consumers, such as
-// another change-data-capture tool, may), whatever any physical standby
-// has. It is a candidate synchronous standby only where
+// StarBefore and CommitOnStandby, sent before and after a COMMIT in the
+// same round trip, read whether the commit may have been confirmed by a
+// logical walsender alone (synchronous_standby_names holds '*' at
+// either), and after it the WAL position to wait for (Flushed) when it
+// may. A logical walsender confirms what it received or what its
+// subscriber applied (a shard move's subscription does; other consumers,
+// such as another change-data-capture tool, may), whatever any physical
+// standby has. It is a candidate synchronous standby only where
 // synchronous_standby_names matches its name: under '*' (Patroni's
 // synchronous_mode_strict sets it while it has no replica to name) it is
 // picked once it comes before the physical standby in the server's array
-// or once that one stops, and a probe notices only later. Reading the
-// walsenders costs about 70 µs of the server's CPU (measured on
-// PostgreSQL 15), more than the rest of a lone write's second round
-// trip, so it is left to the rare server under '*'.
-const CommitOnStandby = `SELECT pg_current_wal_insert_lsn()::text, position('*' IN current_setting('synchronous_standby_names')) > 0`
+// or once that one stops, and a probe notices only later. Read on both
+// sides because a backend takes a new setting between two messages: one
+// that went from '*' to a name while the COMMIT waited is '*' before it.
+// Reading the walsenders costs about 70 µs of the server's CPU (measured
+// on PostgreSQL 15), more than the rest of a lone write's second round
+// trip, so it is left to the rare server under '*'. The local flush
+// position after the COMMIT is past the commit's record (flushed before
+// the COMMIT waited) and is never past what a walsender may have sent.
+const (
+	StarBefore      = `SELECT ` + star
+	CommitOnStandby = `SELECT pg_current_wal_flush_lsn()::text, ` + star
+	star            = `position('*' IN current_setting('synchronous_standby_names')) > 0`
+)
 
-// OnStandby reads whether a commit whose WAL ends by $1 is on a physical
-// synchronous standby: no logical walsender is a synchronous standby
-// (so the one that confirmed it was physical), or a physical one has
-// flushed up to $1.
-const OnStandby = `SELECT NOT EXISTS (SELECT FROM pg_stat_get_wal_senders() w JOIN pg_get_replication_slots() s ON s.active_pid = w.pid
-		WHERE s.slot_type = 'logical' AND w.sync_state IN ('sync', 'quorum'))
-	OR COALESCE($1::pg_lsn <= (` + physicalFlush + `), false)`
-
-// Flushed reads whether a physical synchronous standby has flushed the
-// WAL up to $1.
-const Flushed = `SELECT COALESCE($1::pg_lsn <= (` + physicalFlush + `), false)`
-
-// physicalFlush is how far the physical synchronous standbys flushed.
-const physicalFlush = `SELECT max(flush_lsn) FROM ` + StandbyReplication + ` standbys WHERE sync_state IN ('sync', 'quorum')`
+// Flushed reads whether a physical standby that is a candidate
+// synchronous standby (one a failover under synchronous replication
+// promotes) has flushed the WAL up to $1. Under '*' a physical standby
+// behind a logical walsender in the server's array is a candidate that
+// is not "sync" (potential).
+const Flushed = `SELECT COALESCE($1::pg_lsn <= (SELECT max(flush_lsn) FROM ` + StandbyReplication + ` standbys WHERE sync_priority > 0), false)`
 
 // probeSQL reads, on the server a pooled connection reaches, whether it is
 // a standby or read-only, and its synchronous standbys. Without

@@ -93,6 +93,9 @@ func (s *session) open(ctx context.Context) error {
 		}
 		s.cutAt = time.Now().Add(-time.Duration(sinceS * float64(time.Second)))
 	}
+	if err := s.standbyHas(ctx, s.src, s.mv.Source); err != nil {
+		return fmt.Errorf("the cut-over: %w", err)
+	}
 	if err := s.caughtUp(ctx, s.cutLSN); errors.As(err, new(*slotGone)) {
 		err = s.recopy(ctx, err)
 		if err != nil {
@@ -137,7 +140,40 @@ func (s *session) open(ctx context.Context) error {
 		s.mv.State, s.mv.Pause = shard.MoveCut, 0
 		return err
 	}
+	if err := s.standbyHas(ctx, s.dst, s.mv.Target); err != nil {
+		return fmt.Errorf("the opening: %w", err)
+	}
 	return s.record(ctx, s.src)
+}
+
+// standbyHas waits, within CatchUpTimeout, until a physical standby of
+// conn's server (database db) has flushed what it flushed so far, where
+// synchronous_standby_names holds '*': there a logical walsender, this
+// move's subscription among them, may have released the mover's COMMIT
+// though no physical standby has it (ADR 0009), and a failover would
+// then undo the cut-over, or the opening, on one side only.
+func (s *session) standbyHas(ctx context.Context, conn *pgx.Conn, db string) error {
+	var upTo string
+	var star bool
+	if err := conn.QueryRow(ctx, shard.CommitOnStandby).Scan(&upTo, &star); err != nil || !star {
+		return err
+	}
+	timeout := s.m.CatchUpTimeout
+	if timeout == 0 {
+		timeout = time.Minute
+	}
+	for deadline := time.Now().Add(timeout); ; {
+		var flushed bool
+		if err := conn.QueryRow(ctx, shard.Flushed, upTo).Scan(&flushed); err != nil || flushed {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no physical standby of %s has flushed its WAL up to %s within %s: run again to carry on", db, upTo, timeout)
+		}
+		if err := sleep(ctx, poll); err != nil {
+			return err
+		}
+	}
 }
 
 // arrive records on the target, in the transaction that opens it, where
@@ -159,9 +195,11 @@ func (s *session) arrive(ctx context.Context, tx pgx.Tx) error {
 // synchronous standby that took over has it as the cut left it: the
 // whole of it, copied in one transaction on the target, is what the
 // subscription would have brought. The rows pass the target's fences as
-// the subscription's do (session_replication_role replica); the change
-// feed does not publish the target's tables of the shard before it
-// opens. A mover stopped midway does it again from the start.
+// the subscription's do (session_replication_role replica), and carry a
+// replication origin as the subscription's do: the change feed
+// publishes the target's tables of the shard from its prepare, and
+// skips what has an origin (those rows were events on the source). A
+// mover stopped midway does it again from the start.
 func (s *session) recopy(ctx context.Context, gone error) error {
 	s.m.progress("shard %d: %v after the cut-over (a failover?): copying the old copy, fenced, anew", s.mv.Shard, gone)
 	if _, err := s.dropSubscription(ctx); err != nil {
@@ -171,6 +209,17 @@ func (s *session) recopy(ctx context.Context, gone error) error {
 	for _, t := range s.tables {
 		list = append(list, ident(t))
 	}
+	origin := s.name() + "_recopy"
+	if _, err := s.dst.Exec(ctx, `SELECT pg_replication_origin_create($1) WHERE NOT EXISTS (SELECT FROM pg_replication_origin WHERE roname = $1)`, origin); err != nil {
+		return err
+	}
+	if _, err := s.dst.Exec(ctx, "SELECT pg_replication_origin_session_setup($1)", origin); err != nil {
+		return err
+	}
+	defer func() {
+		_, _ = s.dst.Exec(ctx, "SELECT pg_replication_origin_session_reset()")
+		_, _ = s.dst.Exec(ctx, "SELECT pg_replication_origin_drop($1)", origin)
+	}()
 	return pgx.BeginFunc(ctx, s.dst, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
 			return err

@@ -40,15 +40,15 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return newEnvTo(t, pgtest.Server(t, 0))
+	return newEnvOn(t, pgtest.Server(t, 0), pgtest.Server(t, 1), pgtest.Server(t, 0))
 }
 
-// newEnvTo is newEnv with the third database on target.
-func newEnvTo(t *testing.T, target *pgserver.Server) *env {
+// newEnvOn is newEnv with its three databases on the given servers.
+func newEnvOn(t *testing.T, servers ...*pgserver.Server) *env {
 	t.Helper()
 	e := &env{t: t, cfg: shard.Config{ShardCount: 4, DistributionMode: "manual"}, out: &bytes.Buffer{}}
 	for i, r := range [][]shard.Range{{{Min: 0, Max: 1}}, {{Min: 2, Max: 3}}, {}} {
-		d := pgtest.NewDBOn(t, []*pgserver.Server{pgtest.Server(t, 0), pgtest.Server(t, 1), target}[i])
+		d := pgtest.NewDBOn(t, servers[i])
 		e.dbs = append(e.dbs, d)
 		e.cfg.Databases = append(e.cfg.Databases, shard.DatabaseConfig{Name: d.Name, Host: "127.0.0.1", Port: d.Server.Port(),
 			User: pgserver.Superuser, Password: pgserver.Password, Shards: r})

@@ -360,6 +360,9 @@ func TestMoveWhoseSlotIsLostAfterTheCut(t *testing.T) {
 	e := newEnv(t)
 	p := e.playerOn(3, 1)
 	must(t, e.grant(p, "before"))
+	// What the target commits on its own, without a replication origin,
+	// is what its change feed would publish (test_decoding's only-local).
+	e.dbs[2].Exec(t, "SELECT pg_create_logical_replication_slot('local_writes', 'test_decoding')")
 	e.mover.After = func(step string) error {
 		switch step {
 		case move.StepSynced: // the target applies nothing more: it lacks the next write
@@ -378,6 +381,11 @@ func TestMoveWhoseSlotIsLostAfterTheCut(t *testing.T) {
 	if report.Unverified || len(report.Tables) == 0 {
 		t.Fatalf("the move was not verified: %+v", report)
 	}
+	if n := e.count(2, `SELECT count(*) FROM pg_logical_slot_peek_changes('local_writes', NULL, NULL, 'only-local', '1')
+		WHERE data LIKE 'table public.trx_3: INSERT%'`); n != 0 {
+		t.Fatalf("the target wrote %d trx rows of its own: the copy's rows would be events again", n)
+	}
+	e.dbs[2].Exec(t, "SELECT pg_drop_replication_slot('local_writes')")
 	e.mover.After = nil
 	must(t, e.grant(p, "after"))
 	if got := e.router.DatabaseIndex(3); got != 2 {
@@ -403,7 +411,7 @@ func TestMoveWhoseSlotIsLostAfterTheCut(t *testing.T) {
 // them.
 func TestMoveCopyWaitsForTheTargetsStandby(t *testing.T) {
 	primary, standby := pgtest.SynchronousPair(t, nil)
-	e := newEnvTo(t, primary)
+	e := newEnvOn(t, pgtest.Server(t, 0), pgtest.Server(t, 1), primary)
 	p := e.playerOn(3, 1)
 	must(t, e.grant(p, "before"))
 	e.mover.After = func(step string) error {
@@ -420,6 +428,45 @@ func TestMoveCopyWaitsForTheTargetsStandby(t *testing.T) {
 	}
 	_, err := e.mover.Move(ctx, 3, e.name(2))
 	must(t, err)
+	if got := e.gold(p); got != 2 {
+		t.Fatalf("gold = %d, want 2", got)
+	}
+}
+
+// TestMoveCutOverWaitsForTheSourcesStandby: under
+// synchronous_standby_names '*' with the source's physical standby
+// stopped, the move's own subscription is the synchronous standby, and
+// releases the cut-over's COMMIT, which only the source's primary then
+// has: a failover would undo the fence on the source while the target
+// serves the shard. The mover does not open the target until a physical
+// standby has the cut-over; run again once it has, it finishes.
+func TestMoveCutOverWaitsForTheSourcesStandby(t *testing.T) {
+	primary, standby := pgtest.SynchronousPair(t, nil)
+	e := newEnvOn(t, pgtest.Server(t, 0), primary, pgtest.Server(t, 0))
+	p := e.playerOn(3, 1)
+	must(t, e.grant(p, "before"))
+	e.mover.CatchUpTimeout = 2 * time.Second
+	e.mover.After = func(step string) error {
+		if step == move.StepSynced {
+			must(t, standby.Stop())
+		}
+		return nil
+	}
+	t.Cleanup(func() { _ = standby.Start(ctx) }) // the database's drop waits for it
+	bounded, cancel := context.WithTimeout(ctx, time.Minute) // a mover that went on would wait for ever
+	defer cancel()
+	if _, err := e.mover.Move(bounded, 3, e.name(2)); err == nil || !strings.Contains(err.Error(), "no physical standby") {
+		t.Fatalf("a cut-over only the subscription confirmed: %v", err)
+	}
+	if n := e.count(2, "SELECT count(*) FROM shard_move WHERE shard_id = 3 AND state = 'done'"); n != 0 {
+		t.Fatal("the target opened")
+	}
+	e.mover.After = nil
+	must(t, standby.Start(ctx))
+	if _, err := e.mover.Move(ctx, 3, e.name(2)); err != nil {
+		t.Fatalf("run again with the standby back: %v", err)
+	}
+	must(t, e.grant(p, "after"))
 	if got := e.gold(p); got != 2 {
 		t.Fatalf("gold = %d, want 2", got)
 	}
