@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/cofferhq/coffer"
+	"github.com/cofferhq/coffer/internal/pgserver"
 	"github.com/cofferhq/coffer/internal/pgtest"
 	"github.com/cofferhq/coffer/postgres"
+	"github.com/jackc/pgx/v5"
 )
 
 // TestCutCommitIsAnsweredOnceTheStandbyHasIt: a batch's COMMIT waits for
@@ -104,8 +106,7 @@ func (e *env) waitForSyncRep(answered <-chan coffer.ChangeResult, not ...int32) 
 // applied (a failover would lose it) but as a COMMIT cut off. Once the
 // physical standby has it, a retry is answered as a replay.
 func TestCommitConfirmedByALogicalWalsenderIsNotAcknowledged(t *testing.T) {
-	primary, standby := pgtest.SynchronousPair(t, nil)
-	e := newGuardedEnv(t, primary, standby)
+	e, primary, standby := newGuardedPair(t)
 	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 2 * time.Second})
 	defer store.Close()
 	p := e.playersOn(0, 1, 1)[0]
@@ -137,6 +138,53 @@ func TestCommitConfirmedByALogicalWalsenderIsNotAcknowledged(t *testing.T) {
 	if _, replay, err := store.Change(ctx, alone); err != nil || !replay {
 		t.Fatalf("the retry: replay %v, %v; want a replay", replay, err)
 	}
+}
+
+// TestCommitReleasedByAnEmptiedSettingIsNotAcknowledged: a Patroni agent
+// restarting on a primary whose standby took over empties
+// synchronous_standby_names before it demotes the server, and the
+// COMMITs waiting there for the standby complete on the primary alone.
+// Such a write must not be answered applied: a fault run lost three
+// acknowledged writes so (docs/reliability.md).
+func TestCommitReleasedByAnEmptiedSettingIsNotAcknowledged(t *testing.T) {
+	e, _, standby := newGuardedPair(t)
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1, Timeout: 5 * time.Second})
+	defer store.Close()
+	p := e.playersOn(0, 1, 1)[0]
+	e.mustChange(p, "before", free("gold", 1))
+	// Patroni names its synchronous standby while it has one.
+	var name string
+	must(t, e.router.Database(0).QueryRow(ctx, "SELECT application_name FROM pg_stat_replication").Scan(&name))
+	for _, sql := range []string{"ALTER SYSTEM SET synchronous_standby_names = '" + pgx.Identifier{name}.Sanitize() + "'", "SELECT pg_reload_conf()"} {
+		_, err := e.router.Database(0).Exec(ctx, sql)
+		must(t, err)
+	}
+	e.waitTrue("the named standby is not the synchronous standby", "SELECT count(*) > 0 FROM pg_stat_replication WHERE sync_state = 'sync'")
+	e.mustChange(p, "named", free("gold", 1))
+
+	must(t, standby.Stop())
+	t.Cleanup(func() { _ = standby.Start(ctx) }) // the database's drop waits for it
+	answered := make(chan coffer.ChangeResult, 1)
+	go func() {
+		var r coffer.ChangeResult
+		r.Trx, r.Replay, r.Err = store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "alone"), Ops: []coffer.OpRequest{free("gold", 5)}})
+		answered <- r
+	}()
+	e.waitForSyncRep(answered)
+	for _, sql := range []string{"ALTER SYSTEM SET synchronous_standby_names = ''", "SELECT pg_reload_conf()"} {
+		_, err := e.router.Database(0).Exec(ctx, sql)
+		must(t, err)
+	}
+	r := <-answered
+	wantCode(t, r.Err, coffer.CodeUnavailable) // on the primary alone, whatever the setting says now
+}
+
+// newGuardedPair is newGuardedEnv on a primary and its synchronous
+// standby of the test's own, under synchronous_standby_names '*'.
+func newGuardedPair(t *testing.T) (e *env, primary, standby *pgserver.Server) {
+	t.Helper()
+	primary, standby = pgtest.SynchronousPair(t, nil)
+	return newGuardedEnv(t, primary, standby), primary, standby
 }
 
 // waitTrue waits until database 0 answers query (a boolean) with true,

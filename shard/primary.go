@@ -40,10 +40,13 @@ const StandbyReplication = `(SELECT * FROM pg_stat_replication r WHERE NOT EXIST
 	(SELECT FROM pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical'))`
 
 // StarBefore and CommitOnStandby, sent before and after a COMMIT in the
-// same round trip, read whether the commit may have been confirmed by a
-// logical walsender alone (synchronous_standby_names holds '*' at
+// same round trip, read whether the commit may have returned without a
+// physical standby (synchronous_standby_names empty or holding '*' at
 // either), and after it the WAL position to wait for (Flushed) when it
-// may. A logical walsender confirms what it received or what its
+// may. Empty, no standby is waited for: a Patroni agent restarting on a
+// primary whose standby took over empties it before it demotes the
+// server, and the COMMITs waiting there complete (feed/durable.go). A
+// logical walsender confirms what it received or what its
 // subscriber applied (a shard move's subscription does; other consumers,
 // such as another change-data-capture tool, may), whatever any physical
 // standby has. It is a candidate synchronous standby only where
@@ -61,7 +64,7 @@ const StandbyReplication = `(SELECT * FROM pg_stat_replication r WHERE NOT EXIST
 const (
 	StarBefore      = `SELECT ` + star
 	CommitOnStandby = `SELECT pg_current_wal_flush_lsn()::text, ` + star
-	star            = `position('*' IN current_setting('synchronous_standby_names')) > 0`
+	star            = `(position('*' IN current_setting('synchronous_standby_names')) > 0 OR current_setting('synchronous_standby_names') = '')`
 )
 
 // Flushed reads whether a physical standby that is a candidate

@@ -452,7 +452,7 @@ func TestMoveCutOverWaitsForTheSourcesStandby(t *testing.T) {
 		}
 		return nil
 	}
-	t.Cleanup(func() { _ = standby.Start(ctx) }) // the database's drop waits for it
+	t.Cleanup(func() { _ = standby.Start(ctx) })             // the database's drop waits for it
 	bounded, cancel := context.WithTimeout(ctx, time.Minute) // a mover that went on would wait for ever
 	defer cancel()
 	if _, err := e.mover.Move(bounded, 3, e.name(2)); err == nil || !strings.Contains(err.Error(), "no physical standby") {
