@@ -148,15 +148,22 @@ func (s *session) open(ctx context.Context) error {
 
 // standbyHas waits, within CatchUpTimeout, until a physical standby of
 // conn's server (database db) has flushed what it flushed so far, where
-// synchronous_standby_names holds '*': there a logical walsender, this
+// synchronous_standby_names holds '*', or is empty and db has several
+// hosts: there a logical walsender, this
 // move's subscription among them, may have released the mover's COMMIT
 // though no physical standby has it (ADR 0009), and a failover would
 // then undo the cut-over, or the opening, on one side only.
 func (s *session) standbyHas(ctx context.Context, conn *pgx.Conn, db string) error {
 	var upTo string
-	var star bool
-	if err := conn.QueryRow(ctx, shard.CommitOnStandby).Scan(&upTo, &star); err != nil || !star {
+	var star, empty bool
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn()::text, position('*' IN current_setting('synchronous_standby_names')) > 0,
+		current_setting('synchronous_standby_names') = ''`).Scan(&upTo, &star, &empty); err != nil {
 		return err
+	}
+	// Empty is a server without synchronous standbys, unless it has
+	// several hosts (a failover to lose the commit to).
+	if i := s.m.Router.Map().Index(db); !star && !(empty && i >= 0 && s.m.Router.Guarded(i)) {
+		return nil
 	}
 	timeout := s.m.CatchUpTimeout
 	if timeout == 0 {
