@@ -254,67 +254,19 @@ const statusGapMin = 100 * time.Millisecond
 // delivered, never past what is durable. plain is an ordinary connection
 // to the server the slot is on.
 func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, plain *pgx.Conn, deliveries []delivery) error {
-	dec := newDecoder()
-	dur := &durable{conn: plain, standby: r.RequireStandby}
-	var sent, confirmed, handed pglogrepl.LSN
-	lastStatus := time.Now()
-	// confirm tells the server what the slot may confirm: when asked,
-	// every StatusInterval, and when it moved, at most every
-	// statusGapMin (not at every message).
-	confirm := func(force bool) error {
-		since := time.Since(lastStatus)
-		if !force && since < r.StatusInterval && (confirmed == sent || since < statusGapMin) {
-			return nil
-		}
-		sent, lastStatus = confirmed, time.Now()
-		return pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed})
-	}
+	st := &streaming{r: r, conn: conn, plain: plain, deliveries: deliveries, dec: newDecoder(),
+		dur: &durable{conn: plain, standby: r.RequireStandby}, lastStatus: time.Now()}
 	defer func() {
 		// What was delivered is confirmed now, not by the next session.
-		_ = pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed})
+		_ = pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: st.confirmed})
 	}()
-	// delivered is how far every delivery delivered what was handed to
-	// it; an error is a delivery's failure.
-	delivered := func() (pglogrepl.LSN, error) {
-		done := handed
-		for _, d := range deliveries {
-			if err := d.err(); err != nil {
-				return 0, err
-			}
-			done = min(done, d.delivered())
-		}
-		return done, nil
-	}
-	// ready returns once a transaction's events may be handed on.
-	ready := func(t decoded) error {
-		idle := func() error { return confirm(true) }
-		if err := dur.wait(ctx, t.end, r.StatusInterval, idle); err != nil {
-			return err
-		}
-		return r.holdMoved(ctx, plain, dec, t, func() error {
-			// Once what came before is delivered, the slot may confirm
-			// up to the held transaction's commit (a new session decodes
-			// it again): the relay this one may hold in turn, where a
-			// shard moved back, sees it pass its own cut-over.
-			done, err := delivered()
-			if err != nil {
-				return err
-			}
-			if done == handed {
-				confirmed = max(confirmed, t.commit)
-			}
-			return idle()
-		})
-	}
 	for {
-		done, err := delivered()
+		done, err := st.delivered()
 		if err != nil {
 			return err
 		}
-		if done > confirmed {
-			confirmed = done
-		}
-		if err := confirm(false); err != nil {
+		st.confirmed = max(st.confirmed, done)
+		if err := st.confirm(ctx, false); err != nil {
 			return err
 		}
 		rctx, cancel := context.WithTimeout(ctx, r.StatusInterval)
@@ -332,36 +284,101 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, plain *pgx.Conn
 		case *pgproto3.CopyData:
 			switch msg.Data[0] {
 			case pglogrepl.PrimaryKeepaliveMessageByteID:
-				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
-				if err != nil {
+				if err := st.keepalive(ctx, msg.Data[1:], done); err != nil {
 					return err
-				}
-				// Everything sent before the keepalive was received: when
-				// it is all delivered, the slot may confirm up to the
-				// keepalive's position, past WAL that holds no event (the
-				// other databases' of the server).
-				// handed stays the last transaction's end: a later
-				// keepalive finds it delivered again.
-				if done == handed && ka.ServerWALEnd > confirmed {
-					if err := dur.refresh(ctx); err != nil {
-						return err
-					}
-					confirmed = max(confirmed, min(ka.ServerWALEnd, dur.upTo))
-				}
-				if ka.ReplyRequested {
-					if err := confirm(true); err != nil {
-						return err
-					}
 				}
 			case pglogrepl.XLogDataByteID:
-				end, err := r.xlog(ctx, dec, msg.Data[1:], deliveries, ready)
+				end, err := r.xlog(ctx, st.dec, msg.Data[1:], deliveries, func(t decoded) error { return st.ready(ctx, t) })
 				if err != nil {
 					return err
 				}
-				handed = max(handed, end)
+				st.handed = max(st.handed, end)
 			}
 		}
 	}
+}
+
+// streaming is one stream's state: what it handed to the deliveries, what
+// the slot may confirm, and what it last told the server.
+type streaming struct {
+	r                       *Relay
+	conn                    *pgconn.PgConn
+	plain                   *pgx.Conn
+	deliveries              []delivery
+	dec                     *decoder
+	dur                     *durable
+	sent, confirmed, handed pglogrepl.LSN
+	lastStatus              time.Time
+}
+
+// confirm tells the server what the slot may confirm: when forced, every
+// StatusInterval, and when it moved, at most every statusGapMin (not at
+// every message).
+func (st *streaming) confirm(ctx context.Context, force bool) error {
+	since := time.Since(st.lastStatus)
+	if !force && since < st.r.StatusInterval && (st.confirmed == st.sent || since < statusGapMin) {
+		return nil
+	}
+	st.sent, st.lastStatus = st.confirmed, time.Now()
+	return pglogrepl.SendStandbyStatusUpdate(ctx, st.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: st.confirmed})
+}
+
+// delivered is how far every delivery delivered what was handed to it;
+// an error is a delivery's failure.
+func (st *streaming) delivered() (pglogrepl.LSN, error) {
+	done := st.handed
+	for _, d := range st.deliveries {
+		if err := d.err(); err != nil {
+			return 0, err
+		}
+		done = min(done, d.delivered())
+	}
+	return done, nil
+}
+
+// ready returns once a transaction's events may be handed on.
+func (st *streaming) ready(ctx context.Context, t decoded) error {
+	idle := func() error { return st.confirm(ctx, true) }
+	if err := st.dur.wait(ctx, t.end, st.r.StatusInterval, idle); err != nil {
+		return err
+	}
+	return st.r.holdMoved(ctx, st.plain, st.dec, t, func() error {
+		// Once what came before is delivered, the slot may confirm up
+		// to the held transaction's commit (a new session decodes it
+		// again): the relay this one may hold in turn, where a shard
+		// moved back, sees it pass its own cut-over.
+		done, err := st.delivered()
+		if err != nil {
+			return err
+		}
+		if done == st.handed {
+			st.confirmed = max(st.confirmed, t.commit)
+		}
+		return idle()
+	})
+}
+
+// keepalive handles a primary keepalive message (data), done being how
+// far everything handed was delivered. Everything sent before it was
+// received: when all of it is delivered, the slot may confirm up to the
+// keepalive's position, past WAL that holds no event (the other
+// databases' of the server). handed stays the last transaction's end: a
+// later keepalive finds it delivered again.
+func (st *streaming) keepalive(ctx context.Context, data []byte, done pglogrepl.LSN) error {
+	ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data)
+	if err != nil {
+		return err
+	}
+	if done == st.handed && ka.ServerWALEnd > st.confirmed {
+		if err := st.dur.refresh(ctx); err != nil {
+			return err
+		}
+		st.confirmed = max(st.confirmed, min(ka.ServerWALEnd, st.dur.upTo))
+	}
+	if ka.ReplyRequested {
+		return st.confirm(ctx, true)
+	}
+	return nil
 }
 
 // xlog decodes one message of WAL data; on a commit it hands the
