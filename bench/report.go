@@ -86,6 +86,10 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Coffer.WalsenderCPUPer1000Op > 0 || r.Baseline != nil && r.Baseline.WalsenderCPUPer1000Op > 0 {
 		row("  of which walsenders", r.Coffer.WalsenderCPUPer1000Op, func(s *Side) float64 { return s.WalsenderCPUPer1000Op }, "%.3f")
 	}
+	if r.CapacityRatio > 0 {
+		fmt.Fprintf(w, "%-28s %12.0f %12.0f  (PostgreSQL's capacity: coffer/%s %.2f)\n", "ops per PostgreSQL CPU s",
+			1000/r.Coffer.PostgresCPUPer1000Op, 1000/r.Baseline.PostgresCPUPer1000Op, base, r.CapacityRatio)
+	}
 	fmt.Fprintf(w, "%-28s %12.3f\n", "coffer CPU s / 1000 ops", r.Coffer.CofferCPUPer1000Op)
 	row("bench CPU s / 1000 ops", r.Coffer.BenchCPUPer1000Op, func(s *Side) float64 { return s.BenchCPUPer1000Op }, "%.3f")
 	if r.Confinement != nil && r.Confinement.PostgresCPUQuota > 0 {

@@ -191,9 +191,14 @@ type Report struct {
 	// flight per database.
 	Readers int `json:"readers,omitempty"`
 	// Confinement is how a --self stack shared the CPUs.
-	Confinement   *Confinement     `json:"confinement,omitempty"`
-	Rounds        []Round          `json:"rounds"`
-	RatioMedian   float64          `json:"ratio_median,omitempty"`
+	Confinement *Confinement `json:"confinement,omitempty"`
+	Rounds      []Round      `json:"rounds"`
+	RatioMedian float64      `json:"ratio_median,omitempty"`
+	// CapacityRatio is the baseline's PostgreSQL CPU per op over coffer's:
+	// how many times the baseline's ops a database server carries in
+	// coffer's once its CPU is what bounds them, as it is in production,
+	// where the service tier scales out on machines of its own.
+	CapacityRatio float64          `json:"capacity_ratio,omitempty"`
 	TPS           float64          `json:"tps"`
 	Latency       Latency          `json:"latency_ms"`
 	Errors        map[string]int64 `json:"errors"`
@@ -437,6 +442,9 @@ func (rep *Report) conclude(o Options, env Env, t *totals) {
 		rep.RatioMedian = median(t.ratios)
 		side := t.baseline.side()
 		rep.Baseline = &side
+		if rep.Coffer.PostgresCPUPer1000Op > 0 {
+			rep.CapacityRatio = side.PostgresCPUPer1000Op / rep.Coffer.PostgresCPUPer1000Op
+		}
 		bl := summarize(t.baseHist)
 		rep.BaselineLat = &bl
 	}

@@ -31,7 +31,8 @@ func TestBenchSelf(t *testing.T) {
 	if err != nil {
 		t.Fatalf("coffer bench: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "median ratio coffer/sql") || !strings.Contains(string(out), "coffer#1") {
+	if !strings.Contains(string(out), "median ratio coffer/sql") || !strings.Contains(string(out), "coffer#1") ||
+		!strings.Contains(string(out), "(PostgreSQL's capacity: coffer/sql ") {
 		t.Fatalf("terminal report:\n%s", out)
 	}
 	raw, err := os.ReadFile(jsonPath)
@@ -61,7 +62,8 @@ func TestBenchSelf(t *testing.T) {
 	case rep.Confinement == nil || rep.Confinement.Servers != 1 || rep.Confinement.Databases != 2 || rep.Confinement.PostgresCPUs != "" ||
 		rep.Confinement.CPUs == "" || !strings.Contains(string(out), "CPUs: shared: PostgreSQL (1 server(s), 2 database(s)), coffer serve and the bench on CPUs "+rep.Confinement.CPUs+"\n"):
 		t.Fatalf("confinement %+v\n%s", rep.Confinement, out)
-	case rep.WALBytesPerOp <= 0 || rep.Baseline == nil || rep.Baseline.WALBytesPerOp <= 0 || rep.RSSPeakBytes <= 0 || rep.Coffer.CofferCPUPer1000Op <= 0:
+	case rep.WALBytesPerOp <= 0 || rep.Baseline == nil || rep.Baseline.WALBytesPerOp <= 0 || rep.RSSPeakBytes <= 0 || rep.Coffer.CofferCPUPer1000Op <= 0 ||
+		rep.CapacityRatio != rep.Baseline.PostgresCPUPer1000Op/rep.Coffer.PostgresCPUPer1000Op || rep.CapacityRatio <= 0:
 		t.Fatalf("costs: %s", raw)
 	case rep.Coffer.TransactionsPerOp <= 0 || rep.Coffer.TransactionsPerOp > 1.01 || rep.Baseline.TransactionsPerOp < 0.99 || rep.Baseline.TransactionsPerOp > 1.01:
 		t.Fatalf("transactions per write: coffer %.3f, want at most one; baseline %.3f, want one", rep.Coffer.TransactionsPerOp, rep.Baseline.TransactionsPerOp)
