@@ -39,9 +39,9 @@ type durable struct {
 // rate, and holds an event back at most that long past it.
 const durableReadGap = 5 * time.Millisecond
 
-// durableUpTo is how far the WAL is durable: what the synchronous
-// physical standbys flushed (only one of them need have it: one
-// synchronous standby, as Patroni's synchronous mode runs; a logical
+// durableUpTo is how far the WAL is durable: what a physical synchronous
+// standby flushed (shard.StandbyFlushed: only one of them need have it,
+// one synchronous standby, as Patroni's synchronous mode runs; a logical
 // walsender picked as one, the relay's own or another consumer's, has
 // what it confirmed, which no failover keeps), or, where $1 (a standby
 // required) is false and the server waits for none, the local flush;
@@ -49,7 +49,7 @@ const durableReadGap = 5 * time.Millisecond
 // (pg_stat_replication hides them from others).
 const durableUpTo = `WITH local AS (SELECT NOT $1::bool AND current_setting('synchronous_standby_names') = '' AS flush)
 	SELECT (CASE WHEN local.flush THEN pg_current_wal_flush_lsn()
-		ELSE (SELECT COALESCE(max(flush_lsn), '0/0') FROM ` + shard.StandbyReplication + ` standbys WHERE sync_state IN ('sync', 'quorum')) END)::text,
+		ELSE COALESCE(` + shard.StandbyFlushed + `, '0/0') END)::text,
 		local.flush OR pg_has_role('pg_read_all_stats', 'USAGE')
 	FROM local`
 

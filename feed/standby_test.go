@@ -55,6 +55,32 @@ func TestLogicalWalsendersAreNoStandby(t *testing.T) {
 	}
 }
 
+// TestRelayCountsAPhysicalStandbyBehindALogicalOne: under
+// synchronous_standby_names '*' a physical standby that connects after a
+// logical walsender is a candidate the server reports as "potential",
+// not "sync". It is the standby writes wait for (shard.Flushed), and the
+// relay publishes what it has flushed rather than wait until Patroni
+// names it.
+func TestRelayCountsAPhysicalStandbyBehindALogicalOne(t *testing.T) {
+	primary, standby := pgtest.SynchronousPair(t, logical)
+	e := newEnvOn(t, primary)
+	stopConsumer := pgtest.ConfirmingConsumer(t, e.db.DSN())
+	t.Cleanup(stopConsumer)
+	// The standby leaves the array's first place, which the relay's
+	// walsender takes; it comes back behind both logical ones.
+	must(t, standby.Stop())
+	t.Cleanup(func() { _ = standby.Start(ctx) }) // the database's drop waits for it
+	e.waitSyncStandby("other-consumer")
+	r := e.relay(e.jetStream())
+	r.RequireStandby = true
+	e.startRelayOf(r)
+	must(t, standby.Start(ctx))
+	e.waitTrue("the standby does not stream behind the logical walsenders", `SELECT count(*) > 0 FROM `+shard.StandbyReplication+` standbys
+		WHERE state = 'streaming' AND sync_state = 'potential'`)
+	e.change(1, "a potential standby has it", free("gold", 1))
+	e.waitStored(1)
+}
+
 // waitSyncStandby waits until the walsender of application is the
 // primary's synchronous standby.
 func (e *env) waitSyncStandby(application string) {

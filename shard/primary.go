@@ -67,12 +67,19 @@ const (
 	star            = `(position('*' IN current_setting('synchronous_standby_names')) > 0 OR current_setting('synchronous_standby_names') = '')`
 )
 
-// Flushed reads whether a physical standby that is a candidate
-// synchronous standby (one a failover under synchronous replication
-// promotes) has flushed the WAL up to $1. Under '*' a physical standby
-// behind a logical walsender in the server's array is a candidate that
-// is not "sync" (potential).
-const Flushed = `SELECT COALESCE($1::pg_lsn <= (SELECT max(flush_lsn) FROM ` + StandbyReplication + ` standbys WHERE sync_priority > 0), false)`
+// StandbyFlushed is how far a physical synchronous standby (one a
+// failover under synchronous replication promotes) has flushed the WAL,
+// NULL without one: the standbys the server reports as synchronous, and
+// under '*' every physical one, since a physical standby behind a
+// logical walsender in the server's array is a candidate there that the
+// server reports as "potential". An acknowledged write (Flushed) and the
+// change feed's published events both wait for it.
+const StandbyFlushed = `(SELECT max(flush_lsn) FROM ` + StandbyReplication + ` standbys
+	WHERE sync_state IN ('sync', 'quorum') OR sync_priority > 0 AND position('*' IN current_setting('synchronous_standby_names')) > 0)`
+
+// Flushed reads whether a physical synchronous standby has flushed the
+// WAL up to $1 (StandbyFlushed).
+const Flushed = `SELECT COALESCE($1::pg_lsn <= ` + StandbyFlushed + `, false)`
 
 // probeSQL reads, on the server a pooled connection reaches, whether it is
 // a standby or read-only, and its synchronous standbys. Without
