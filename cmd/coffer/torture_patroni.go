@@ -191,7 +191,7 @@ func (c *patroniCluster) Failover(ctx context.Context, i int, kind string, lengt
 		db.members[old].KillAgent()
 		if err := waitPatroni(ctx, func() bool { return db.members[next].IsLeader(ctx) },
 			db.members[next].Name+" did not take the lead"); err != nil {
-			return errors.Join(err, db.members[old].StartAgent(ctx))
+			return errors.Join(fmt.Errorf("%w; its log: %s", err, db.members[next].LogTail()), db.members[old].StartAgent(ctx))
 		}
 		time.Sleep(time.Until(killed.Add(length)))
 		if err := db.members[old].StartAgent(ctx); err != nil {
