@@ -18,8 +18,13 @@ type Needs struct {
 	// something; Currencies are those it reads otherwise.
 	AllLots    bool
 	Currencies []CurrencyID
-	// Keys are the stored trx a plan reads by key.
+	// Keys are the stored trx a plan reads by key. Own are those of them
+	// the writes store their own trx under: new unless a write is sent
+	// again. A store may leave such a key unread where storing a trx
+	// under a key that has one fails (a unique key), and then read it
+	// only for a write whose plan stores no trx under it (one refused).
 	Keys []TrxKey
+	Own  []TrxKey
 	// Orders are the store orders a refund reads.
 	Orders []PurchaseKey
 	// IDs is how many new ids the plans take, as far as the writes alone
@@ -41,6 +46,11 @@ func (n *Needs) Add(o Needs) {
 			n.Keys = append(n.Keys, k)
 		}
 	}
+	for _, k := range o.Own {
+		if !slices.Contains(n.Own, k) {
+			n.Own = append(n.Own, k)
+		}
+	}
 	for _, k := range o.Orders {
 		if !slices.Contains(n.Orders, k) {
 			n.Orders = append(n.Orders, k)
@@ -52,7 +62,7 @@ func (n *Needs) Add(o Needs) {
 // Needs: the lots of the change's currencies, its key's trx; ids for its
 // trx, a trx of expiries and a lot per op.
 func (v ValidChange) Needs() Needs {
-	return Needs{Currencies: v.Currencies(), Keys: []TrxKey{v.Key()}, IDs: 2 + len(v.Ops)}
+	return Needs{Currencies: v.Currencies(), Keys: []TrxKey{v.Key()}, Own: []TrxKey{v.Key()}, IDs: 2 + len(v.Ops)}
 }
 
 // Plan plans the change (Player.Change).
@@ -74,7 +84,7 @@ func (v ValidChange) Currencies() []CurrencyID {
 // for its trx, a trx of expiries, a paid and a free lot (one that
 // consumes several paid lots asks for a paid lot's id for each).
 func (v ValidExchange) Needs() Needs {
-	return Needs{Currencies: v.Currencies(), Keys: []TrxKey{v.Key()}, IDs: 4}
+	return Needs{Currencies: v.Currencies(), Keys: []TrxKey{v.Key()}, Own: []TrxKey{v.Key()}, IDs: 4}
 }
 
 // Currencies are the two currencies of an exchange.
@@ -87,7 +97,7 @@ func (v ValidExchange) Plan(p *Player) Plan { return p.Exchange(v) }
 // exchanges made), the refund's key's trx and its order; ids for its trx
 // and a trx of expiries.
 func (v ValidRefund) Needs() Needs {
-	return Needs{AllLots: true, Keys: []TrxKey{v.Key()}, Orders: []PurchaseKey{v.Order}, IDs: 2}
+	return Needs{AllLots: true, Keys: []TrxKey{v.Key()}, Own: []TrxKey{v.Key()}, Orders: []PurchaseKey{v.Order}, IDs: 2}
 }
 
 // Plan plans the refund (Player.Refund).

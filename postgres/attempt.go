@@ -54,7 +54,10 @@ type batchTx struct {
 	open bool
 }
 
-// attempt runs the batch once. unknown is an earlier attempt whose
+// attempt runs the batch once: unless careful (or reading whether
+// unknown was applied), without reading the writes' own keys (load),
+// which the attempt then proves new (batchTx.fresh) or fails (keyStored).
+// unknown is an earlier attempt whose
 // COMMIT may have been applied: if the mark, read under the players'
 // locks, holds its token, it was, and its plans are the answers, as new
 // writes (they are not replays of another request). It plans the writes
@@ -62,7 +65,7 @@ type batchTx struct {
 // is left (planLate): the writes past that are not planned, and the
 // plans made so far are persisted, so that a batch too long to plan
 // commits what it planned in time instead of failing as a whole.
-func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, unknown *attempt) *attempt {
+func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, unknown *attempt, careful bool) *attempt {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	players, of := s.batchPlayers(reqs)
@@ -76,7 +79,7 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 	if unknown != nil {
 		check = m
 	}
-	token, err := t.load(players, check)
+	token, err := t.load(players, check, careful || check != nil)
 	if err != nil {
 		return &attempt{err: err}
 	}
@@ -112,6 +115,12 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 			return a
 		}
 		a.plans = append(a.plans, plan)
+	}
+	if check == nil && !careful {
+		if err := t.fresh(reqs, players, of, a.plans); err != nil {
+			a.err = err
+			return a
+		}
 	}
 	if !slices.ContainsFunc(a.plans, coffer.Plan.Writes) && !slices.ContainsFunc(a.plans, replayed) {
 		return a // nothing to write: end rolls back

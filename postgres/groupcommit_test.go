@@ -20,44 +20,59 @@ import (
 
 // TestBatchIsTwoRoundTrips: the writes of one database in one batch cost
 // two round trips (the locks and state; the rows, the committer's mark
-// and COMMIT) and at most four statements per shard and two per batch
+// and COMMIT) and at most three statements per shard and two per batch
 // more, however many writes and players: three hundred of every kind
-// over forty players. A lone write, the batch of every write at low
-// load, sends six: BEGIN, the player's lock, its lots, its trx under the
-// key; the rows with the mark; COMMIT. The batch's settings come with its
+// over forty players, replays within the batch among them. A lone write,
+// the batch of every write at low load, sends five: BEGIN, the player's
+// lock, its lots; the rows with the mark; COMMIT. The writes' own keys
+// are not read: trx_N_idempotency refuses a trx under a key that has one.
+// A batch with writes refused reads their keys in a round trip more (a
+// statement per shard); a write sent again, TestWriteSentAgain. The batch's settings come with its
 // connection (batchSession), not in a statement.
 func TestBatchIsTwoRoundTrips(t *testing.T) {
 	e := newEnv(t)
 	players := e.playersOn(0, 1, 40)
+	shards := int64(len(e.router.Map().Databases()[0].Shards))
+	for _, p := range players {
+		_, _, err := e.store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "first"), Ops: []coffer.OpRequest{free("gold", 1000)}})
+		must(t, err)
+	}
 	one := []coffer.ChangeRequest{{Scope: scope(players[0], "one"), Ops: []coffer.OpRequest{free("gold", 5)}}}
-	var many []coffer.ChangeRequest
-	for i := range 300 {
-		p := players[i%len(players)]
-		req := coffer.ChangeRequest{Scope: scope(p, fmt.Sprint("k", i)), Ops: []coffer.OpRequest{free("gold", 10)}}
-		switch i % 6 {
-		case 1:
-			req.Ops = []coffer.OpRequest{free("gold", -3), free("silver", 2)}
-		case 2:
-			req.Ops, req.Hold = []coffer.OpRequest{free("gold", -1), free("credits", 1)}, true
-		case 3:
-			req.Ops = []coffer.OpRequest{free("gold", -1_000_000)} // insufficient_funds
-		case 4:
-			// Not paid: a paid grant claims its order first, a round trip
-			// of its own.
-			req.Ops = []coffer.OpRequest{free("silver", 4), free("credits", 1)}
-		case 5:
-			req = many[i-5] // a replay
+	batch := func(prefix string, refusals bool) []coffer.ChangeRequest {
+		var reqs []coffer.ChangeRequest
+		for i := range 300 {
+			p := players[i%len(players)]
+			req := coffer.ChangeRequest{Scope: scope(p, fmt.Sprint(prefix, i)), Ops: []coffer.OpRequest{free("gold", 10)}}
+			switch i % 6 {
+			case 1:
+				req.Ops = []coffer.OpRequest{free("gold", -3), free("silver", 2)}
+			case 2:
+				req.Ops, req.Hold = []coffer.OpRequest{free("gold", -1), free("credits", 1)}, true
+			case 3:
+				if refusals {
+					req.Ops = []coffer.OpRequest{free("gold", -1_000_000)} // insufficient_funds
+				}
+			case 4:
+				// Not paid: a paid grant claims its order first, a round
+				// trip of its own.
+				req.Ops = []coffer.OpRequest{free("silver", 4), free("credits", 1)}
+			case 5:
+				req = reqs[i-5] // a replay
+			}
+			reqs = append(reqs, req)
 		}
-		many = append(many, req)
+		return reqs
 	}
 	for _, c := range []struct {
 		name  string
 		reqs  []coffer.ChangeRequest
+		trips int64
 		least int64
 		most  int64
 	}{
-		{"one write", one, 6, 6},
-		{"300 writes", many, 1, int64(2 + 4*len(e.router.Map().Databases()[0].Shards))},
+		{"one write", one, 2, 5, 5},
+		{"300 writes", batch("a", false), 2, 1, 2 + 3*shards},
+		{"300 writes, some refused", batch("r", true), 3, 1, 2 + 4*shards},
 	} {
 		var got []coffer.ChangeResult
 		trips, statements := e.roundTrips(func() {
@@ -65,14 +80,56 @@ func TestBatchIsTwoRoundTrips(t *testing.T) {
 			got, err = e.store.BatchChange(ctx, c.reqs)
 			must(t, err)
 		})
-		if trips != 2 || statements < c.least || statements > c.most {
-			t.Errorf("%s: %d round trips, %d statements; want 2, %d to %d", c.name, trips, statements, c.least, c.most)
+		if trips != c.trips || statements < c.least || statements > c.most {
+			t.Errorf("%s: %d round trips, %d statements; want %d, %d to %d", c.name, trips, statements, c.trips, c.least, c.most)
 		}
 		for i, r := range got {
 			if r.Err != nil && coffer.ErrorCode(r.Err) != coffer.CodeInsufficientFunds {
 				t.Fatalf("%s: change %d: %v", c.name, i, r.Err)
 			}
 		}
+	}
+}
+
+// TestWriteSentAgain: a lone write sent again fails its first attempt
+// on its key (three round trips, with its ROLLBACK), whose second reads
+// the key and answers the replay; the committer's next 16 batches read
+// their writes' keys (six statements for a lone write, not five), so
+// that a client sending its writes again and again fails one attempt in
+// 16 at most.
+func TestWriteSentAgain(t *testing.T) {
+	e := newEnv(t)
+	store := postgres.New(e.router, e.catalog, postgres.Options{Committers: 1})
+	t.Cleanup(store.Close)
+	p := e.playersOn(0, 1, 1)[0]
+	write := func(key string) (statements int64) {
+		t.Helper()
+		_, statements = e.roundTrips(func() {
+			_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, key), Ops: []coffer.OpRequest{free("gold", 5)}})
+			must(t, err)
+		})
+		return statements
+	}
+	if n := write("a"); n != 5 {
+		t.Fatalf("a lone write: %d statements, want 5", n)
+	}
+	trips, statements := e.roundTrips(func() {
+		_, replay, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "a"), Ops: []coffer.OpRequest{free("gold", 5)}})
+		must(t, err)
+		if !replay {
+			t.Fatal("sent again: not answered as a replay")
+		}
+	})
+	if trips != 5 || statements != 11 {
+		t.Fatalf("sent again: %d round trips, %d statements; want 5, 11", trips, statements)
+	}
+	for i := range 16 {
+		if n := write(fmt.Sprint("b", i)); n != 6 {
+			t.Fatalf("lone write %d after one sent again: %d statements, want 6", i+1, n)
+		}
+	}
+	if n := write("c"); n != 5 {
+		t.Fatalf("the 17th lone write after one sent again: %d statements, want 5", n)
 	}
 }
 

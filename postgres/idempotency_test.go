@@ -76,6 +76,30 @@ func TestMetaIsServedAsFirstAnswered(t *testing.T) {
 	}
 }
 
+// TestSpendSentAgainIsAReplay: a consume of the whole balance sent again
+// finds its key's trx, though its plan, made without it, refuses it
+// (insufficient_funds): a batch does not read the writes' own keys
+// unless a write stores no trx under its key. Alone, and in a batch
+// beside a grant.
+func TestSpendSentAgainIsAReplay(t *testing.T) {
+	e := newEnv(t)
+	const p = 63
+	e.mustChange(p, "seed", coffer.OpRequest{Currency: "gold", Amount: 10})
+	spend := coffer.ChangeRequest{Scope: scope(p, "spend"), Ops: []coffer.OpRequest{{Currency: "gold", Amount: -10}}}
+	first, _, err := e.store.Change(ctx, spend)
+	must(t, err)
+	again, replay, err := e.store.Change(ctx, spend)
+	if err != nil || !replay || again.ID != first.ID {
+		t.Fatalf("alone: trx %d, replay %v, %v; want trx %d replayed", again.ID, replay, err, first.ID)
+	}
+	got, err := e.store.BatchChange(ctx, []coffer.ChangeRequest{
+		{Scope: scope(p, "grant"), Ops: []coffer.OpRequest{{Currency: "gold", Amount: 1}}}, spend})
+	must(t, err)
+	if r := got[1]; r.Err != nil || !r.Replay || r.Trx.ID != first.ID {
+		t.Fatalf("in a batch: trx %d, replay %v, %v; want trx %d replayed", r.Trx.ID, r.Replay, r.Err, first.ID)
+	}
+}
+
 // TestEveryReplayIsTheFirstAnswer: a replay of each kind of write answers
 // the bytes the write first answered.
 func TestEveryReplayIsTheFirstAnswer(t *testing.T) {

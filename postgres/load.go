@@ -3,17 +3,21 @@ package postgres
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cofferhq/coffer"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // load is the first round trip: BEGIN, and for each shard the players' locks and ids (batchSQL.lock), their lots,
 // their trx under the batch's keys and the orders their refunds name;
 // then, if check is set, its token (0 without a row). It makes each
-// player's coffer.Player.
-func (t *batchTx) load(players []*batchPlayer, check *mark) (token int64, err error) {
+// player's coffer.Player. Unless careful, it leaves the writes' own keys
+// (coffer.Needs.Own) unread (batchTx.fresh).
+func (t *batchTx) load(players []*batchPlayer, check *mark, careful bool) (token int64, err error) {
 	byKey := make(map[playerKey]*batchPlayer, len(players))
 	lock, lots, keys, orders := perShard{}, perShard{}, perShard{}, perShard{}
 	for _, p := range players {
@@ -28,7 +32,9 @@ func (t *batchTx) load(players []*batchPlayer, check *mark) (token int64, err er
 			}
 		}
 		for _, k := range p.needs.Keys {
-			keys.add(p.shard, ns, id, int32(k.Emitter), k.IdempotencyKey)
+			if careful || !slices.Contains(p.needs.Own, k) {
+				keys.add(p.shard, ns, id, int32(k.Emitter), k.IdempotencyKey)
+			}
 		}
 		for _, o := range p.needs.Orders {
 			orders.add(p.shard, ns, id, o.Store, o.OrderID)
@@ -202,5 +208,65 @@ func (t *batchTx) moreIDs(p *batchPlayer, n int) error {
 		return err
 	}
 	p.player.GiveIDs(ids)
+	return nil
+}
+
+// errKeyStored is an attempt's failure when a write's own key, left
+// unread, has a trx: the write was sent again. settle runs the batch
+// again, careful.
+var errKeyStored = errors.New("a write's own key has a trx")
+
+// keyStored tells whether an attempt failed because a write's own key it
+// did not read has a trx: the key's read (errKeyStored), or the insert of
+// the write's trx (trx_N_idempotency).
+func keyStored(err error) bool {
+	var pg *pgconn.PgError
+	return errors.Is(err, errKeyStored) ||
+		errors.As(err, &pg) && pg.Code == sqlstateUniqueViolation && strings.HasSuffix(pg.ConstraintName, "_idempotency")
+}
+
+// fresh proves new, after an attempt that did not read them (load), the
+// writes' own keys: one that a plan stores a trx under needs nothing
+// more, since trx_N_idempotency refuses the insert if the key has one;
+// the others (a write refused, or answered as a replay of another in
+// the batch) are read in one more round trip, under the players' locks.
+// Cost: none for a batch whose writes all store their trx; else a round
+// trip and a statement per shard of such writes. Any trx found fails the
+// attempt (errKeyStored).
+func (t *batchTx) fresh(reqs []*request, players []*batchPlayer, of []int, plans []coffer.Plan) error {
+	stored := map[playerKey][]coffer.TrxKey{}
+	for i, plan := range plans {
+		for _, row := range plan.Inserts {
+			k := players[of[i]].key
+			stored[k] = append(stored[k], coffer.TrxKey{Emitter: row.Emitter, IdempotencyKey: row.IdempotencyKey})
+		}
+	}
+	keys := perShard{}
+	for i := range plans {
+		p := players[of[i]]
+		for _, k := range reqs[i].write.Needs().Own {
+			if !slices.Contains(stored[p.key], k) {
+				keys.add(p.shard, int32(p.key.ns), int64(p.key.id), int32(k.Emitter), k.IdempotencyKey)
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	found := false
+	b := &pgx.Batch{}
+	for _, id := range keys.shards() {
+		t.s.queue(b, t.s.q(id).batch.trx, keys[id]).Query(func(rows pgx.Rows) error {
+			found = found || rows.Next()
+			rows.Close()
+			return rows.Err()
+		})
+	}
+	if err := t.conn.SendBatch(t.ctx, b).Close(); err != nil {
+		return err
+	}
+	if found {
+		return errKeyStored
+	}
 	return nil
 }

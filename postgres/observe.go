@@ -28,8 +28,9 @@ const (
 	// AttemptCommitted: its COMMIT was applied.
 	AttemptCommitted = "committed"
 	// AttemptRetried: it lost a race (a deadlock, a serialization
-	// failure, a key another instance inserted) or its connection, or
-	// its COMMIT was cut off: the batch is tried again.
+	// failure, a key another instance inserted) or its connection, its
+	// COMMIT was cut off, or it met a write sent again, whose key it did
+	// not read: the batch is tried again.
 	AttemptRetried = "retried"
 	// AttemptSplit: a player's lock timed out, or the database refused
 	// a value: the batch runs again in parts, by player, then by write.

@@ -18,15 +18,22 @@ import (
 // split by player (and a player's writes one by one) when the failure may
 // come from some of its writes only; so that each write gets the answer it
 // would have got alone. After a COMMIT whose answer was lost, the next
-// attempt reads whether it was applied, from m (batch_mark). Each
+// attempt reads whether it was applied, from m (batch_mark). An attempt
+// reads the writes' own keys only when careful: one that fails on a key
+// that has a trx (a write sent again) is run again careful, as are the
+// committer's next carefulBatches (k), and does not count as a retry. Each
 // attempt's ending is told to the Observer. A batch that met the fence
 // of a shard that moved away answers errMoved to that shard's writes
 // (Store.route sends them to its new home) and runs again without them.
 // The writes an attempt left unplanned when its time ran short (attempt)
 // are left unanswered: the committer runs them in a later batch. ctx carries the batch's span, if
 // traced, to its round trips; it has no deadline: each attempt has its own.
-func (s *Store) settle(ctx context.Context, db int, m *mark, reqs []*request) {
+func (s *Store) settle(ctx context.Context, db int, m *mark, k *keyReads, reqs []*request) {
 	var a, unknown *attempt
+	careful := k.left > 0
+	if careful {
+		k.left--
+	}
 	for try := 0; ; try++ {
 		// Before every attempt but one that reads whether a cut COMMIT
 		// was applied (its answers are that attempt's, write for write).
@@ -44,13 +51,21 @@ func (s *Store) settle(ctx context.Context, db int, m *mark, reqs []*request) {
 			}
 			break
 		}
-		a = s.attempt(ctx, db, m, reqs, unknown)
+		a = s.attempt(ctx, db, m, reqs, unknown, careful)
 		if a.err == nil {
 			for i := range a.plans {
 				reqs[i].plan = &a.plans[i]
 			}
 			s.observe(db, AttemptCommitted)
 			return
+		}
+		if !careful && keyStored(a.err) {
+			// A write sent again, its key unread: the next attempt
+			// reads the keys, and is not one of the retries.
+			careful, k.left = true, carefulBatches
+			s.observe(db, AttemptRetried)
+			try--
+			continue
 		}
 		if unknown == nil && fenced(a.err) {
 			stay := leftBehind(s, db, "writes", reqs, func(r *request) coffer.ShardID { return s.shardOf(r.scope.PlayerID) },
@@ -91,7 +106,7 @@ func (s *Store) settle(ctx context.Context, db int, m *mark, reqs []*request) {
 	}
 	s.observe(db, AttemptSplit)
 	for _, part := range parts {
-		s.settle(ctx, db, m, part)
+		s.settle(ctx, db, m, k, part)
 	}
 }
 
@@ -105,11 +120,20 @@ type mark struct {
 	committer, token int64
 }
 
+// keyReads is how many more batches of a committer read the writes' own
+// keys (settle's careful attempts): after a batch found one stored, the
+// next carefulBatches do, so that a client that sends its writes again
+// and again costs its database's batches one failed attempt in
+// carefulBatches at most, not one in each.
+type keyReads struct{ left int }
+
+const carefulBatches = 16
+
 // settler is what runs one committer goroutine's batches of writes, with
 // a mark of its own.
 func (s *Store) settler() func(ctx context.Context, db int, reqs []*request) {
-	m := &mark{committer: rand.Int64()}
-	return func(ctx context.Context, db int, reqs []*request) { s.settle(ctx, db, m, reqs) }
+	m, k := &mark{committer: rand.Int64()}, &keyReads{}
+	return func(ctx context.Context, db int, reqs []*request) { s.settle(ctx, db, m, k, reqs) }
 }
 
 // live answers the writes whose caller is gone and returns the others:
