@@ -252,6 +252,16 @@ func planned(t *testing.T, p *Player, w Write, next *int64) Plan {
 			t.Fatalf("%T short of %d ids after it was given what it asked", w, pl.IDsShort)
 		}
 	}
+	// Needs.Own: a store may leave such a key unread when the plan stores
+	// a trx under it, so a plan that is neither refused nor a replay
+	// must.
+	for _, k := range w.Needs().Own {
+		if pl.Err == nil && !pl.Replay && !slices.ContainsFunc(pl.Inserts, func(r TrxRow) bool {
+			return r.Emitter == k.Emitter && r.IdempotencyKey == k.IdempotencyKey
+		}) {
+			t.Fatalf("%T applied without a trx under its own key %v", w, k)
+		}
+	}
 	return pl
 }
 
