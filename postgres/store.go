@@ -39,7 +39,9 @@ type Options struct {
 	// committer takes one job and adds those queued while they fit.
 	BatchSizeMax int
 	// Committers is the number of batches of writes in flight per
-	// database, each on a connection of its pool; zero means 2.
+	// database, each on a connection of its pool; zero means 1 (ADR
+	// 0023: one batch in flight carries the writes that queue while it
+	// runs, and costs the database less per write).
 	Committers int
 	// Readers is the number of batches of balance reads in flight per
 	// database, each on a connection of its pool; zero means 1. A read
@@ -115,7 +117,7 @@ func New(router *shard.Router, catalog *coffer.Catalog, opts Options) *Store {
 		opts.BatchSizeMax = 100
 	}
 	if opts.Committers == 0 {
-		opts.Committers = 2
+		opts.Committers = 1
 	}
 	if opts.Readers == 0 {
 		opts.Readers = 1

@@ -207,7 +207,7 @@ func DefaultConfig() *Config {
 			RequestBytesInFlightMax: 8 << 20, ReportsInFlightMax: 2, GRPCStreamsMax: 128},
 		Timeouts: TimeoutsConfig{Request: 5 * time.Second, ReadHeader: 5 * time.Second, Read: 30 * time.Second, Write: 10 * time.Second,
 			Idle: 2 * time.Minute, Shutdown: 20 * time.Second},
-		Batches:   BatchesConfig{Committers: 2, Readers: 1, SizeMax: 100, QueueMax: 1024},
+		Batches:   BatchesConfig{Committers: 1, Readers: 1, SizeMax: 100, QueueMax: 1024},
 		Holds:     HoldsConfig{TTLDefault: 10 * time.Minute, TTLMax: 24 * time.Hour},
 		Sweep:     SweepConfig{Interval: 5 * time.Second, BatchMax: 1000},
 		Log:       LogConfig{Level: "info"},
