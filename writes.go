@@ -19,8 +19,8 @@ type Needs struct {
 	AllLots    bool
 	Currencies []CurrencyID
 	// Keys are the stored trx a plan reads by key. Own are those of them
-	// the writes store their own trx under: new unless a write is sent
-	// again. A store may leave such a key unread where storing a trx
+	// the writes store their own trx under, and no write names otherwise
+	// (Add): new unless a write is sent again. A store may leave such a key unread where storing a trx
 	// under a key that has one fails (a unique key), and then read it
 	// only for a write whose plan stores no trx under it (one refused).
 	Keys []TrxKey
@@ -33,8 +33,22 @@ type Needs struct {
 }
 
 // Add joins o's needs to n's: a batch loads once what its writes of one
-// player need.
+// player need. A key stays in Own only while no write names it
+// otherwise: a hold's begin sent again beside the hold's commit is the
+// begin's own key and the key the commit reads.
 func (n *Needs) Add(o Needs) {
+	named := func(x *Needs, k TrxKey) bool { return slices.Contains(x.Keys, k) && !slices.Contains(x.Own, k) }
+	var own []TrxKey
+	for _, k := range n.Own {
+		if !named(&o, k) {
+			own = append(own, k)
+		}
+	}
+	for _, k := range o.Own {
+		if !named(n, k) && !slices.Contains(own, k) {
+			own = append(own, k)
+		}
+	}
 	n.AllLots = n.AllLots || o.AllLots
 	for _, c := range o.Currencies {
 		if !slices.Contains(n.Currencies, c) {
@@ -46,11 +60,7 @@ func (n *Needs) Add(o Needs) {
 			n.Keys = append(n.Keys, k)
 		}
 	}
-	for _, k := range o.Own {
-		if !slices.Contains(n.Own, k) {
-			n.Own = append(n.Own, k)
-		}
-	}
+	n.Own = own
 	for _, k := range o.Orders {
 		if !slices.Contains(n.Orders, k) {
 			n.Orders = append(n.Orders, k)

@@ -59,7 +59,7 @@ func (s *Store) settle(ctx context.Context, db int, m *mark, k *keyReads, reqs [
 			s.observe(db, AttemptCommitted)
 			return
 		}
-		if !careful && keyStored(a.err) {
+		if !careful && unknown == nil && keyStored(a.err) {
 			// A write sent again, its key unread: the next attempt
 			// reads the keys, and is not one of the retries.
 			careful, k.left = true, carefulBatches
