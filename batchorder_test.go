@@ -69,7 +69,7 @@ func (m *storeModel) load(t *testing.T, n Needs, next *int64) *Player {
 	if m.shuffle != nil {
 		m.shuffle.Shuffle(len(st.Lots), func(i, j int) { st.Lots[i], st.Lots[j] = st.Lots[j], st.Lots[i] })
 	}
-	for _, k := range n.Keys {
+	for _, k := range union(n.Keys, n.Own) {
 		for _, tr := range m.trx {
 			if tr.Emitter == k.Emitter && tr.IdempotencyKey == k.IdempotencyKey {
 				st.Trx = append(st.Trx, m.stored(tr))

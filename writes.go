@@ -18,11 +18,13 @@ type Needs struct {
 	// something; Currencies are those it reads otherwise.
 	AllLots    bool
 	Currencies []CurrencyID
-	// Keys are the stored trx a plan reads by key. Own are those of them
-	// the writes store their own trx under, and no write names otherwise
-	// (Add): new unless a write is sent again. A store may leave such a key unread where storing a trx
+	// Keys are the stored trx a plan reads by key (a hold's commit reads
+	// the hold). Own are the keys the writes store their own trx under:
+	// new unless a write is sent again, when the stored trx makes it a
+	// replay. A store may leave an own key unread where storing a trx
 	// under a key that has one fails (a unique key), and then read it
-	// only for a write whose plan stores no trx under it (one refused).
+	// only for a write whose plan stores no trx under it (one refused);
+	// a key in both is read.
 	Keys []TrxKey
 	Own  []TrxKey
 	// Orders are the store orders a refund reads.
@@ -33,46 +35,30 @@ type Needs struct {
 }
 
 // Add joins o's needs to n's: a batch loads once what its writes of one
-// player need. A key stays in Own only while no write names it
-// otherwise: a hold's begin sent again beside the hold's commit is the
-// begin's own key and the key the commit reads.
+// player need.
 func (n *Needs) Add(o Needs) {
-	named := func(x *Needs, k TrxKey) bool { return slices.Contains(x.Keys, k) && !slices.Contains(x.Own, k) }
-	var own []TrxKey
-	for _, k := range n.Own {
-		if !named(&o, k) {
-			own = append(own, k)
-		}
-	}
-	for _, k := range o.Own {
-		if !named(n, k) && !slices.Contains(own, k) {
-			own = append(own, k)
-		}
-	}
 	n.AllLots = n.AllLots || o.AllLots
-	for _, c := range o.Currencies {
-		if !slices.Contains(n.Currencies, c) {
-			n.Currencies = append(n.Currencies, c)
-		}
-	}
-	for _, k := range o.Keys {
-		if !slices.Contains(n.Keys, k) {
-			n.Keys = append(n.Keys, k)
-		}
-	}
-	n.Own = own
-	for _, k := range o.Orders {
-		if !slices.Contains(n.Orders, k) {
-			n.Orders = append(n.Orders, k)
-		}
-	}
+	n.Currencies = union(n.Currencies, o.Currencies)
+	n.Keys = union(n.Keys, o.Keys)
+	n.Own = union(n.Own, o.Own)
+	n.Orders = union(n.Orders, o.Orders)
 	n.IDs += o.IDs
+}
+
+// union appends to a the elements of b it lacks.
+func union[T comparable](a, b []T) []T {
+	for _, x := range b {
+		if !slices.Contains(a, x) {
+			a = append(a, x)
+		}
+	}
+	return a
 }
 
 // Needs: the lots of the change's currencies, its key's trx; ids for its
 // trx, a trx of expiries and a lot per op.
 func (v ValidChange) Needs() Needs {
-	return Needs{Currencies: v.Currencies(), Keys: []TrxKey{v.Key()}, Own: []TrxKey{v.Key()}, IDs: 2 + len(v.Ops)}
+	return Needs{Currencies: v.Currencies(), Own: []TrxKey{v.Key()}, IDs: 2 + len(v.Ops)}
 }
 
 // Plan plans the change (Player.Change).
@@ -94,7 +80,7 @@ func (v ValidChange) Currencies() []CurrencyID {
 // for its trx, a trx of expiries, a paid and a free lot (one that
 // consumes several paid lots asks for a paid lot's id for each).
 func (v ValidExchange) Needs() Needs {
-	return Needs{Currencies: v.Currencies(), Keys: []TrxKey{v.Key()}, Own: []TrxKey{v.Key()}, IDs: 4}
+	return Needs{Currencies: v.Currencies(), Own: []TrxKey{v.Key()}, IDs: 4}
 }
 
 // Currencies are the two currencies of an exchange.
@@ -107,7 +93,7 @@ func (v ValidExchange) Plan(p *Player) Plan { return p.Exchange(v) }
 // exchanges made), the refund's key's trx and its order; ids for its trx
 // and a trx of expiries.
 func (v ValidRefund) Needs() Needs {
-	return Needs{AllLots: true, Keys: []TrxKey{v.Key()}, Own: []TrxKey{v.Key()}, Orders: []PurchaseKey{v.Order}, IDs: 2}
+	return Needs{AllLots: true, Own: []TrxKey{v.Key()}, Orders: []PurchaseKey{v.Order}, IDs: 2}
 }
 
 // Plan plans the refund (Player.Refund).

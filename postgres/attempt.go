@@ -117,7 +117,7 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 		a.plans = append(a.plans, plan)
 	}
 	if check == nil && !careful {
-		if err := t.fresh(reqs, players, of, a.plans); err != nil {
+		if err := t.fresh(players, of, a.plans); err != nil {
 			a.err = err
 			return a
 		}

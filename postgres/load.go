@@ -15,8 +15,8 @@ import (
 // load is the first round trip: BEGIN, and for each shard the players' locks and ids (batchSQL.lock), their lots,
 // their trx under the batch's keys and the orders their refunds name;
 // then, if check is set, its token (0 without a row). It makes each
-// player's coffer.Player. Unless careful, it leaves the writes' own keys
-// (coffer.Needs.Own) unread (batchTx.fresh).
+// player's coffer.Player. Unless careful, it leaves the player's unread
+// keys unread (batchTx.fresh).
 func (t *batchTx) load(players []*batchPlayer, check *mark, careful bool) (token int64, err error) {
 	byKey := make(map[playerKey]*batchPlayer, len(players))
 	lock, lots, keys, orders := perShard{}, perShard{}, perShard{}, perShard{}
@@ -32,7 +32,10 @@ func (t *batchTx) load(players []*batchPlayer, check *mark, careful bool) (token
 			}
 		}
 		for _, k := range p.needs.Keys {
-			if careful || !slices.Contains(p.needs.Own, k) {
+			keys.add(p.shard, ns, id, int32(k.Emitter), k.IdempotencyKey)
+		}
+		if careful {
+			for _, k := range p.unread() {
 				keys.add(p.shard, ns, id, int32(k.Emitter), k.IdempotencyKey)
 			}
 		}
@@ -226,14 +229,14 @@ func keyStored(err error) bool {
 }
 
 // fresh proves new, after an attempt that did not read them (load), the
-// writes' own keys: one that a plan stores a trx under needs nothing
+// players' own keys: one that a plan stores a trx under needs nothing
 // more, since trx_N_idempotency refuses the insert if the key has one;
-// the others (a write refused, or answered as a replay of another in
-// the batch) are read in one more round trip, under the players' locks.
-// Cost: none for a batch whose writes all store their trx; else a round
-// trip and a statement per shard of such writes. Any trx found fails the
-// attempt (errKeyStored).
-func (t *batchTx) fresh(reqs []*request, players []*batchPlayer, of []int, plans []coffer.Plan) error {
+// the others (a write refused, answered as a replay of another in the
+// batch, or not planned in time) are read in one more round trip, under
+// the players' locks. Cost: none for a batch whose writes all store
+// their trx; else a round trip and a statement per shard of such
+// writes. Any trx found fails the attempt (errKeyStored).
+func (t *batchTx) fresh(players []*batchPlayer, of []int, plans []coffer.Plan) error {
 	stored := map[playerKey][]coffer.TrxKey{}
 	for i, plan := range plans {
 		for _, row := range plan.Inserts {
@@ -242,9 +245,8 @@ func (t *batchTx) fresh(reqs []*request, players []*batchPlayer, of []int, plans
 		}
 	}
 	keys := perShard{}
-	for i := range plans {
-		p := players[of[i]]
-		for _, k := range reqs[i].write.Needs().Own {
+	for _, p := range players {
+		for _, k := range p.unread() {
 			if !slices.Contains(stored[p.key], k) {
 				keys.add(p.shard, int32(p.key.ns), int64(p.key.id), int32(k.Emitter), k.IdempotencyKey)
 			}
@@ -269,4 +271,16 @@ func (t *batchTx) fresh(reqs []*request, players []*batchPlayer, of []int, plans
 		return errKeyStored
 	}
 	return nil
+}
+
+// unread are the player's own keys (coffer.Needs.Own) that load reads
+// only when careful: those its writes do not also name.
+func (p *batchPlayer) unread() []coffer.TrxKey {
+	var out []coffer.TrxKey
+	for _, k := range p.needs.Own {
+		if !slices.Contains(p.needs.Keys, k) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
