@@ -4,12 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/cofferhq/coffer"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // load is the first round trip: BEGIN, and for each shard the players' locks and ids (batchSQL.lock), their lots,
@@ -222,11 +220,7 @@ var errKeyStored = errors.New("a write's own key has a trx")
 // keyStored tells whether an attempt failed because a write's own key it
 // did not read has a trx: the key's read (errKeyStored), or the insert of
 // the write's trx (trx_N_idempotency).
-func keyStored(err error) bool {
-	var pg *pgconn.PgError
-	return errors.Is(err, errKeyStored) ||
-		errors.As(err, &pg) && pg.Code == sqlstateUniqueViolation && strings.HasSuffix(pg.ConstraintName, "_idempotency")
-}
+func keyStored(err error) bool { return errors.Is(err, errKeyStored) || idempotencyViolation(err) }
 
 // fresh proves new, after an attempt that did not read them (load), the
 // players' own keys: one that a plan stores a trx under needs nothing

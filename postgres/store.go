@@ -238,8 +238,15 @@ func (s *Store) queue(b *pgx.Batch, sql string, cols ...*columns) *pgx.QueuedQue
 // again, the batch reads that trx.
 func retryable(err error) bool {
 	var pg *pgconn.PgError
-	return errors.As(err, &pg) && (pg.Code == sqlstateSerializationFailure || pg.Code == sqlstateDeadlockDetected ||
-		(pg.Code == sqlstateUniqueViolation && (strings.HasSuffix(pg.ConstraintName, "_idempotency") || strings.HasSuffix(pg.ConstraintName, "_refund"))))
+	return idempotencyViolation(err) || errors.As(err, &pg) && (pg.Code == sqlstateSerializationFailure || pg.Code == sqlstateDeadlockDetected ||
+		(pg.Code == sqlstateUniqueViolation && strings.HasSuffix(pg.ConstraintName, "_refund")))
+}
+
+// idempotencyViolation tells whether err is a trx insert refused by
+// trx_N_idempotency: its key has a trx.
+func idempotencyViolation(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == sqlstateUniqueViolation && strings.HasSuffix(pg.ConstraintName, "_idempotency")
 }
 
 // isolable tells whether a batch's failure may come from some of its

@@ -64,8 +64,17 @@ const StandbyReplication = `(SELECT * FROM pg_stat_replication r WHERE NOT EXIST
 const (
 	StarBefore      = `SELECT ` + star
 	CommitOnStandby = `SELECT pg_current_wal_flush_lsn()::text, ` + star
-	star            = `(position('*' IN current_setting('synchronous_standby_names')) > 0 OR current_setting('synchronous_standby_names') = '')`
+	star            = `(` + namesStar + ` OR ` + namesEmpty + `)`
+	namesStar       = `position('*' IN current_setting('synchronous_standby_names')) > 0`
+	namesEmpty      = `current_setting('synchronous_standby_names') = ''`
 )
+
+// FlushedNames reads the local flush position and whether
+// synchronous_standby_names holds '*' and whether it is empty, apart:
+// the shard mover waits for a physical standby under '*' whatever the
+// database, and under an empty setting only where the database has
+// several hosts (shard/move, standbyHas).
+const FlushedNames = `SELECT pg_current_wal_flush_lsn()::text, ` + namesStar + `, ` + namesEmpty
 
 // StandbyFlushed is how far a physical synchronous standby (one a
 // failover under synchronous replication promotes) has flushed the WAL,
@@ -75,7 +84,7 @@ const (
 // server reports as "potential". An acknowledged write (Flushed) and the
 // change feed's published events both wait for it.
 const StandbyFlushed = `(SELECT max(flush_lsn) FROM ` + StandbyReplication + ` standbys
-	WHERE sync_state IN ('sync', 'quorum') OR sync_priority > 0 AND position('*' IN current_setting('synchronous_standby_names')) > 0)`
+	WHERE sync_state IN ('sync', 'quorum') OR sync_priority > 0 AND ` + namesStar + `)`
 
 // Flushed reads whether a physical synchronous standby has flushed the
 // WAL up to $1 (StandbyFlushed).

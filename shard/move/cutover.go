@@ -156,8 +156,7 @@ func (s *session) open(ctx context.Context) error {
 func (s *session) standbyHas(ctx context.Context, conn *pgx.Conn, db string) error {
 	var upTo string
 	var star, empty bool
-	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn()::text, position('*' IN current_setting('synchronous_standby_names')) > 0,
-		current_setting('synchronous_standby_names') = ''`).Scan(&upTo, &star, &empty); err != nil {
+	if err := conn.QueryRow(ctx, shard.FlushedNames).Scan(&upTo, &star, &empty); err != nil {
 		return err
 	}
 	// Empty is a server without synchronous standbys, unless it has
