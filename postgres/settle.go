@@ -52,20 +52,19 @@ func (s *Store) settle(ctx context.Context, db int, m *mark, k *keyReads, reqs [
 			break
 		}
 		a = s.attempt(ctx, db, m, reqs, unknown, careful)
+		if !careful && unknown == nil && keyStored(a.err) {
+			// A write sent again, its key unread: the batch runs again
+			// at once reading the keys, not as one of the retries.
+			careful, k.left = true, carefulBatches
+			s.observe(db, AttemptRetried)
+			a = s.attempt(ctx, db, m, reqs, nil, true)
+		}
 		if a.err == nil {
 			for i := range a.plans {
 				reqs[i].plan = &a.plans[i]
 			}
 			s.observe(db, AttemptCommitted)
 			return
-		}
-		if !careful && unknown == nil && keyStored(a.err) {
-			// A write sent again, its key unread: the next attempt
-			// reads the keys, and is not one of the retries.
-			careful, k.left = true, carefulBatches
-			s.observe(db, AttemptRetried)
-			try--
-			continue
 		}
 		if unknown == nil && fenced(a.err) {
 			stay := leftBehind(s, db, "writes", reqs, func(r *request) coffer.ShardID { return s.shardOf(r.scope.PlayerID) },
