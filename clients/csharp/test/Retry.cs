@@ -34,8 +34,15 @@ internal static partial class Story
                 "Authorization: Bearer " + apiKey + "\r\nContent-Type: application/json\r\nContent-Length: " + BatchMax + "\r\n\r\n";
             var body = new byte[BatchMax - 1];
             for (var j = 0; j < body.Length; j++) body[j] = (byte)' ';
-            s.GetStream().Write(Encoding.ASCII.GetBytes(head), 0, head.Length);
-            s.GetStream().Write(body, 0, body.Length);
+            try
+            {
+                s.GetStream().Write(Encoding.ASCII.GetBytes(head), 0, head.Length);
+                s.GetStream().Write(body, 0, body.Length);
+            }
+            catch (System.IO.IOException)
+            {
+                // Refused while it was sent: Overload sees it answered or closed.
+            }
         }
         return hogs;
     }
@@ -46,39 +53,64 @@ internal static partial class Story
         hogs.Clear();
     }
 
-    // WaitUntil waits for the server to refuse a small write with overloaded,
-    // or to stop: it takes and gives back the hogs' bytes as they come and go.
-    private static async Task WaitUntil(bool overloaded)
+    // SmallWriteRefused tells whether the server refuses a small write with overloaded.
+    private static async Task<bool> SmallWriteRefused()
     {
-        var clock = Stopwatch.StartNew();
         using (var http = new HttpClient())
         {
-            while (clock.Elapsed < WaitMax)
+            var request = new HttpRequestMessage(HttpMethod.Post, url + "/v1/namespaces/" + NS + "/players/1/transactions")
             {
-                var request = new HttpRequestMessage(HttpMethod.Post, url + "/v1/namespaces/" + NS + "/players/1/transactions")
-                {
-                    Content = new StringContent("{\"idempotency_key\": \"\"}"),
-                };
-                request.Headers.TryAddWithoutValidation("Authorization", "Bearer " + apiKey);
-                using (var r = await http.SendAsync(request))
-                {
-                    var body = await r.Content.ReadAsStringAsync();
-                    if (((int)r.StatusCode == 503 && body.Contains("\"overloaded\"")) == overloaded) return;
-                }
-                await Task.Delay(50);
+                Content = new StringContent("{\"idempotency_key\": \"\"}"),
+            };
+            request.Headers.TryAddWithoutValidation("Authorization", "Bearer " + apiKey);
+            using (var r = await http.SendAsync(request))
+            {
+                var body = await r.Content.ReadAsStringAsync();
+                return (int)r.StatusCode == 503 && body.Contains("\"overloaded\"");
             }
         }
-        throw new Exception("the server was not " + (overloaded ? "" : "no longer ") + "overloaded in " + WaitMax);
+    }
+
+    // Overload holds the budget until the server refuses a small write. A
+    // probe holds its few bytes while it is served: if a hog's last bytes
+    // arrive then, the server refuses that hog (it answers it, or closes
+    // it), and the hogs are sent again.
+    private static async Task<List<TcpClient>> Overload()
+    {
+        var clock = Stopwatch.StartNew();
+        while (clock.Elapsed < WaitMax)
+        {
+            var hogs = HoldBudget();
+            while (clock.Elapsed < WaitMax && hogs.TrueForAll(s => !s.Client.Poll(0, SelectMode.SelectRead)))
+            {
+                if (await SmallWriteRefused()) return hogs;
+                await Task.Delay(50);
+            }
+            Release(hogs);
+        }
+        throw new Exception("the server was not overloaded in " + WaitMax);
+    }
+
+    // Served waits for the server to serve a small write again: it gives
+    // back the hogs' bytes as they go.
+    private static async Task Served()
+    {
+        var clock = Stopwatch.StartNew();
+        while (clock.Elapsed < WaitMax)
+        {
+            if (!await SmallWriteRefused()) return;
+            await Task.Delay(50);
+        }
+        throw new Exception("the server was still overloaded after " + WaitMax);
     }
 
     private static async Task RetryOverloaded()
     {
         var p = Player();
-        var hogs = HoldBudget();
+        var hogs = await Overload();
         var waits = new List<TimeSpan>();
         try
         {
-            await WaitUntil(true);
             var options = new CofferClientOptions(url, apiKey)
             {
                 // The first refusal: let the hogs go, then the retry can pass.
@@ -88,7 +120,7 @@ internal static partial class Story
                     if (hogs.Count > 0)
                     {
                         Release(hogs);
-                        await WaitUntil(false);
+                        await Served();
                     }
                 },
             };
@@ -110,11 +142,10 @@ internal static partial class Story
 
     private static async Task RetriesBounded()
     {
-        var hogs = HoldBudget();
+        var hogs = await Overload();
         var waits = new List<TimeSpan>();
         try
         {
-            await WaitUntil(true);
             var options = new CofferClientOptions(url, apiKey) { Retries = 2, Sleep = (d, ct) => { waits.Add(d); return Task.FromResult(0); } };
             using (var c = new CofferClient(options))
             {
@@ -127,6 +158,6 @@ internal static partial class Story
         {
             Release(hogs);
         }
-        await WaitUntil(false);
+        await Served();
     }
 }

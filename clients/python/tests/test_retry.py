@@ -5,6 +5,7 @@ never finish arriving hold its budget of request bytes
 Limits), so that every other write is refused with `overloaded` until they
 go."""
 
+import select
 import socket
 import time
 from urllib.parse import urlsplit
@@ -27,42 +28,69 @@ def hold_budget(url: str, api_key: str) -> list[socket.socket]:
     hogs = []
     for _ in range(BUDGET // BATCH_MAX):
         s = socket.create_connection((u.hostname, u.port))
-        s.sendall(f"POST /v1/namespaces/{NS}/transactions:batch HTTP/1.1\r\nHost: {u.netloc}\r\n"
-                  f"Authorization: Bearer {api_key}\r\nContent-Type: application/json\r\n"
-                  f"Content-Length: {BATCH_MAX}\r\n\r\n".encode() + b" " * (BATCH_MAX - 1))
         hogs.append(s)
+        try:
+            s.sendall(f"POST /v1/namespaces/{NS}/transactions:batch HTTP/1.1\r\nHost: {u.netloc}\r\n"
+                      f"Authorization: Bearer {api_key}\r\nContent-Type: application/json\r\n"
+                      f"Content-Length: {BATCH_MAX}\r\n\r\n".encode() + b" " * (BATCH_MAX - 1))
+        except ConnectionError:
+            pass  # refused while it was sent: overload sees it answered or closed
     return hogs
 
 
-def wait_until(url: str, api_key: str, overloaded: bool) -> None:
-    """wait_until waits for the server to refuse a small write with overloaded,
-    or to stop: it takes and gives back the hogs' bytes as they come and go."""
+def refused(url: str, api_key: str) -> bool:
+    """refused tells whether the server refuses a small write with overloaded."""
+    r = httpx.post(f"{url}/v1/namespaces/{NS}/players/1/transactions", content=b'{"idempotency_key": ""}',
+                   headers={"Authorization": f"Bearer {api_key}"})
+    return r.status_code == 503 and r.json()["code"] == "overloaded"
+
+
+def overload(url: str, api_key: str) -> list[socket.socket]:
+    """overload holds the budget until the server refuses a small write. A
+    probe holds its few bytes while it is served: if a hog's last bytes
+    arrive then, the server refuses that hog (it answers it, or closes it),
+    and the hogs are sent again."""
     deadline = time.monotonic() + WAIT_MAX
     while time.monotonic() < deadline:
-        r = httpx.post(f"{url}/v1/namespaces/{NS}/players/1/transactions", content=b'{"idempotency_key": ""}',
-                       headers={"Authorization": f"Bearer {api_key}"})
-        if (r.status_code == 503 and r.json()["code"] == "overloaded") == overloaded:
+        hogs = hold_budget(url, api_key)
+        while time.monotonic() < deadline and not select.select(hogs, [], [], 0)[0]:
+            if refused(url, api_key):
+                return hogs
+            time.sleep(0.05)
+        release(hogs)
+    raise AssertionError(f"the server was not overloaded in {WAIT_MAX} s")
+
+
+def served(url: str, api_key: str) -> None:
+    """served waits for the server to serve a small write again: it gives
+    back the hogs' bytes as they go."""
+    deadline = time.monotonic() + WAIT_MAX
+    while time.monotonic() < deadline:
+        if not refused(url, api_key):
             return
         time.sleep(0.05)
-    raise AssertionError(f"the server was not {'' if overloaded else 'no longer '}overloaded in {WAIT_MAX} s")
+    raise AssertionError(f"the server was still overloaded after {WAIT_MAX} s")
+
+
+def release(hogs: list[socket.socket]) -> None:
+    for s in hogs:
+        s.close()
+    hogs.clear()
 
 
 def test_retry_overloaded_with_the_same_key(server, player):
     url, api_key = server
-    hogs = hold_budget(url, api_key)
+    hogs = overload(url, api_key)
     waits = []
 
     def sleep(seconds: float) -> None:
         # The first refusal: let the hogs go, then the retry can pass.
         waits.append(seconds)
         if hogs:
-            for s in hogs:
-                s.close()
-            hogs.clear()
-            wait_until(url, api_key, overloaded=False)
+            release(hogs)
+            served(url, api_key)
 
     try:
-        wait_until(url, api_key, overloaded=True)
         grant = coffer.Change(key("retried"), [coffer.Op("gold", 40)])
         with coffer.Client(url, api_key, sleep=sleep) as c:
             trx = c.change(NS, player, grant)
@@ -71,16 +99,14 @@ def test_retry_overloaded_with_the_same_key(server, player):
             assert c.change(NS, player, grant).id == trx.id
             assert c.balances(NS, player).total("gold") == 40
     finally:
-        for s in hogs:
-            s.close()
+        release(hogs)
 
 
 def test_retries_are_bounded(server, player):
     url, api_key = server
-    hogs = hold_budget(url, api_key)
+    hogs = overload(url, api_key)
     waits = []
     try:
-        wait_until(url, api_key, overloaded=True)
         with coffer.Client(url, api_key, retries=2, sleep=waits.append) as c:
             try:
                 c.change(NS, player, coffer.Change(key("refused"), [coffer.Op("gold", 1)]))
@@ -89,6 +115,5 @@ def test_retries_are_bounded(server, player):
                 assert (err.code, err.status, err.retry_after, err.retryable) == ("overloaded", 503, 1.0, True)
         assert waits == [1.0, 1.0]
     finally:
-        for s in hogs:
-            s.close()
-    wait_until(url, api_key, overloaded=False)
+        release(hogs)
+    served(url, api_key)

@@ -36,21 +36,43 @@ async function holdBudget(): Promise<Socket[]> {
   return hogs;
 }
 
-// waitUntil waits for the server to refuse a small write with overloaded,
-// or to stop: it takes and gives back the hogs' bytes as they come and go.
-async function waitUntil(overloaded: boolean): Promise<void> {
+// refused tells whether the server refuses a small write with overloaded.
+async function refused(): Promise<boolean> {
+  const r = await fetch(`${url}/v1/namespaces/${NS}/players/1/transactions`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${apiKey}` },
+    body: '{"idempotency_key": ""}',
+  });
+  const body = (await r.json()) as { code?: string };
+  return r.status === 503 && body.code === "overloaded";
+}
+
+// overload holds the budget until the server refuses a small write. A
+// probe holds its few bytes while it is served: if a hog's last bytes
+// arrive then, the server refuses that hog (it answers it), and the hogs
+// are sent again.
+async function overload(): Promise<Socket[]> {
   const deadline = Date.now() + waitMaxMs;
   while (Date.now() < deadline) {
-    const r = await fetch(`${url}/v1/namespaces/${NS}/players/1/transactions`, {
-      method: "POST",
-      headers: { Authorization: `Bearer ${apiKey}` },
-      body: '{"idempotency_key": ""}',
-    });
-    const body = (await r.json()) as { code?: string };
-    if ((r.status === 503 && body.code === "overloaded") === overloaded) return;
+    const hogs = await holdBudget();
+    while (Date.now() < deadline && hogs.every((s) => s.bytesRead === 0 && !s.destroyed)) {
+      if (await refused()) return hogs;
+      await sleepMs(50);
+    }
+    release(hogs);
+  }
+  assert.fail(`the server was not overloaded in ${waitMaxMs} ms`);
+}
+
+// served waits for the server to serve a small write again: it gives back
+// the hogs' bytes as they go.
+async function served(): Promise<void> {
+  const deadline = Date.now() + waitMaxMs;
+  while (Date.now() < deadline) {
+    if (!(await refused())) return;
     await sleepMs(50);
   }
-  assert.fail(`the server was not ${overloaded ? "" : "no longer "}overloaded in ${waitMaxMs} ms`);
+  assert.fail(`the server was still overloaded after ${waitMaxMs} ms`);
 }
 
 function release(hogs: Socket[]): void {
@@ -59,10 +81,9 @@ function release(hogs: Socket[]): void {
 
 test("a retry after overloaded, with the same key", async () => {
   const p = player();
-  const hogs = await holdBudget();
+  const hogs = await overload();
   const waits: number[] = [];
   try {
-    await waitUntil(true);
     const c = new Client({
       baseUrl: url,
       apiKey,
@@ -71,7 +92,7 @@ test("a retry after overloaded, with the same key", async () => {
         waits.push(ms);
         if (hogs.length > 0) {
           release(hogs);
-          await waitUntil(false);
+          await served();
         }
       },
     });
@@ -88,10 +109,9 @@ test("a retry after overloaded, with the same key", async () => {
 });
 
 test("retries are bounded", async () => {
-  const hogs = await holdBudget();
+  const hogs = await overload();
   const waits: number[] = [];
   try {
-    await waitUntil(true);
     const c = new Client({ baseUrl: url, apiKey, retries: 2, sleep: async (ms) => void waits.push(ms) });
     const err = await c.change(NS, player(), { idempotency_key: key("refused"), ops: [{ currency: "gold", amount: 1 }] }).then(
       () => assert.fail("an overloaded server accepted the write"),
@@ -103,5 +123,5 @@ test("retries are bounded", async () => {
   } finally {
     release(hogs);
   }
-  await waitUntil(false);
+  await served();
 });
