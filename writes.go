@@ -3,7 +3,7 @@ package coffer
 import "slices"
 
 // Write is one write of a player: a value that says what its plan reads
-// (Needs), which the store loads under the player's lock, and plans
+// (Needs), which the store loads in one round trip, and plans
 // itself on the player (Plan). The writes are ValidChange, ValidExchange,
 // ValidRefund, Finish and ExpireLots.
 type Write interface {

@@ -22,7 +22,7 @@ type batchPlayer struct {
 	needs  coffer.Needs
 	writes int
 
-	locked bool
+	read   bool
 	state  coffer.PlayerState
 	ids    []int64
 	player *coffer.Player

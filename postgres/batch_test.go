@@ -156,15 +156,18 @@ func TestBatchTimeoutBoundsTheWholeBatch(t *testing.T) {
 	}
 	must(t, got[4].Err)
 	// The locked player's writes all wait for its lock: a lock timeout
-	// is not split, and one attempt failed for all four.
-	o.want(t, e.router.Map().Databases()[e.router.DatabaseIndex(id)].Name(), postgres.AttemptFailed)
+	// is not split, and one attempt failed for all four (the careful one:
+	// the first met the lock and ran again careful, ADR 0026).
+	o.want(t, e.router.Map().Databases()[e.router.DatabaseIndex(id)].Name(), postgres.AttemptCareful, postgres.AttemptFailed)
 }
 
 // TestTimeoutBeforeTheCommitIsNotRetried: a batch whose time runs out in
 // its first round trip (waiting for a player locked elsewhere, its lock
 // timeout longer than its time) wrote nothing: it is not tried again,
 // its write answers shard_unavailable, the database is not marked down,
-// and once the lock is released nothing of it is found.
+// and once the lock is released nothing of it is found. (Its first
+// attempt waits for no lock: it meets this one and runs again careful,
+// ADR 0026; that careful attempt is the one whose time runs out.)
 func TestTimeoutBeforeTheCommitIsNotRetried(t *testing.T) {
 	e := newEnv(t)
 	p := e.playersOn(0, 1, 1)[0]
@@ -177,10 +180,10 @@ func TestTimeoutBeforeTheCommitIsNotRetried(t *testing.T) {
 	wantCode(t, err, coffer.CodeUnavailable)
 	// The call and its batch's attempt have the same time: the attempt
 	// ends just after the call.
-	for deadline := time.Now().Add(5 * time.Second); len(o.all()) == 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); len(o.all()) < 2 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	o.want(t, "", postgres.AttemptFailed)
+	o.want(t, "", postgres.AttemptCareful, postgres.AttemptFailed)
 	if err := e.router.Writable(0); err != nil {
 		t.Fatalf("the database was marked down: %v", err)
 	}
@@ -199,6 +202,13 @@ func TestBatchSessionsEndAbandonedTransactions(t *testing.T) {
 	e := newEnv(t)
 	p := e.playersOn(0, 1, 1)[0]
 	cutter, _, cut := e.storeThroughCutter(postgres.Options{Timeout: 2 * time.Second, LockTimeout: 2 * time.Second})
+	// A write sent again makes the committer's next batches careful
+	// (ADR 0025): the one below takes the player's lock in its first
+	// round trip (ADR 0026).
+	for range 2 {
+		_, _, err := cut.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "seed"), Ops: []coffer.OpRequest{free("gold", 1)}})
+		must(t, err)
+	}
 	// The clock is read before the batch's second write is planned, once
 	// its first round trip holds the player's lock: the client's side is
 	// cut there, and the server's transaction is left idle.

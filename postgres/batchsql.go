@@ -60,7 +60,7 @@ func batchSession(o Options) map[string]string {
 // batchSQL are the statements of a batch on one shard, written for shard
 // N (shard.Tables names the tables).
 type batchSQL struct {
-	lock, lots, trx, orders, exchanges, balances string
+	lock, peek, lots, trx, orders, exchanges, balances string
 }
 
 var batchStatements = batchSQL{
@@ -81,6 +81,19 @@ var batchStatements = batchSQL{
 	SELECT l.ns, l.player_id, l.version, l.pos, l.updated_at, clock_timestamp(),
 		ARRAY(SELECT nextval('id_seq_N') FROM generate_series(1, u.ids))
 	FROM locked l JOIN (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::int[]) AS ids) AS u ON u.ns = l.ns AND u.player_id = l.player_id`,
+	// The players' rows without their locks, as a batch that is not
+	// careful reads them at its snapshot (docs/adr/0026-batch-snapshot.md):
+	// the writes' statement takes the locks, and fails if another
+	// transaction changed a row since. Such a batch waits for no lock
+	// either: from here to its end, a lock held elsewhere fails it within
+	// a millisecond (lock_timeout), and it runs again careful, waiting
+	// as the lock's batch does. A player without a row is at version 0
+	// and position 0, its last write at the epoch. Otherwise as lock.
+	peek: `SELECT u.ns, u.player_id, COALESCE(b.version, 0), COALESCE(b.pos, 0), COALESCE(b.updated_at, 'epoch'), clock_timestamp(),
+		ARRAY(SELECT nextval('id_seq_N') FROM generate_series(1, u.ids))
+	FROM (SELECT unnest($1::int[]) AS ns, unnest($2::bigint[]) AS player_id, unnest($3::int[]) AS ids) AS u
+	LEFT JOIN balance_N b ON b.ns = u.ns AND b.player_id = u.player_id
+	CROSS JOIN (SELECT set_config('lock_timeout', '1ms', true)) AS nowait`,
 	// The held lots (with an amount, or a reservation a rollback may
 	// return to them) of the currencies each player's writes touch: a row
 	// per (player, currency), the lot key's leading columns, so that a
@@ -138,10 +151,19 @@ var batchStatements = batchSQL{
 	LEFT JOIN lot_N l ON l.ns = b.ns AND l.player_id = b.player_id AND l.amount > 0`,
 }
 
+// players is the statement that reads a batch's players' rows: taking
+// their locks when the batch is careful.
+func (b *batchSQL) players(careful bool) string {
+	if careful {
+		return b.lock
+	}
+	return b.peek
+}
+
 // forShard is the statements with shard id's table names.
 func (b batchSQL) forShard(id coffer.ShardID) batchSQL {
 	n := func(sql string) string { return shard.Tables(sql, id) }
-	return batchSQL{lock: n(b.lock), lots: n(b.lots), trx: n(b.trx), orders: n(b.orders), exchanges: n(b.exchanges), balances: n(b.balances)}
+	return batchSQL{lock: n(b.lock), peek: n(b.peek), lots: n(b.lots), trx: n(b.trx), orders: n(b.orders), exchanges: n(b.exchanges), balances: n(b.balances)}
 }
 
 // Statements on a committer's mark (batchTx.persist, batchTx.load,
@@ -175,7 +197,7 @@ func markParts(committer, token string) string {
 // shard: its reads (batchSQL), the ids it lacks, and its write statement
 // in each combination of tables with rows it meets (writeSQL; a workload
 // meets a few), each in its array and one-row forms (oneRow).
-const batchStatementsPerShard = 16
+const batchStatementsPerShard = 18
 
 // batchStatementsMax is the prepared statements a connection of the
 // batches keeps (pgx's statement cache) for a database of shards shards:

@@ -471,9 +471,10 @@ func TestCutAttemptReadUnappliedLetsTheBatchSplit(t *testing.T) {
 	if b := e.balance(ps[1], "gold"); b.Total != 3 {
 		t.Fatalf("the other player holds %d gold, want 3", b.Total)
 	}
-	// Cut, then split; the waiting player's part fails, the other's
+	// Met the key's lock (the first attempt waits for none, ADR 0026),
+	// cut, then split; the waiting player's part fails, the other's
 	// commits.
-	o.want(t, "", postgres.AttemptRetried, postgres.AttemptSplit, postgres.AttemptFailed, postgres.AttemptCommitted)
+	o.want(t, "", postgres.AttemptCareful, postgres.AttemptRetried, postgres.AttemptSplit, postgres.AttemptFailed, postgres.AttemptCommitted)
 }
 
 // sortByLockOrder sorts players as a batch locks them: by shard, then id.

@@ -15,7 +15,7 @@ func RevenueSQL(id coffer.ShardID) string { return newQueries(id).revenue }
 // BatchReads are the batch's read statements on shard id.
 func BatchReads(id coffer.ShardID) map[string]string {
 	q := batchStatements.forShard(id)
-	return map[string]string{"lock": q.lock, "lots": q.lots, "trx": q.trx, "orders": q.orders, "exchanges": q.exchanges, "balances": q.balances}
+	return map[string]string{"lock": q.lock, "peek": q.peek, "lots": q.lots, "trx": q.trx, "orders": q.orders, "exchanges": q.exchanges, "balances": q.balances}
 }
 
 // OneRow is a batch statement's one-row form.

@@ -24,7 +24,7 @@ import (
 // more, however many writes and players: three hundred of every kind
 // over forty players, replays within the batch among them. A lone write,
 // the batch of every write at low load, sends five: BEGIN, the player's
-// lock, its lots; the rows with the mark; COMMIT. The writes' own keys
+// row, its lots; the rows with the mark; COMMIT. The writes' own keys
 // are not read: trx_N_idempotency refuses a trx under a key that has one.
 // A batch with writes refused reads their keys in a round trip more (a
 // statement per shard); a write sent again, TestWriteSentAgain. The batch's settings come with its
@@ -495,11 +495,13 @@ func TestDeadlockIsRetried(t *testing.T) {
 	if deadlocks() == before {
 		t.Fatal("no deadlock happened")
 	}
-	// Retried (once, or again if the retry met the other transaction
+	// Met the lock at once and ran again careful (ADR 0026), deadlocked,
+	// retried (once, or again if the retry met the other transaction
 	// before its rollback), then committed.
 	attempts := o.all()
-	if n := len(attempts); n < 2 || attempts[n-1] != postgres.AttemptCommitted || slices.ContainsFunc(attempts[:n-1], func(a string) bool { return a != postgres.AttemptRetried }) {
-		t.Fatalf("attempts ended %q, want retried, then committed", attempts)
+	if n := len(attempts); n < 3 || attempts[0] != postgres.AttemptCareful || attempts[n-1] != postgres.AttemptCommitted ||
+		slices.ContainsFunc(attempts[1:n-1], func(a string) bool { return a != postgres.AttemptRetried }) {
+		t.Fatalf("attempts ended %q, want careful, retried, then committed", attempts)
 	}
 	for i := range reqs {
 		reqs[i].Namespace = 2
@@ -738,7 +740,8 @@ func TestObserverSeesBatches(t *testing.T) {
 		t.Fatalf("answers %q, want %q", codes, w)
 	}
 	e.router.SetVerified(0, true)
-	o.want(t, dbs[0].Name(), postgres.AttemptCommitted, postgres.AttemptNotRun)
+	// The blocker's first attempt met the lock and ran again careful.
+	o.want(t, dbs[0].Name(), postgres.AttemptCareful, postgres.AttemptCommitted, postgres.AttemptNotRun)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if w := []string{dbs[0].Name() + " reads 1", dbs[0].Name() + " writes 1", dbs[0].Name() + " writes 2"}; !slices.Equal(o.batches, w) {

@@ -8,20 +8,26 @@ import (
 
 	"github.com/cofferhq/coffer"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// load is the first round trip: BEGIN, and for each shard the players' locks and ids (batchSQL.lock), their lots,
-// their trx under the batch's keys and the orders their refunds name;
-// then, if check is set, its token (0 without a row). It makes each
-// player's coffer.Player. Unless careful, it leaves the player's unread
-// keys unread (batchTx.fresh).
+// load is the first round trip: BEGIN, and for each shard the players'
+// rows and ids, their lots, their trx under the batch's keys and the
+// orders their refunds name; then, if check is set, its token (0 without
+// a row). It makes each player's coffer.Player. A careful batch takes
+// the players' locks as it reads their rows (batchSQL.lock) and reads
+// their unread keys too. Any other reads at one snapshot (REPEATABLE
+// READ), without the locks (batchSQL.peek): the writes' statement takes
+// them, and fails (raced) where another transaction changed a player
+// since (docs/adr/0026-batch-snapshot.md); it leaves the unread keys
+// unread (batchTx.fresh).
 func (t *batchTx) load(players []*batchPlayer, check *mark, careful bool) (token int64, err error) {
 	byKey := make(map[playerKey]*batchPlayer, len(players))
-	lock, lots, keys, orders := perShard{}, perShard{}, perShard{}, perShard{}
+	rowsOf, lots, keys, orders := perShard{}, perShard{}, perShard{}, perShard{}
 	for _, p := range players {
 		byKey[p.key] = p
 		ns, id := int32(p.key.ns), int64(p.key.id)
-		lock.add(p.shard, ns, id, int32(p.needs.IDs))
+		rowsOf.add(p.shard, ns, id, int32(p.needs.IDs))
 		if p.needs.AllLots {
 			lots.add(p.shard, ns, id, int32(0))
 		} else {
@@ -44,11 +50,15 @@ func (t *batchTx) load(players []*batchPlayer, check *mark, careful bool) (token
 	}
 	l := &loading{s: t.s, byKey: byKey}
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
+	if careful {
+		b.Queue("BEGIN")
+	} else {
+		b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ")
+	}
 	// Shard after shard, so that the locks are taken in one order.
-	for _, id := range lock.shards() {
+	for _, id := range rowsOf.shards() {
 		q := &t.s.q(id).batch
-		t.s.queue(b, q.lock, lock[id]).Query(l.locks)
+		t.s.queue(b, q.players(careful), rowsOf[id]).Query(l.players)
 		if lots[id] != nil {
 			t.s.queue(b, q.lots, lots[id]).Query(l.lots)
 		}
@@ -73,8 +83,8 @@ func (t *batchTx) load(players []*batchPlayer, check *mark, careful bool) (token
 		return 0, err
 	}
 	for _, p := range players {
-		if !p.locked {
-			return 0, fmt.Errorf("player %d/%d: not locked", p.key.ns, p.key.id)
+		if !p.read {
+			return 0, fmt.Errorf("player %d/%d: its row was not read", p.key.ns, p.key.id)
 		}
 		if p.err == nil {
 			p.player, p.err = coffer.NewPlayer(t.s.catalog, p.state, p.ids)
@@ -89,8 +99,9 @@ type loading struct {
 	byKey map[playerKey]*batchPlayer
 }
 
-// locks reads the players' rows as the lock returns them, and their ids.
-func (l *loading) locks(rows pgx.Rows) error {
+// players reads the players' rows as the lock or peek returns them, and
+// their ids.
+func (l *loading) players(rows pgx.Rows) error {
 	for rows.Next() {
 		var k playerKey
 		var version, pos int64
@@ -100,7 +111,7 @@ func (l *loading) locks(rows pgx.Rows) error {
 			return err
 		}
 		if p := l.byKey[k]; p != nil {
-			p.locked, p.ids = true, ids
+			p.read, p.ids = true, ids
 			p.state.Namespace, p.state.PlayerID, p.state.Version, p.state.Pos, p.state.LastWrite, p.state.At = k.ns, k.id, version, pos, last, now
 		}
 	}
@@ -217,6 +228,15 @@ func (t *batchTx) moreIDs(p *batchPlayer, n int) error {
 // again, careful.
 var errKeyStored = errors.New("a write's own key has a trx")
 
+// raced tells whether an attempt that read at its snapshot met another
+// transaction: one that changed a player since (serialization_failure,
+// playerTable), or one that holds a lock the attempt needs
+// (lock_not_available: such an attempt waits for none, batchSQL.peek).
+func raced(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Code == sqlstateSerializationFailure || pg.Code == sqlstateLockNotAvailable)
+}
+
 // keyStored tells whether an attempt failed because a write's own key it
 // did not read has a trx: the key's read (errKeyStored), or the insert of
 // the write's trx (trx_N_idempotency).
@@ -226,8 +246,9 @@ func keyStored(err error) bool { return errors.Is(err, errKeyStored) || idempote
 // players' own keys: one that a plan stores a trx under needs nothing
 // more, since trx_N_idempotency refuses the insert if the key has one;
 // the others (a write refused, answered as a replay of another in the
-// batch, or not planned in time) are read in one more round trip, under
-// the players' locks. Cost: none for a batch whose writes all store
+// batch, or not planned in time) are read in one more round trip, at the
+// batch's snapshot: a key stored since is a write sent again at once,
+// which this one precedes. Cost: none for a batch whose writes all store
 // their trx; else a round trip and a statement per shard of such
 // writes. Any trx found fails the attempt (errKeyStored).
 func (t *batchTx) fresh(players []*batchPlayer, of []int, plans []coffer.Plan) error {

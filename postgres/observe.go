@@ -28,10 +28,15 @@ const (
 	// AttemptCommitted: its COMMIT was applied.
 	AttemptCommitted = "committed"
 	// AttemptRetried: it lost a race (a deadlock, a serialization
-	// failure, a key another instance inserted) or its connection, its
-	// COMMIT was cut off, or it met a write sent again, whose key it did
-	// not read: the batch is tried again.
+	// failure, a key another instance inserted) or its connection, or
+	// its COMMIT was cut off: the batch is tried again.
 	AttemptRetried = "retried"
+	// AttemptCareful: it read at its snapshot, without the locks, and
+	// met another transaction (a player changed since, or locked), or a
+	// write sent again, whose key it did not read: the batch runs again
+	// at once, careful (docs/adr/0026-batch-snapshot.md), not as one of
+	// its retries.
+	AttemptCareful = "careful"
 	// AttemptSplit: a player's lock timed out, or the database refused
 	// a value: the batch runs again in parts, by player, then by write.
 	AttemptSplit = "split"

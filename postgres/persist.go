@@ -215,7 +215,15 @@ var finishTable = &writeTable[finishRow]{name: "finished", columns: []writeColum
 	FROM u
 	WHERE t.ns = u.ns AND t.player_id = u.player_id AND t.created_at = u.created_at AND t.trx_id = u.trx_id`}
 
-// playerRow is a player's row as its writes leave it (coffer.Player.Written).
+// playerRow is a player's row as its writes leave it (coffer.Player.Written):
+// inserted if the batch read none (batchSQL.peek). PostgreSQL runs a
+// statement's data-modifying parts last first, so this part, last but
+// the mark, takes the players' locks before the part of any other row
+// of theirs, in the lock's order (ns, player_id): a batch that read
+// without the locks waits for another only where that one would wait
+// for it, not in a cycle. In a batch that read at its snapshot, a row
+// another transaction changed since fails the statement
+// (serialization_failure, raced).
 type playerRow struct {
 	ns           int32
 	player       int64
@@ -229,9 +237,9 @@ var playerTable = &writeTable[playerRow]{name: "players", columns: []writeColumn
 	{"version", "bigint", func(r *playerRow) any { return r.version }},
 	{"pos", "bigint", func(r *playerRow) any { return r.pos }},
 	{"updated_at", "timestamptz", func(r *playerRow) any { return r.at }},
-}, sql: `UPDATE balance_N b SET version = u.version, pos = u.pos, updated_at = u.updated_at
-	FROM u
-	WHERE b.ns = u.ns AND b.player_id = u.player_id`}
+}, sql: `INSERT INTO balance_N AS b (ns, player_id, version, pos, updated_at)
+	SELECT ns, player_id, version, pos, updated_at FROM u ORDER BY ns, player_id
+	ON CONFLICT (ns, player_id) DO UPDATE SET version = EXCLUDED.version, pos = EXCLUDED.pos, updated_at = EXCLUDED.updated_at`}
 
 // writeParts are the parts of a batch's write on a shard, in the order
 // its rows bind to them (writeSQL, persist).

@@ -11,7 +11,7 @@ import (
 
 // settle runs the writes of one database as one batch and answers each
 // (see docs/architecture.md): one PostgreSQL transaction, two round trips
-// (the players' locks and state; the rows and COMMIT), whatever the number
+// (the players' state; the rows and COMMIT), whatever the number
 // of writes. A write refused by its plan (insufficient_funds, a conflict)
 // is answered so and fails no other. A batch that fails as a whole is run
 // again, up to RetriesMax times, when it lost a race or its connection;
@@ -19,10 +19,12 @@ import (
 // come from some of its writes only; so that each write gets the answer it
 // would have got alone. After a COMMIT whose answer was lost, the next
 // attempt reads whether it was applied, from m (batch_mark). An attempt
-// reads the writes' own keys only when careful: one that fails on a key
-// that has a trx (a write sent again) is run again careful, as are the
-// committer's next carefulBatches (k), and does not count as a retry. Each
-// attempt's ending is told to the Observer. A batch that met the fence
+// takes the players' locks as it reads, and reads the writes' own keys,
+// only when careful (load): one that fails on a key that has a trx (a
+// write sent again), or on a player another transaction changed since
+// its snapshot (raced), is run again careful, as are the committer's next
+// carefulBatches (k), and does not count as a retry. Each attempt's
+// ending is told to the Observer. A batch that met the fence
 // of a shard that moved away answers errMoved to that shard's writes
 // (Store.route sends them to its new home) and runs again without them.
 // The writes an attempt left unplanned when its time ran short (attempt)
@@ -52,11 +54,12 @@ func (s *Store) settle(ctx context.Context, db int, m *mark, k *keyReads, reqs [
 			break
 		}
 		a = s.attempt(ctx, db, m, reqs, unknown, careful)
-		if !careful && unknown == nil && keyStored(a.err) {
-			// A write sent again, its key unread: the batch runs again
-			// at once reading the keys, not as one of the retries.
+		if !careful && unknown == nil && (keyStored(a.err) || raced(a.err)) {
+			// A write sent again, its key unread, or a player changed
+			// since the snapshot: the batch runs again at once, careful,
+			// not as one of the retries.
 			careful, k.left = true, carefulBatches
-			s.observe(db, AttemptRetried)
+			s.observe(db, AttemptCareful)
 			a = s.attempt(ctx, db, m, reqs, nil, true)
 		}
 		if a.err == nil {
