@@ -35,14 +35,18 @@ type batchPlayer struct {
 // COMMIT sets in its committer's mark, or the error that stopped it.
 // uncertain tells the error cut off the second round trip, which holds
 // the COMMIT: the batch may have been applied. unapplied tells the
-// attempt read that the earlier one it was given, uncertain, was not
-// applied.
+// attempt proved that the earlier one it was given, uncertain, was not
+// applied: by reading the mark after the players' locks the earlier one
+// took in its first round trip, if it was careful; else once its own
+// COMMIT let go of the mark it read (readMark). careful tells the attempt
+// took the players' locks as it read them (load).
 type attempt struct {
 	plans     []coffer.Plan
 	token     int64
 	err       error
 	uncertain bool
 	unapplied bool
+	careful   bool
 }
 
 // batchTx is a batch's transaction on one connection of its database.
@@ -55,12 +59,13 @@ type batchTx struct {
 }
 
 // attempt runs the batch once: unless careful (or reading whether
-// unknown was applied), without reading the writes' own keys (load),
-// which the attempt then proves new (batchTx.fresh) or fails (keyStored).
-// unknown is an earlier attempt whose
-// COMMIT may have been applied: if the mark, read under the players'
-// locks, holds its token, it was, and its plans are the answers, as new
-// writes (they are not replays of another request). It plans the writes
+// unknown was applied), at one snapshot without the players' locks and
+// without reading the writes' own keys (load), which the attempt then
+// proves new (batchTx.fresh) or fails (keyStored). unknown is an earlier
+// attempt whose COMMIT may have been applied: if the mark, read under
+// the players' locks and locked itself (readMark), holds its token, it
+// was, and its plans are the answers, as new writes (they are not
+// replays of another request). It plans the writes
 // in order, the first always, each next one only while half of Timeout
 // is left (planLate): the writes past that are not planned, and the
 // plans made so far are persisted, so that a batch too long to plan
@@ -77,9 +82,9 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 	defer t.end()
 	var check *mark
 	if unknown != nil {
-		check = m
+		check, careful = m, true
 	}
-	token, err := t.load(players, check, careful || check != nil)
+	token, err := t.load(players, check, careful)
 	if err != nil {
 		return &attempt{err: err}
 	}
@@ -91,11 +96,11 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 		// the backend is terminated). Its answer waits for a COMMIT that
 		// does wait for the standby, which then has it too.
 		if err := t.commitWith(touchMark, m.committer); err != nil {
-			return &attempt{plans: unknown.plans, token: unknown.token, err: err, uncertain: true}
+			return &attempt{plans: unknown.plans, token: unknown.token, err: err, uncertain: true, careful: true}
 		}
 		return &attempt{plans: unknown.plans}
 	}
-	a := &attempt{plans: make([]coffer.Plan, 0, len(reqs)), unapplied: unknown != nil}
+	a := &attempt{plans: make([]coffer.Plan, 0, len(reqs)), unapplied: unknown != nil && unknown.careful, careful: careful}
 	for i, r := range reqs {
 		if i > 0 && s.planLate(ctx) {
 			break
@@ -116,14 +121,24 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 		}
 		a.plans = append(a.plans, plan)
 	}
-	if check == nil && !careful {
+	if !careful {
 		if err := t.fresh(players, of, a.plans); err != nil {
 			a.err = err
 			return a
 		}
 	}
 	if !slices.ContainsFunc(a.plans, coffer.Plan.Writes) && !slices.ContainsFunc(a.plans, replayed) {
-		return a // nothing to write: end rolls back
+		if check == nil {
+			return a // nothing to write: end rolls back
+		}
+		// The mark read stays locked until this COMMIT: a cut attempt
+		// that has yet to run its write then fails on it (readMark).
+		if err := t.commitWith(touchMark, m.committer); err != nil {
+			a.err, a.uncertain = err, uncertain(err)
+			return a
+		}
+		a.unapplied = true
+		return a
 	}
 	m.token++
 	a.token = m.token
@@ -133,12 +148,16 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 		// they too are answered after a COMMIT that waits for it.
 		if err := t.commitWith("WITH "+markParts("$1", "$2")+" SELECT 1", m.committer, m.token); err != nil {
 			a.err, a.uncertain = err, uncertain(err)
+			return a
 		}
+		a.unapplied = unknown != nil
 		return a
 	}
 	if err := t.persist(players, of, a.plans, m); err != nil {
 		a.err, a.uncertain = err, uncertain(err)
+		return a
 	}
+	a.unapplied = unknown != nil
 	return a
 }
 

@@ -175,8 +175,18 @@ func (b batchSQL) forShard(id coffer.ShardID) batchSQL {
 // batch against 82. staleMarks tests marked_at again on the row it
 // deletes: a row its committer sets while the DELETE waits for it is
 // rechecked there, not in the IN list.
+//
+// readMark, in the attempt after one whose COMMIT was cut off, takes the
+// mark's lock as it reads the token, and the attempt commits it
+// (Store.attempt): a cut attempt that read at its snapshot (ADR 0026)
+// holds no player's lock before its last write statement, which sets the
+// mark first. So either that statement holds the mark, and readMark waits
+// for its end, or it has not run yet, and, running after, it finds the
+// mark changed since its snapshot (or locked) and fails, nothing
+// written. Written anew where the committer has none.
 const (
-	readMark   = `SELECT token FROM batch_mark WHERE committer = $1`
+	readMark = `INSERT INTO batch_mark AS m (committer, token, marked_at) VALUES ($1, 0, now())
+		ON CONFLICT (committer) DO UPDATE SET marked_at = now() RETURNING m.token`
 	staleMarks = `DELETE FROM batch_mark WHERE committer IN
 		(SELECT committer FROM batch_mark WHERE marked_at < now() - interval '1 day' LIMIT $1)
 		AND marked_at < now() - interval '1 day'`

@@ -70,8 +70,10 @@ func (t *batchTx) load(players []*batchPlayer, check *mark, careful bool) (token
 			t.s.queue(b, q.exchanges, orders[id]).Query(l.exchanges)
 		}
 	}
-	// After the locks: the cut attempt held them until it ended, so the
-	// mark is read once its COMMIT has run or never will.
+	// After the locks: a careful cut attempt held them until it ended,
+	// so the mark is read once its COMMIT has run or never will; one that
+	// read at its snapshot held the mark from its last statement on, or
+	// fails on it once this attempt commits (readMark).
 	if check != nil {
 		b.Queue(readMark, check.committer).Query(func(rows pgx.Rows) error {
 			_, err := pgx.ForEachRow(rows, []any{&token}, func() error { return nil })
