@@ -392,18 +392,23 @@ func (n lotNames) answer(player coffer.PlayerID, r coffer.ChangeResult) coffer.C
 
 // waitForBackend waits until a backend of the database other than
 // those in not runs a statement like query while waiting for a lock, and
-// returns its pid.
+// returns its pid. It sees the wait twice, a poll apart: an attempt that
+// read at its snapshot gives up a lock wait within a millisecond (ADR
+// 0026), and runs again careful; the wait the test acts on is the
+// careful attempt's, which lasts.
 func (e *env) waitForBackend(db int, query string, not ...int32) int32 {
 	e.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
+	var seen int32
 	for time.Now().Before(deadline) {
 		var pid int32
 		err := e.router.Database(db).QueryRow(ctx, `SELECT pid FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE $1 AND pid <> pg_backend_pid() AND pid <> ALL($2) LIMIT 1`,
+			WHERE wait_event_type = 'Lock' AND query LIKE $1 AND pid <> pg_backend_pid() AND pid <> ALL($2) ORDER BY pid LIMIT 1`,
 			query, append(not, 0)).Scan(&pid)
-		if err == nil {
+		if err == nil && pid == seen {
 			return pid
 		}
+		seen = pid
 		time.Sleep(10 * time.Millisecond)
 	}
 	e.t.Fatalf("no backend waits in %q", query)
