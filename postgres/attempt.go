@@ -127,38 +127,40 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 			return a
 		}
 	}
-	if !slices.ContainsFunc(a.plans, coffer.Plan.Writes) && !slices.ContainsFunc(a.plans, replayed) {
-		if check == nil {
-			return a // nothing to write: end rolls back
-		}
-		// The mark read stays locked until this COMMIT: a cut attempt
-		// that has yet to run its write then fails on it (readMark).
-		if err := t.commitWith(touchMark, m.committer); err != nil {
-			a.err, a.uncertain = err, uncertain(err)
-			return a
-		}
-		a.unapplied = true
-		return a
+	if check == nil && !slices.ContainsFunc(a.plans, coffer.Plan.Writes) && !slices.ContainsFunc(a.plans, replayed) {
+		return a // nothing to write: end rolls back
 	}
-	m.token++
-	a.token = m.token
-	if !slices.ContainsFunc(a.plans, coffer.Plan.Writes) {
-		// Replays only: the trx they answer may be on the primary alone
-		// (a COMMIT cut off while it waited for the standby, above), so
-		// they too are answered after a COMMIT that waits for it.
-		if err := t.commitWith("WITH "+markParts("$1", "$2")+" SELECT 1", m.committer, m.token); err != nil {
-			a.err, a.uncertain = err, uncertain(err)
-			return a
-		}
-		a.unapplied = unknown != nil
-		return a
-	}
-	if err := t.persist(players, of, a.plans, m); err != nil {
+	if err := t.commitPlans(a, players, of, m); err != nil {
 		a.err, a.uncertain = err, uncertain(err)
 		return a
 	}
 	a.unapplied = unknown != nil
 	return a
+}
+
+// commitPlans ends an attempt's transaction with a COMMIT, and the next
+// token of m for the attempt, but for a mark only touched:
+//   - of the rows its plans write (persist);
+//   - of its mark alone when it answers replays only: the trx they answer
+//     may be on the primary alone (a COMMIT cut off while it waited for
+//     the standby, Store.attempt), so they too are answered after a
+//     COMMIT that waits for it;
+//   - of its mark touched when it writes nothing but read a cut attempt's
+//     mark, which stays locked until this COMMIT, so that a cut attempt
+//     yet to run its write fails on it (readMark).
+func (t *batchTx) commitPlans(a *attempt, players []*batchPlayer, of []int, m *mark) error {
+	switch {
+	case slices.ContainsFunc(a.plans, coffer.Plan.Writes):
+		m.token++
+		a.token = m.token
+		return t.persist(players, of, a.plans, m)
+	case slices.ContainsFunc(a.plans, replayed):
+		m.token++
+		a.token = m.token
+		return t.commitWith("WITH "+markParts("$1", "$2")+" SELECT 1", m.committer, m.token)
+	default:
+		return t.commitWith(touchMark, m.committer)
+	}
 }
 
 // plan plans r on its player p. A plan that lacks ids gets them
