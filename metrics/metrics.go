@@ -90,7 +90,7 @@ func New(router *shard.Router) *Metrics {
 		}, []string{"database", "kind"}),
 		groupCommitAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coffer_group_commit_attempts_total",
-			Help: "Attempts of group-commit batches of writes by database and how they ended (committed, careful: run again at once taking the locks, retried, split, cut, failed; not_run: a try not made, the database being down).",
+			Help: "Attempts of group-commit batches of writes by database and how they ended (committed, careful: run again at once taking the locks (a race, a write sent again or refused), retried, split, cut, failed; not_run: a try not made, the database being down).",
 		}, []string{"database", "outcome"}),
 		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coffer_shard_fenced_total",

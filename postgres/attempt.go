@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -100,7 +101,10 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 		}
 		return &attempt{plans: unknown.plans}
 	}
-	a := &attempt{plans: make([]coffer.Plan, 0, len(reqs)), unapplied: unknown != nil && unknown.careful, careful: careful}
+	// A check attempt's locks prove only what a careful attempt did: a
+	// cut one that read at its snapshot held none before its write.
+	a := &attempt{plans: make([]coffer.Plan, 0, len(reqs)), unapplied: unknown != nil && unknown.careful,
+		careful: careful && (unknown == nil || unknown.careful)}
 	for i, r := range reqs {
 		if i > 0 && s.planLate(ctx) {
 			break
@@ -121,13 +125,17 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 		}
 		a.plans = append(a.plans, plan)
 	}
+	if !careful && slices.ContainsFunc(a.plans, refused) {
+		a.err = errRefusedAtSnapshot
+		return a
+	}
 	if !careful {
 		if err := t.fresh(players, of, a.plans); err != nil {
 			a.err = err
 			return a
 		}
 	}
-	if check == nil && !slices.ContainsFunc(a.plans, coffer.Plan.Writes) && !slices.ContainsFunc(a.plans, replayed) {
+	if check == nil && !slices.ContainsFunc(a.plans, coffer.Plan.Writes) && !slices.ContainsFunc(a.plans, replayed) && !slices.ContainsFunc(a.plans, refused) {
 		return a // nothing to write: end rolls back
 	}
 	if err := t.commitPlans(a, players, of, m); err != nil {
@@ -147,7 +155,11 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 //     COMMIT that waits for it;
 //   - of its mark touched when it writes nothing but read a cut attempt's
 //     mark, which stays locked until this COMMIT, so that a cut attempt
-//     yet to run its write fails on it (readMark).
+//     yet to run its write fails on it (readMark); or when it refused a
+//     write: its players' rows, written again by their locks, are then
+//     changed for an earlier copy of the write that read at its snapshot
+//     and has yet to write, which then fails on them and applies nothing
+//     (errRefusedAtSnapshot).
 func (t *batchTx) commitPlans(a *attempt, players []*batchPlayer, of []int, m *mark) error {
 	switch {
 	case slices.ContainsFunc(a.plans, coffer.Plan.Writes):
@@ -276,6 +288,20 @@ func (e *commitUnproven) Error() string { return "after the COMMIT: " + e.err.Er
 
 // replayed tells whether a plan answers a write applied before.
 func replayed(p coffer.Plan) bool { return p.Replay && p.Err == nil }
+
+// refused tells whether a plan answers its write with an error: the
+// write is not applied.
+func refused(p coffer.Plan) bool { return p.Err != nil }
+
+// errRefusedAtSnapshot is an attempt's failure when it read at its
+// snapshot and its plans refuse a write: settle runs it again careful.
+// A refusal writes nothing and so locks nothing at a snapshot, and an
+// earlier copy of the write (its call ended, "retry with the same key")
+// may still be on its way to the server, to apply after the refusal was
+// answered. A careful attempt waits for the locks that copy holds, and
+// its COMMIT (commitPlans) changes the rows that copy must write
+// unchanged (docs/adr/0026-batch-snapshot.md, "Refusals").
+var errRefusedAtSnapshot = errors.New("a write refused at the batch's snapshot")
 
 // end rolls back a transaction still open. It runs on its own short
 // deadline, so that a batch whose time ran out still releases its locks;

@@ -247,12 +247,12 @@ func keyStored(err error) bool { return errors.Is(err, errKeyStored) || idempote
 // fresh proves new, after an attempt that did not read them (load), the
 // players' own keys: one that a plan stores a trx under needs nothing
 // more, since trx_N_idempotency refuses the insert if the key has one;
-// the others (a write refused, answered as a replay of another in the
-// batch, or not planned in time) are read in one more round trip, at the
-// batch's snapshot: a key stored since is a write sent again at once,
-// which this one precedes. Cost: none for a batch whose writes all store
-// their trx; else a round trip and a statement per shard of such
-// writes. Any trx found fails the attempt (errKeyStored).
+// the others (answered as a replay of another in the batch, or not
+// planned in time; a write refused fails the attempt before this,
+// errRefusedAtSnapshot) are read in one more round trip, at the batch's
+// snapshot. Cost: none for a batch whose writes all store their trx;
+// else a round trip and a statement per shard of such writes. Any trx
+// found fails the attempt (errKeyStored).
 func (t *batchTx) fresh(players []*batchPlayer, of []int, plans []coffer.Plan) error {
 	stored := map[playerKey][]coffer.TrxKey{}
 	for i, plan := range plans {

@@ -33,9 +33,9 @@ const (
 	AttemptRetried = "retried"
 	// AttemptCareful: it read at its snapshot, without the locks, and
 	// met another transaction (a player changed since, or locked), or a
-	// write sent again, whose key it did not read: the batch runs again
-	// at once, careful (docs/adr/0026-batch-snapshot.md), not as one of
-	// its retries.
+	// write sent again, whose key it did not read, or it refused a
+	// write: the batch runs again at once, careful
+	// (docs/adr/0026-batch-snapshot.md), not as one of its retries.
 	AttemptCareful = "careful"
 	// AttemptSplit: a player's lock timed out, or the database refused
 	// a value: the batch runs again in parts, by player, then by write.

@@ -23,7 +23,8 @@ import (
 // only when careful (load): one that fails on a key that has a trx (a
 // write sent again), or on a player another transaction changed since
 // its snapshot (raced), is run again careful, as are the committer's next
-// carefulBatches (k), and does not count as a retry. Each attempt's
+// carefulBatches (k), and does not count as a retry; so is one that
+// refuses a write (errRefusedAtSnapshot), alone. Each attempt's
 // ending is told to the Observer. A batch that met the fence
 // of a shard that moved away answers errMoved to that shard's writes
 // (Store.route sends them to its new home) and runs again without them.
@@ -54,13 +55,19 @@ func (s *Store) settle(ctx context.Context, db int, m *mark, k *keyReads, reqs [
 			break
 		}
 		a = s.attempt(ctx, db, m, reqs, unknown, careful)
-		if !careful && unknown == nil && (keyStored(a.err) || raced(a.err)) {
-			// A write sent again, its key unread, or a player changed
-			// since the snapshot: the batch runs again at once, careful,
-			// not as one of the retries.
-			careful, k.left = true, carefulBatches
+		if !careful && unknown == nil && (keyStored(a.err) || raced(a.err) || errors.Is(a.err, errRefusedAtSnapshot)) {
+			// A write sent again, its key unread, a player changed since
+			// the snapshot, or a write refused: the batch runs again at
+			// once, careful, not as one of the retries; so do the
+			// committer's next batches but after a refusal, which tells
+			// nothing of other instances.
+			careful = true
+			if !errors.Is(a.err, errRefusedAtSnapshot) {
+				k.left = carefulBatches
+			}
 			s.observe(db, AttemptCareful)
-			a = s.attempt(ctx, db, m, reqs, nil, true)
+			try--
+			continue
 		}
 		if a.err == nil {
 			for i := range a.plans {

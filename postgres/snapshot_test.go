@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -91,16 +92,38 @@ func TestWriteOnAPlayerChangedSinceItsSnapshot(t *testing.T) {
 // before it.
 func TestCutAttemptAtItsSnapshotIsReadOnceItEnds(t *testing.T) {
 	e := newEnv(t)
+	gate := newGate(t, e)
+	players := e.playersOn(0, 1, 16)
+	for _, at := range []string{"at its mark", "at the player's row"} {
+		t.Run(at, func(t *testing.T) {
+			players = gate.untilPlannedInTime(t, at, players, func(p coffer.PlayerID, expiry time.Duration) bool {
+				return cutAndRefused(t, e, gate.conn, p, expiry)
+			})
+		})
+	}
+}
+
+// gate holds a batch's write statement on database 0 until the test
+// lets go of an advisory lock, whichever table its trigger is on: as it
+// raises its mark's token (which it sets first, before it locks any
+// player); as it writes a player's row (a version raised: not the
+// lock's), before it locks it (an upsert's BEFORE INSERT trigger fires
+// first); or as it inserts a trx, past the players' locks.
+type gate struct {
+	e    *env
+	conn *pgxpool.Conn
+}
+
+func newGate(t *testing.T, e *env) *gate {
 	db := e.router.Database(0)
-	// The gate holds a batch's write statement, in the first case as it
-	// raises its mark's token, in the second as it writes the player's
-	// row (a version raised: not the lock's).
 	_, err := db.Exec(ctx, `CREATE FUNCTION gate() RETURNS trigger LANGUAGE plpgsql AS $$
 		DECLARE
 			held bool := false;
 		BEGIN
 			IF TG_TABLE_NAME = 'batch_mark' THEN
 				held := NEW.token <> OLD.token;
+			ELSIF TG_TABLE_NAME LIKE 'trx\_%' THEN
+				held := true;
 			ELSIF TG_OP = 'INSERT' THEN
 				held := NEW.version > 0;
 			ELSE
@@ -112,34 +135,104 @@ func TestCutAttemptAtItsSnapshotIsReadOnceItEnds(t *testing.T) {
 			RETURN NEW;
 		END $$`)
 	must(t, err)
-	gate, err := db.Acquire(ctx)
+	conn, err := db.Acquire(ctx)
 	must(t, err)
-	defer gate.Release()
-	players := e.playersOn(0, 1, 16)
-	for _, at := range []string{"at its mark", "at the player's row"} {
-		t.Run(at, func(t *testing.T) {
-			for expiry := 2 * time.Second; ; expiry *= 2 {
-				if expiry > time.Minute {
-					t.Fatal("the first attempt never planned before the grant's expiry")
-				}
-				var p coffer.PlayerID
-				p, players = players[0], players[1:]
-				table := "batch_mark"
-				if at == "at the player's row" {
-					table = fmt.Sprintf("balance_%d", e.router.Map().ShardOf(p))
-				}
-				_, err := db.Exec(ctx, `DROP TRIGGER IF EXISTS gate ON batch_mark;
-					CREATE TRIGGER gate BEFORE INSERT OR UPDATE ON `+table+` FOR EACH ROW EXECUTE FUNCTION gate()`)
+	t.Cleanup(conn.Release)
+	return &gate{e: e, conn: conn}
+}
+
+// untilPlannedInTime runs scenario, with the gate at (its mark, the
+// player's row, or past it), on the next of players and a grant's expiry of 2 s,
+// doubled for the next player until the scenario tells the first
+// attempt planned before it; it returns the players left.
+func (g *gate) untilPlannedInTime(t *testing.T, at string, players []coffer.PlayerID, scenario func(coffer.PlayerID, time.Duration) bool) []coffer.PlayerID {
+	db := g.e.router.Database(0)
+	for expiry := 2 * time.Second; ; expiry *= 2 {
+		if expiry > time.Minute {
+			t.Fatal("the first attempt never planned before the grant's expiry")
+		}
+		var p coffer.PlayerID
+		p, players = players[0], players[1:]
+		table := "batch_mark"
+		switch at {
+		case "at the player's row":
+			table = fmt.Sprintf("balance_%d", g.e.router.Map().ShardOf(p))
+		case "past the player's row":
+			table = fmt.Sprintf("trx_%d", g.e.router.Map().ShardOf(p))
+		}
+		done := func() bool {
+			_, err := db.Exec(ctx, `CREATE TRIGGER gate BEFORE INSERT OR UPDATE ON `+table+` FOR EACH ROW EXECUTE FUNCTION gate()`)
+			must(t, err)
+			// Also when the scenario fails: the next one starts clean.
+			defer func() {
+				_, err := db.Exec(ctx, `DROP TRIGGER gate ON `+table)
 				must(t, err)
-				done := cutAndRefused(t, e, gate, p, expiry)
-				_, err = db.Exec(ctx, `DROP TRIGGER gate ON `+table)
+				_, err = g.conn.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
 				must(t, err)
-				if done {
-					return
-				}
-			}
-		})
+			}()
+			return scenario(p, expiry)
+		}()
+		if done {
+			return players
+		}
 	}
+}
+
+// TestRetryRefusedWhileItsFirstCopyIsInFlight: a grant's call ends
+// while its batch, which read at its snapshot, is still on the server,
+// held by the gate; the answer is "retry with the same key", whether the
+// caller gave up or settle could not read whether the batch's COMMIT was
+// applied (the database found unwritable after the cut). The client
+// retries through another instance once the grant's expires_at has
+// passed. The retry's answer must hold: before, the retry refused the
+// grant (invalid) at its own snapshot, locking and writing nothing, and
+// the first copy went on to apply it. Now a refusal at a snapshot runs
+// again careful: held at its mark, the first copy holds no player's
+// lock, and the careful retry's COMMIT writes the player's row again,
+// on which the first copy then fails (without that COMMIT it applies);
+// held past the player's row, the first copy holds its lock, and the
+// careful retry waits for it and answers the replay.
+func TestRetryRefusedWhileItsFirstCopyIsInFlight(t *testing.T) {
+	e := newEnv(t)
+	gate := newGate(t, e)
+	players := e.playersOn(0, 1, 32)
+	for _, ended := range []string{"its caller gone", "its outcome unread"} {
+		for _, at := range []string{"at its mark", "past the player's row"} {
+			t.Run(ended+", held "+at, func(t *testing.T) {
+				players = gate.untilPlannedInTime(t, at, players, func(p coffer.PlayerID, expiry time.Duration) bool {
+					return retriedAndRefused(t, e, gate.conn, p, expiry, ended == "its outcome unread")
+				})
+			})
+		}
+	}
+}
+
+// retriedAndRefused runs the scenario of
+// TestRetryRefusedWhileItsFirstCopyIsInFlight on player p with a grant
+// that expires after expiry (the first call's outcome given up by settle
+// if unread, else by its caller), and returns false if the first attempt
+// planned too late for it.
+func retriedAndRefused(t *testing.T, e *env, gate *pgxpool.Conn, p coffer.PlayerID, expiry time.Duration, unread bool) bool {
+	cutter, router, store := e.storeThroughCutter(postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: 20 * time.Second})
+	call, hangUp := context.WithCancel(ctx)
+	defer hangUp()
+	grant, first, done := holdGrant(t, e, gate, store, call, p, expiry)
+	if first == 0 {
+		return false
+	}
+	if unread {
+		router.SetVerified(0, false)
+		cutter.cutClients()
+	} else {
+		hangUp()
+	}
+	wantCode(t, (<-done).err, coffer.CodeUnavailable)
+	go func() {
+		trx, _, err := e.store.Change(ctx, grant)
+		done <- grantAnswer{trx, err}
+	}()
+	answerHolds(t, e, gate, p, first, done)
+	return true
 }
 
 // cutAndRefused runs the scenario of
@@ -147,8 +240,31 @@ func TestCutAttemptAtItsSnapshotIsReadOnceItEnds(t *testing.T) {
 // that expires after expiry, and returns false if the first attempt
 // planned too late for it.
 func cutAndRefused(t *testing.T, e *env, gate *pgxpool.Conn, p coffer.PlayerID, expiry time.Duration) bool {
-	db := e.router.Database(0)
 	cutter, _, store := e.storeThroughCutter(postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: 20 * time.Second})
+	_, first, done := holdGrant(t, e, gate, store, ctx, p, expiry)
+	if first == 0 {
+		return false
+	}
+	cutter.cutClients()
+	answerHolds(t, e, gate, p, first, done)
+	return true
+}
+
+// grantAnswer is a grant's call's answer.
+type grantAnswer struct {
+	trx coffer.Trx
+	err error
+}
+
+// holdGrant sends, through store with call, a grant to player p that
+// expires after expiry, and returns once the gate holds its batch's
+// write statement on the server (its backend, first) and the expiry has
+// passed, with the channel of the call's answer; or first 0 if the
+// grant was answered before the gate (planned too late for the expiry),
+// the gate let go.
+func holdGrant(t *testing.T, e *env, gate *pgxpool.Conn, store *postgres.Store, call context.Context, p coffer.PlayerID, expiry time.Duration) (
+	grant coffer.ChangeRequest, first int32, done chan grantAnswer) {
+	db := e.router.Database(0)
 	// The store's first batch writes its mark anew (no UPDATE): this
 	// one does.
 	_, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "first"), Ops: []coffer.OpRequest{free("gold", 1)}})
@@ -157,41 +273,38 @@ func cutAndRefused(t *testing.T, e *env, gate *pgxpool.Conn, p coffer.PlayerID, 
 	must(t, db.QueryRow(ctx, `SELECT now() + $1::interval`, expiry.String()).Scan(&expires))
 	_, err = gate.Exec(ctx, `SELECT pg_advisory_lock(4242)`)
 	must(t, err)
-	type answer struct {
-		trx coffer.Trx
-		err error
-	}
-	done := make(chan answer, 1)
+	grant = coffer.ChangeRequest{Scope: scope(p, "grant"), Ops: []coffer.OpRequest{{Currency: "gold", Amount: 10, ExpiresAt: &expires}}}
+	done = make(chan grantAnswer, 1)
 	go func() {
-		trx, _, err := store.Change(ctx, coffer.ChangeRequest{Scope: scope(p, "grant"), Ops: []coffer.OpRequest{{Currency: "gold", Amount: 10, ExpiresAt: &expires}}})
-		done <- answer{trx, err}
+		trx, _, err := store.Change(call, grant)
+		done <- grantAnswer{trx, err}
 	}()
-	// The first attempt at the gate (its write statement: its text
-	// as pg_stat_activity keeps it, cut short, starts with the trx),
-	// or answered without it (its plan too late for the expiry: a
-	// longer one then).
-	var early *answer
-	var first int32
-	for early == nil && first == 0 {
+	// The batch at the gate (its write statement: its text as
+	// pg_stat_activity keeps it, cut short, starts with the trx), or
+	// answered without it.
+	for first == 0 {
 		first = e.backendIn(0, "PgSleep", "WITH trx AS (INSERT INTO trx_%")
 		select {
-		case a := <-done:
-			early = &a
+		case <-done:
+			_, err = gate.Exec(ctx, `SELECT pg_advisory_unlock(4242)`)
+			must(t, err)
+			return grant, 0, nil
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	if early != nil {
-		_, err = gate.Exec(ctx, `SELECT pg_advisory_unlock(4242)`)
-		must(t, err)
-		return false
-	}
-	for past := false; !past; {
+	for past := false; !past; time.Sleep(10 * time.Millisecond) {
 		must(t, db.QueryRow(ctx, `SELECT now() > $1`, expires).Scan(&past))
-		time.Sleep(10 * time.Millisecond)
 	}
-	cutter.cutClients()
-	// The next attempt waits for a lock, or answers.
-	var got *answer
+	return grant, first, done
+}
+
+// answerHolds lets the gate go once the call that answers on done waits
+// for a lock, or has answered; waits for the held batch's transaction
+// (first) to end, committed or failed (aborted, its client gone: the
+// server ends it later); and checks that the answer holds: the grant
+// stored as answered, or, refused, not stored.
+func answerHolds(t *testing.T, e *env, gate *pgxpool.Conn, p coffer.PlayerID, first int32, done chan grantAnswer) {
+	var got *grantAnswer
 	for got == nil && e.backendIn(0, "Lock", "%") == 0 {
 		select {
 		case a := <-done:
@@ -199,32 +312,30 @@ func cutAndRefused(t *testing.T, e *env, gate *pgxpool.Conn, p coffer.PlayerID, 
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	_, err = gate.Exec(ctx, `SELECT pg_advisory_unlock(4242)`)
+	_, err := gate.Exec(ctx, `SELECT pg_advisory_unlock(4242)`)
 	must(t, err)
 	if got == nil {
 		a := <-done
 		got = &a
 	}
-	// The first attempt's transaction, to its end: committed, or failed
-	// (aborted, its client gone: the server ends it later).
 	for ended := false; !ended; time.Sleep(10 * time.Millisecond) {
-		must(t, db.QueryRow(ctx, `SELECT NOT EXISTS (SELECT FROM pg_stat_activity
+		must(t, e.router.Database(0).QueryRow(ctx, `SELECT NOT EXISTS (SELECT FROM pg_stat_activity
 			WHERE pid = $1 AND state IN ('active', 'idle in transaction'))`, first).Scan(&ended))
 	}
 	stored, err := e.store.Trx(ctx, scope(p, "grant"))
+	t.Logf("answered %v", got.err)
 	switch {
 	case got.err == nil:
 		must(t, err)
 		sameAnswer(t, got.trx, stored)
 	case coffer.ErrorCode(got.err) == coffer.CodeInvalid:
 		if err == nil {
-			t.Fatalf("the grant answered %v, and applied by the attempt cut off: %+v", got.err, stored)
+			t.Fatalf("the grant answered %v, and applied by the batch held: %+v", got.err, stored)
 		}
 		wantCode(t, err, coffer.CodeNotFound)
 	default:
 		t.Fatal(got.err)
 	}
-	return true
 }
 
 // backendIn is the pid of a backend of database db other than this
