@@ -89,7 +89,12 @@ func (s *Store) attempt(ctx context.Context, db int, m *mark, reqs []*request, u
 	if err != nil {
 		return &attempt{err: err}
 	}
-	if unknown != nil && token == unknown.token {
+	// An earlier attempt that set no token (it wrote nothing but its
+	// mark's time: it refused every write, or read a cut attempt's
+	// mark) is planned again: a mark without a row reads 0 too, and
+	// nothing of it matters but what it locked, which this attempt locks
+	// and commits again.
+	if unknown != nil && unknown.token != 0 && token == unknown.token {
 		// Applied here, but maybe here only: a COMMIT cut off while it
 		// waited for the synchronous standby is completed on the
 		// primary alone (PostgreSQL does so when the wait is cancelled,
