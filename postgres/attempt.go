@@ -62,7 +62,8 @@ type batchTx struct {
 // attempt runs the batch once: unless careful (or reading whether
 // unknown was applied), at one snapshot without the players' locks and
 // without reading the writes' own keys (load), which the attempt then
-// proves new (batchTx.fresh) or fails (keyStored). unknown is an earlier
+// proves new (batchTx.fresh) or fails (keyStored); such an attempt fails
+// too where it refuses a write (errRefusedAtSnapshot). unknown is an earlier
 // attempt whose COMMIT may have been applied: if the mark, read under
 // the players' locks and locked itself (readMark), holds its token, it
 // was, and its plans are the answers, as new writes (they are not

@@ -55,18 +55,13 @@ func (s *Store) settle(ctx context.Context, db int, m *mark, k *keyReads, reqs [
 			break
 		}
 		a = s.attempt(ctx, db, m, reqs, unknown, careful)
-		if !careful && unknown == nil && (keyStored(a.err) || raced(a.err) || errors.Is(a.err, errRefusedAtSnapshot)) {
-			// A write sent again, its key unread, a player changed since
-			// the snapshot, or a write refused: the batch runs again at
-			// once, careful, not as one of the retries; so do the
-			// committer's next batches but after a refusal, which tells
-			// nothing of other instances.
+		if again, next := rerunCareful(a.err); again && !careful && unknown == nil {
 			careful = true
-			if !errors.Is(a.err, errRefusedAtSnapshot) {
+			if next {
 				k.left = carefulBatches
 			}
 			s.observe(db, AttemptCareful)
-			try--
+			try-- // not one of the retries
 			continue
 		}
 		if a.err == nil {
@@ -98,6 +93,26 @@ func (s *Store) settle(ctx context.Context, db int, m *mark, k *keyReads, reqs [
 		}
 		s.observe(db, AttemptRetried)
 	}
+	s.giveUp(ctx, db, m, k, reqs, a, unknown)
+}
+
+// rerunCareful tells whether an attempt that read at its snapshot failed
+// for want of the locks and the keys a careful one takes: a write sent
+// again, its key unread; a player changed since the snapshot; a write
+// refused (errRefusedAtSnapshot). The batch then runs again at once,
+// careful, and so do its committer's next batches (next) but after a
+// refusal, which tells nothing of other instances.
+func rerunCareful(err error) (again, next bool) {
+	refused := errors.Is(err, errRefusedAtSnapshot)
+	return refused || keyStored(err) || raced(err), !refused
+}
+
+// giveUp answers the writes of a batch whose last attempt, a, failed
+// and is not tried again: "cut off" if unknown, an earlier attempt's
+// COMMIT, may have been applied; else the failure's error to each, or,
+// where it may come from some writes only, the batch settled again in
+// parts (split).
+func (s *Store) giveUp(ctx context.Context, db int, m *mark, k *keyReads, reqs []*request, a, unknown *attempt) {
 	s.failed(db, a.err)
 	if unknown != nil {
 		s.observe(db, AttemptCut)

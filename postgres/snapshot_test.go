@@ -222,12 +222,11 @@ func TestRetryRefusedWhileItsFirstCopyIsInFlight(t *testing.T) {
 func TestCutRefusalIsPlannedAgain(t *testing.T) {
 	e := newEnv(t)
 	g := newGate(t, e)
-	db := e.router.Database(0)
 	// held_at names the step the triggers below hold, each on an
 	// advisory lock of its own: the refusal's COMMIT (its statement
 	// touching the mark), or the check's lock of the player (its row of
 	// version 0, before the conflict).
-	_, err := db.Exec(ctx, `CREATE TABLE held_at (step text PRIMARY KEY);
+	_, err := e.router.Database(0).Exec(ctx, `CREATE TABLE held_at (step text PRIMARY KEY);
 		CREATE FUNCTION hold_touch() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			IF EXISTS (SELECT FROM held_at WHERE step = 'touch') THEN
@@ -242,80 +241,91 @@ func TestCutRefusalIsPlannedAgain(t *testing.T) {
 			END IF;
 			RETURN NEW;
 		END $$;
-		CREATE TRIGGER hold_touch BEFORE UPDATE ON batch_mark FOR EACH STATEMENT EXECUTE FUNCTION hold_touch();
-		CREATE TRIGGER gate BEFORE INSERT OR UPDATE ON batch_mark FOR EACH ROW EXECUTE FUNCTION gate()`)
+		CREATE TRIGGER hold_touch BEFORE UPDATE ON batch_mark FOR EACH STATEMENT EXECUTE FUNCTION hold_touch()`)
 	must(t, err)
-	players := e.playersOn(0, 1, 8)
-	for expiry := 2 * time.Second; ; expiry *= 2 {
-		if expiry > time.Minute {
-			t.Fatal("the first copy never planned before the grant's expiry")
-		}
-		var p coffer.PlayerID
-		p, players = players[0], players[1:]
-		balance := fmt.Sprintf("balance_%d", e.router.Map().ShardOf(p))
-		_, err := db.Exec(ctx, `DELETE FROM held_at; DROP TRIGGER IF EXISTS hold_check ON `+balance+`;
-			CREATE TRIGGER hold_check BEFORE INSERT ON `+balance+` FOR EACH ROW EXECUTE FUNCTION hold_check()`)
-		must(t, err)
-		_, _, first := e.storeThroughCutter(postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: 20 * time.Second})
-		call, hangUp := context.WithCancel(ctx)
-		grant, held, done := holdGrant(t, e, g.conn, first, call, p, expiry)
-		hangUp()
-		if held == 0 {
-			continue
-		}
-		wantCode(t, (<-done).err, coffer.CodeUnavailable)
+	g.untilPlannedInTime(t, "at its mark", e.playersOn(0, 1, 8), func(p coffer.PlayerID, expiry time.Duration) bool {
+		return cutRefusal(t, e, g.conn, p, expiry)
+	})
+}
 
-		_, err = db.Exec(ctx, `INSERT INTO held_at VALUES ('touch')`)
+// cutRefusal runs the scenario of TestCutRefusalIsPlannedAgain on
+// player p with a grant that expires after expiry, and returns false if
+// the first copy planned too late for it.
+func cutRefusal(t *testing.T, e *env, gate *pgxpool.Conn, p coffer.PlayerID, expiry time.Duration) bool {
+	db := e.router.Database(0)
+	balance := fmt.Sprintf("balance_%d", e.router.Map().ShardOf(p))
+	_, err := db.Exec(ctx, `CREATE TRIGGER hold_check BEFORE INSERT ON `+balance+` FOR EACH ROW EXECUTE FUNCTION hold_check()`)
+	must(t, err)
+	defer func() {
+		_, err := db.Exec(ctx, `DELETE FROM held_at; DROP TRIGGER hold_check ON `+balance)
 		must(t, err)
-		_, err = g.conn.Exec(ctx, `SELECT pg_advisory_lock(4243), pg_advisory_lock(4244)`)
-		must(t, err)
-		cutter, _, retry := e.storeThroughCutter(postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: 20 * time.Second})
-		go func() {
-			trx, _, err := retry.Change(ctx, grant)
-			done <- grantAnswer{trx, err}
-		}()
-		var refusal int32
-		for refusal == 0 {
-			refusal = e.backendIn(0, "advisory", "UPDATE batch_mark%")
-			select {
-			case a := <-done:
-				t.Fatalf("the retry answered before its refusal's COMMIT: %v", a.err)
-			case <-time.After(10 * time.Millisecond):
-			}
+	}()
+	_, _, first := e.storeThroughCutter(postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: 20 * time.Second})
+	call, hangUp := context.WithCancel(ctx)
+	grant, held, done := holdGrant(t, e, gate, first, call, p, expiry)
+	hangUp()
+	if held == 0 {
+		return false
+	}
+	wantCode(t, (<-done).err, coffer.CodeUnavailable)
+
+	_, err = db.Exec(ctx, `INSERT INTO held_at VALUES ('touch')`)
+	must(t, err)
+	_, err = gate.Exec(ctx, `SELECT pg_advisory_lock(4243), pg_advisory_lock(4244)`)
+	must(t, err)
+	cutter, _, retry := e.storeThroughCutter(postgres.Options{Committers: 1, Timeout: 20 * time.Second, LockTimeout: 20 * time.Second})
+	go func() {
+		trx, _, err := retry.Change(ctx, grant)
+		done <- grantAnswer{trx, err}
+	}()
+	var refusal int32
+	for refusal == 0 {
+		refusal = e.backendIn(0, "advisory", "UPDATE batch_mark%")
+		select {
+		case a := <-done:
+			t.Fatalf("the retry answered before its refusal's COMMIT: %v", a.err)
+		case <-time.After(10 * time.Millisecond):
 		}
-		_, err = db.Exec(ctx, `DELETE FROM held_at; INSERT INTO held_at VALUES ('check')`)
-		must(t, err)
-		cutter.cutClients()
-		for check := int32(0); check == 0; {
-			must(t, db.QueryRow(ctx, `SELECT COALESCE((SELECT pid FROM pg_stat_activity
-				WHERE wait_event = 'advisory' AND pid NOT IN ($1, $2) LIMIT 1), 0)`, held, refusal).Scan(&check))
-			select {
-			case a := <-done:
-				t.Fatalf("the retry answered before its check attempt: %v", a.err)
-			case <-time.After(10 * time.Millisecond):
-			}
+	}
+	_, err = db.Exec(ctx, `DELETE FROM held_at; INSERT INTO held_at VALUES ('check')`)
+	must(t, err)
+	cutter.cutClients()
+	for check := int32(0); check == 0; {
+		must(t, db.QueryRow(ctx, `SELECT COALESCE((SELECT pid FROM pg_stat_activity
+			WHERE wait_event = 'advisory' AND pid NOT IN ($1, $2) LIMIT 1), 0)`, held, refusal).Scan(&check))
+		select {
+		case a := <-done:
+			t.Fatalf("the retry answered before its check attempt: %v", a.err)
+		case <-time.After(10 * time.Millisecond):
 		}
-		_, err = db.Exec(ctx, `SELECT pg_terminate_backend($1)`, refusal)
-		must(t, err)
-		for gone := false; !gone; time.Sleep(10 * time.Millisecond) {
-			must(t, db.QueryRow(ctx, `SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)`, refusal).Scan(&gone))
-		}
-		_, err = g.conn.Exec(ctx, `SELECT pg_advisory_unlock(4242)`)
-		must(t, err)
-		for ended := false; !ended; time.Sleep(10 * time.Millisecond) {
-			must(t, db.QueryRow(ctx, `SELECT NOT EXISTS (SELECT FROM pg_stat_activity
-				WHERE pid = $1 AND state IN ('active', 'idle in transaction'))`, held).Scan(&ended))
-		}
-		_, err = g.conn.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
-		must(t, err)
-		got := <-done
-		stored, err := e.store.Trx(ctx, scope(p, "grant"))
-		must(t, err)
-		if got.err != nil {
-			t.Fatalf("the retry answered %v, and the first copy applied the grant: %+v", got.err, stored)
-		}
-		sameAnswer(t, got.trx, stored)
-		return
+	}
+	_, err = db.Exec(ctx, `SELECT pg_terminate_backend($1)`, refusal)
+	must(t, err)
+	for gone := false; !gone; time.Sleep(10 * time.Millisecond) {
+		must(t, db.QueryRow(ctx, `SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)`, refusal).Scan(&gone))
+	}
+	_, err = gate.Exec(ctx, `SELECT pg_advisory_unlock(4242)`)
+	must(t, err)
+	e.untilTransactionEnds(held)
+	_, err = gate.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
+	must(t, err)
+	got := <-done
+	stored, err := e.store.Trx(ctx, scope(p, "grant"))
+	must(t, err)
+	if got.err != nil {
+		t.Fatalf("the retry answered %v, and the first copy applied the grant: %+v", got.err, stored)
+	}
+	sameAnswer(t, got.trx, stored)
+	return true
+}
+
+// untilTransactionEnds waits until backend pid of database 0 is in no
+// transaction: committed, or failed (aborted, its client gone: the
+// server ends it later).
+func (e *env) untilTransactionEnds(pid int32) {
+	for ended := false; !ended; time.Sleep(10 * time.Millisecond) {
+		must(e.t, e.router.Database(0).QueryRow(ctx, `SELECT NOT EXISTS (SELECT FROM pg_stat_activity
+			WHERE pid = $1 AND state IN ('active', 'idle in transaction'))`, pid).Scan(&ended))
 	}
 }
 
@@ -412,8 +422,7 @@ func holdGrant(t *testing.T, e *env, gate *pgxpool.Conn, store *postgres.Store, 
 
 // answerHolds lets the gate go once the call that answers on done waits
 // for a lock, or has answered; waits for the held batch's transaction
-// (first) to end, committed or failed (aborted, its client gone: the
-// server ends it later); and checks that the answer holds: the grant
+// (first) to end; and checks that the answer holds: the grant
 // stored as answered, or, refused, not stored.
 func answerHolds(t *testing.T, e *env, gate *pgxpool.Conn, p coffer.PlayerID, first int32, done chan grantAnswer) {
 	var got *grantAnswer
@@ -430,10 +439,7 @@ func answerHolds(t *testing.T, e *env, gate *pgxpool.Conn, p coffer.PlayerID, fi
 		a := <-done
 		got = &a
 	}
-	for ended := false; !ended; time.Sleep(10 * time.Millisecond) {
-		must(t, e.router.Database(0).QueryRow(ctx, `SELECT NOT EXISTS (SELECT FROM pg_stat_activity
-			WHERE pid = $1 AND state IN ('active', 'idle in transaction'))`, first).Scan(&ended))
-	}
+	e.untilTransactionEnds(first)
 	stored, err := e.store.Trx(ctx, scope(p, "grant"))
 	t.Logf("answered %v", got.err)
 	switch {
